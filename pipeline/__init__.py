@@ -1,0 +1,1 @@
+"""Apache Beam preprocessing: raw text corpus -> XLNet pretraining TFRecords."""

@@ -1,0 +1,1 @@
+"""The data contract between preprocessing and training: schema, manifest, writer, reader."""

@@ -1,0 +1,92 @@
+"""Model configuration: one frozen dataclass for the XLNet architecture, presets by name."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of an XLNet network (everything needed to build its variables and graph).
+
+    Sequence shapes that belong to the data (seq_len, num_predict, perm_size) live in the
+    training configuration; ``reuse_len`` and ``mem_len`` are here because the network caches
+    the first ``reuse_len`` positions of each segment and keeps the last ``mem_len`` as memory.
+    """
+
+    vocab_size: int = 32000
+    n_layer: int = 12
+    d_model: int = 768
+    n_head: int = 12
+    d_head: int = 64
+    d_inner: int = 3072
+    ff_activation: str = "gelu"  # "gelu" (tanh approximation, as the original) or "relu"
+    untie_r: bool = True
+    dropout: float = 0.1
+    dropatt: float = 0.1
+    attn_type: str = "bi"  # "bi" (XLNet) or "uni" (Transformer-XL style)
+    bi_data: bool = True
+    clamp_len: int = -1  # -1: no clamping of relative distances
+    mem_len: int = 384
+    reuse_len: int = 256
+    initializer_range: float = 0.02
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be positive, got {getattr(self, name)}")
+        if self.ff_activation not in ("gelu", "relu"):
+            problems.append(f"ff_activation must be 'gelu' or 'relu', got {self.ff_activation!r}")
+        if self.attn_type not in ("bi", "uni"):
+            problems.append(f"attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
+        for name in ("dropout", "dropatt"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                problems.append(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.mem_len < 0 or self.reuse_len < 0:
+            problems.append("mem_len and reuse_len must be >= 0")
+        if problems:
+            raise ValueError("invalid model config: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown model config keys: {', '.join(unknown)}")
+        return cls(**values)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ModelConfig":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+
+# The reference table (XLNet paper / released models) for base and large; tiny is ours,
+# small enough to train on two CPU cores in minutes for tests and the demo.
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig(vocab_size=8000, n_layer=4, d_model=128, n_head=4, d_head=32, d_inner=512,
+                        mem_len=64, reuse_len=64),
+    "base": ModelConfig(vocab_size=32000, n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072,
+                        mem_len=384, reuse_len=256),
+    "large": ModelConfig(vocab_size=32000, n_layer=24, d_model=1024, n_head=16, d_head=64, d_inner=4096,
+                         mem_len=384, reuse_len=256),
+}
+
+
+def model_preset(name: str) -> ModelConfig:
+    """Returns the named preset ('tiny', 'base', 'large') with a clear error for unknown names."""
+    try:
+        return MODEL_PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(MODEL_PRESETS)}") from None

@@ -1,0 +1,46 @@
+"""The `xlnet` command: one subcommand per job, each implemented in its own module.
+
+Every subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+Modules are imported only when their subcommand runs, so `xlnet vocab --help` does not
+pay for importing TensorFlow.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "vocab": ("pipeline.vocab_command", "train a SentencePiece vocabulary with XLNet's special symbols"),
+    "preprocess": ("pipeline.preprocess_command", "turn a text corpus into XLNet TFRecord shards (Apache Beam)"),
+    "train": ("trainer.task", "pretrain XLNet on preprocessed records (tf.distribute)"),
+    "import-checkpoint": ("trainer.import_command", "convert an original TF1 XLNet release into a model directory"),
+    "export": ("trainer.export_command", "export a model directory as a serving SavedModel"),
+}
+
+
+def _load(name: str):
+    module_name, _ = SUBCOMMANDS[name]
+    return importlib.import_module(module_name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="xlnet", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] not in SUBCOMMANDS:
+        parser.parse_args(argv or ["--help"])
+        return 2
+    name = argv[0]
+    module = _load(name)
+    sub_parser = argparse.ArgumentParser(prog=f"xlnet {name}", description=SUBCOMMANDS[name][1])
+    module.add_arguments(sub_parser)
+    args = sub_parser.parse_args(argv[1:])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
