@@ -1,0 +1,299 @@
+"""Stream-ordered tf.data reader: batches in which every row continues its own text stream.
+
+Layout of a global batch of G rows over N replicas (B = G / N rows per replica):
+with bi_data each per-replica batch is [forward half, backward half], so there are
+R = N * B / 2 forward rows (R = G without bi_data). Forward row r (r = replica * B/2 + j)
+owns the forward streams {i-th stream of the split : i % R == r} and walks through them one
+after another, epoch after epoch; its backward partner row reads the reversed copies
+(stream s + num_streams) in the same order. Each slot (one row of one replica) is one
+TFRecordDataset chain; a deterministic interleave with one cycle element per slot assembles
+the per-replica batches, so successive batches of a slot continue its stream and no record
+is ever shuffled, cached or dropped.
+
+Each element is one replica's input for one optimizer step: int32 features shaped
+[accumulation_steps, B, ...] (contract 3: input_ids, segment_ids, is_masked [.., seq_len],
+perm_seed [.., 2], stream_id, stream_pos [..]), so gradient accumulation reads consecutive
+records of every row. The reader can start at any step (exact resume) without reading the
+records before it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from tfrecords import schema
+
+COMPACT_FEATURES = ("input_ids", "segment_ids", "is_masked", "perm_seed", "stream_id", "stream_pos")
+
+
+class ManifestMismatchError(ValueError):
+    """The data directory was written for a different configuration than the one training uses."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """A contiguous run of one stream's records inside one shard file."""
+
+    file: str
+    first: int
+    records: int
+    stream_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotStart:
+    """Where a slot starts reading: epoch, segment index in its walk, record inside that segment."""
+
+    epoch: int
+    segment: int
+    record: int
+
+
+def read_manifest(data_dir: str | Path) -> dict[str, Any]:
+    """Loads DIR/manifest.json (contract 2) with a clear error when it is missing or unreadable."""
+    path = Path(data_dir) / "manifest.json"
+    if not tf.io.gfile.exists(str(path)):
+        raise FileNotFoundError(f"--data {data_dir}: no manifest.json (was `xlnet preprocess` run to completion?)")
+    with tf.io.gfile.GFile(str(path)) as handle:
+        try:
+            return json.loads(handle.read())
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not valid JSON ({error})") from None
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file (the manifest's vocabulary checksum)."""
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(str(path), "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def validate_manifest(manifest: Mapping[str, Any], *, seq_len: int, reuse_len: int, bi_data: bool,
+                      num_predict: int, vocab_size: int, vocab_sha256: str | None = None,
+                      source: str = "manifest.json") -> None:
+    """Raises ManifestMismatchError naming every field where the data and the training config disagree."""
+    config = manifest.get("config", {})
+    vocab = manifest.get("vocab", {})
+    problems = []
+    if manifest.get("format_version") != schema.FORMAT_VERSION:
+        problems.append(f"format_version is {manifest.get('format_version')}, this reader reads "
+                        f"{schema.FORMAT_VERSION} (re-run `xlnet preprocess`)")
+    checks = (("seq_len", config.get("seq_len"), seq_len, "train.seq_len"),
+              ("reuse_len", config.get("reuse_len"), reuse_len, "model.reuse_len"),
+              ("bi_data", config.get("bi_data"), bi_data, "model.bi_data"),
+              ("vocab_size", vocab.get("vocab_size"), vocab_size, "model.vocab_size"))
+    for name, data_value, train_value, flag in checks:
+        if data_value != train_value:
+            problems.append(f"{name}: data has {data_value}, training uses {train_value} ({flag})")
+    if config.get("num_predict") is not None and config["num_predict"] > num_predict:
+        problems.append(f"num_predict: data masks up to {config['num_predict']} targets per record, training "
+                        f"predicts {num_predict} (train.num_predict)")
+    if vocab_sha256 is not None and vocab.get("sha256") != vocab_sha256:
+        problems.append(f"vocabulary checksum: data was tokenised with sha256 {vocab.get('sha256')}, the "
+                        f"SentencePiece model used for training has {vocab_sha256}")
+    if problems:
+        raise ManifestMismatchError(f"{source} does not match the training configuration:\n  - "
+                                    + "\n  - ".join(problems))
+
+
+def split_segments(manifest: Mapping[str, Any], split: str, data_dir: str | Path) -> dict[int, Segment]:
+    """Every stream of ``split`` as a Segment, keyed by stream id."""
+    splits = manifest.get("splits", manifest)
+    if split not in splits:
+        raise ValueError(f"{data_dir}: manifest has no split {split!r}")
+    segments = {}
+    for shard in splits[split]["shards"]:
+        path = str(Path(data_dir) / shard["file"]) if "://" not in str(data_dir) else f"{data_dir}/{shard['file']}"
+        for stream in shard["streams"]:
+            if stream["records"] > 0:
+                segments[int(stream["stream_id"])] = Segment(path, int(stream["first_record_index_in_file"]),
+                                                             int(stream["records"]), int(stream["stream_id"]))
+    return segments
+
+
+def row_walks(segments: Mapping[int, Segment], num_streams: int, bi_data: bool,
+              forward_rows: int) -> tuple[list[list[Segment]], list[list[Segment]]]:
+    """(forward walks, backward walks): the streams each forward row reads in order, and its partner's.
+
+    Forward row r owns the i-th forward stream of the split for every i with i % forward_rows == r.
+    """
+    forward_ids = sorted(s for s in segments if s < num_streams)
+    if forward_rows > len(forward_ids):
+        raise ValueError(f"the batch needs {forward_rows} forward text streams but the split has "
+                         f"{len(forward_ids)}: lower the batch size (train.train_batch_size / "
+                         "train.eval_batch_size) or preprocess with more streams")
+    forward = [[segments[s] for s in forward_ids[r::forward_rows]] for r in range(forward_rows)]
+    backward: list[list[Segment]] = []
+    if bi_data:
+        missing = [s + num_streams for s in forward_ids if s + num_streams not in segments]
+        if missing:
+            raise ValueError(f"bi_data: reversed streams {missing[:5]} are missing from the manifest")
+        backward = [[segments[s.stream_id + num_streams] for s in walk] for walk in forward]
+    return forward, backward
+
+
+def slot_start(walk: list[Segment], records_consumed: int) -> SlotStart:
+    """Position after ``records_consumed`` records of a walk that repeats epoch after epoch."""
+    total = sum(segment.records for segment in walk)
+    epoch, offset = divmod(records_consumed, total)
+    for index, segment in enumerate(walk):
+        if offset < segment.records:
+            return SlotStart(epoch, index, offset)
+        offset -= segment.records
+    raise AssertionError("unreachable: offset within the epoch")
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamReader:
+    """Builds the per-replica datasets of one split (see the module docstring for the layout)."""
+
+    data_dir: str
+    split: str
+    manifest: Mapping[str, Any]
+    global_batch_size: int
+    seq_len: int
+    num_predict: int
+    bi_data: bool
+    seed: int = 0
+    accumulation_steps: int = 1
+    start_step: int = 0
+    resample_masks: bool = False
+    mask_sampler: Callable[..., Any] | None = None
+
+    @property
+    def num_streams(self) -> int:
+        return int(self.manifest["config"]["num_streams"])
+
+    @property
+    def compression(self) -> str:
+        compression = str(self.manifest["config"].get("compression", "") or "")
+        return "GZIP" if compression.lower() in ("gzip", "gz") else ""
+
+    def per_replica_batch_size(self, num_replicas: int) -> int:
+        batch, remainder = divmod(self.global_batch_size, num_replicas)
+        if remainder or batch == 0 or (self.bi_data and batch % 2):
+            raise ValueError(f"global batch size {self.global_batch_size} cannot be split over {num_replicas} "
+                             f"replicas{' into even [forward, backward] halves' if self.bi_data else ''}")
+        return batch
+
+    def slot_walks(self, num_replicas: int, replica_ids: range) -> list[list[Segment]]:
+        """The walks of this pipeline's slots, in batch order: replica by replica, [forward, backward]."""
+        batch = self.per_replica_batch_size(num_replicas)
+        forward_per_replica = batch // 2 if self.bi_data else batch
+        segments = split_segments(self.manifest, self.split, self.data_dir)
+        forward, backward = row_walks(segments, self.num_streams, self.bi_data, forward_per_replica * num_replicas)
+        slots = []
+        for replica in replica_ids:
+            rows = range(replica * forward_per_replica, (replica + 1) * forward_per_replica)
+            slots += [forward[r] for r in rows]
+            if self.bi_data:
+                slots += [backward[r] for r in rows]
+        return slots
+
+    def dataset(self, input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+        """Per-replica batches for the replicas of ``input_context``'s pipeline (all replicas if None),
+        interleaved replica by replica as tf.distribute hands them to the local devices."""
+        num_replicas = input_context.num_replicas_in_sync if input_context else 1
+        pipelines = input_context.num_input_pipelines if input_context else 1
+        pipeline_id = input_context.input_pipeline_id if input_context else 0
+        local = num_replicas // pipelines
+        walks = self.slot_walks(num_replicas, range(pipeline_id * local, (pipeline_id + 1) * local))
+        batch = self.per_replica_batch_size(num_replicas)
+        records = self._interleaved_records(walks)
+        batched = records.batch(batch * self.accumulation_steps, drop_remainder=True)
+        return batched.map(self._features_fn(batch), num_parallel_calls=tf.data.AUTOTUNE,
+                           deterministic=True).prefetch(tf.data.AUTOTUNE)
+
+    def distribute(self, strategy: tf.distribute.Strategy) -> tf.distribute.DistributedDataset:
+        """The dataset distributed over ``strategy``: each replica reads its own disjoint streams."""
+        options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
+        return strategy.distribute_datasets_from_function(self.dataset, options)
+
+    def _interleaved_records(self, walks: list[list[Segment]]) -> tf.data.Dataset:
+        files = sorted({segment.file for walk in walks for segment in walk})
+        file_index = {name: i for i, name in enumerate(files)}
+        width = max(len(walk) for walk in walks)
+
+        def table(value: Callable[[Segment], int]) -> tf.Tensor:
+            rows = [[value(s) for s in walk] + [0] * (width - len(walk)) for walk in walks]
+            return tf.constant(np.asarray(rows, dtype=np.int64))
+
+        seg_file, seg_first, seg_records = (table(lambda s: file_index[s.file]), table(lambda s: s.first),
+                                            table(lambda s: s.records))
+        starts = [slot_start(walk, self.start_step * self.accumulation_steps) for walk in walks]
+        start_epoch, start_segment, start_record = (
+            tf.constant([getattr(s, field) for s in starts], tf.int64) for field in ("epoch", "segment", "record"))
+        walk_length = tf.constant([len(walk) for walk in walks], tf.int64)
+        file_names = tf.constant(files)
+        compression = self.compression
+
+        def one_epoch(slot, epoch, first_segment, first_record):
+            def segment_records(k):
+                skip = tf.where(k == first_segment, first_record, tf.constant(0, tf.int64))
+                reader = tf.data.TFRecordDataset(file_names[seg_file[slot, k]], compression_type=compression,
+                                                 buffer_size=64 << 10)
+                return reader.skip(seg_first[slot, k] + skip).take(seg_records[slot, k] - skip)
+
+            segments = tf.data.Dataset.range(first_segment, walk_length[slot])
+            return segments.flat_map(segment_records).map(lambda record: (record, epoch))
+
+        def slot_records(slot):
+            first = one_epoch(slot, start_epoch[slot], start_segment[slot], start_record[slot])
+            later = tf.data.Dataset.counter(start_epoch[slot] + 1).flat_map(
+                lambda epoch: one_epoch(slot, epoch, tf.constant(0, tf.int64), tf.constant(0, tf.int64)))
+            return first.concatenate(later)
+
+        return tf.data.Dataset.range(len(walks)).interleave(
+            slot_records, cycle_length=len(walks), block_length=self.accumulation_steps,
+            num_parallel_calls=min(len(walks), 16), deterministic=True)
+
+    def _features_fn(self, batch: int):
+        seq_len, seed, steps = self.seq_len, self.seed, self.accumulation_steps
+        resample = self._resample_fn() if self.resample_masks else None
+
+        def features(serialized, epoch):
+            parsed = schema.parse_records(serialized, seq_len)
+            epoch = tf.cast(epoch, tf.int32)
+            if resample is not None:
+                parsed["is_masked"] = resample(parsed, epoch)
+            keys = tf.stack([tf.fill(tf.shape(epoch), seed), parsed["stream_id"], parsed["stream_pos"], epoch], 1)
+            out = {name: parsed[name] for name in COMPACT_FEATURES if name != "perm_seed"}
+            out["perm_seed"] = permutation_seeds(keys)
+            # records arrive slot-major ([slot0 x steps, slot1 x steps, ...]): make them step-major
+            return {name: tf.ensure_shape(tf.transpose(tf.reshape(value, [batch, steps, -1]), [1, 0, 2]),
+                                          [steps, batch, None]) if value.shape.rank == 2 else
+                    tf.ensure_shape(tf.transpose(tf.reshape(value, [batch, steps])), [steps, batch])
+                    for name, value in out.items()}
+
+        return features
+
+    def _resample_fn(self):
+        if self.mask_sampler is None:
+            raise ValueError("resample_masks needs a mask sampler")
+        sampler, num_predict, seed = self.mask_sampler, self.num_predict, self.seed
+
+        def resample(parsed, epoch):
+            # epoch 0 keeps the stored masks; later epochs draw new spans from the word starts
+            fresh = tf.numpy_function(
+                lambda ids, starts, seg, sid, pos, ep: sampler(ids, starts, seg, sid, pos, ep, num_predict, seed),
+                [parsed["input_ids"], parsed["word_start"], parsed["segment_ids"], parsed["stream_id"],
+                 parsed["stream_pos"], epoch], tf.int32, stateful=False)
+            fresh = tf.reshape(fresh, tf.shape(parsed["is_masked"]))
+            return tf.where(epoch[:, None] > 0, fresh, parsed["is_masked"])
+
+        return resample
+
+
+def permutation_seeds(keys: tf.Tensor) -> tf.Tensor:
+    """[B, 2] int32 stateless seeds, a fingerprint of each row of ``keys`` [B, k] (seed, stream id,
+    position, epoch): a fresh permutation for every example at every step, the same on every run."""
+    fingerprint = tf.fingerprint(tf.cast(keys, tf.int64))  # [B, 8] uint8
+    return tf.bitcast(tf.reshape(fingerprint, [-1, 2, 4]), tf.int32)
