@@ -6,6 +6,7 @@ from setuptools import setup
 INSTALL_REQUIRES = [
     "tensorflow==2.21.0",
     "tensorflow-text==2.21.1",
+    "tensorboard==2.21.0",  # tf.summary writers of the training loop
     "keras>=3.12,<4",
     "apache-beam[gcp,tfrecord]==2.77.0",
     "sentencepiece==0.2.3",
