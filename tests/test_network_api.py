@@ -1,0 +1,70 @@
+"""The public model API of contract 4: build_network, the two-stream call, encode, the pretrainer."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer.config import model_preset
+from trainer.network import build_network
+from trainer.pretraining import XLNetPretrainer
+
+SPECIAL = {"sep": 4, "cls": 3}
+
+
+def small_config(**changes):
+    return model_preset("tiny").replace(vocab_size=50, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32,
+                                        mem_len=6, reuse_len=4, **changes)
+
+
+def compact_features(batch=4, seq_len=8, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(10, 50, [batch, seq_len])
+    ids[:, -2], ids[:, -1] = SPECIAL["sep"], SPECIAL["cls"]
+    return {"input_ids": tf.constant(ids, tf.int32),
+            "segment_ids": tf.constant(np.repeat([[0] * (seq_len - 4) + [1, 1, 1, 2]], batch, 0), tf.int32),
+            "is_masked": tf.constant(rng.random([batch, seq_len]) < 0.4),
+            "perm_seed": tf.constant(rng.integers(0, 2**20, [batch, 2]), tf.int32)}
+
+
+def test_call_returns_query_logits_and_one_memory_per_layer():
+    network = build_network(small_config())
+    batch, seq_len, num_predict = 4, 8, 3
+    perm_mask = tf.zeros([batch, seq_len, seq_len])
+    target_mapping = tf.one_hot(tf.constant([[1, 3, 5]] * batch), seq_len)
+    logits, new_mems = network(tf.ones([batch, seq_len], tf.int32), tf.zeros([batch, seq_len], tf.int32), perm_mask,
+                               target_mapping, network.initial_mems(batch))
+    assert logits.shape == (batch, num_predict, 50) and logits.dtype == tf.float32
+    assert [m.shape for m in new_mems] == [(batch, 6, 16)] * 2
+
+
+def test_encode_returns_content_states():
+    network = build_network(small_config())
+    hidden, new_mems = network.encode(tf.ones([2, 8], tf.int32), tf.zeros([2, 8], tf.int32))
+    assert hidden.shape == (2, 8, 16)
+    assert [m.shape for m in new_mems] == [(2, 4, 16)] * 2  # first reuse_len=4 positions, no old memory
+
+
+def test_build_network_accepts_a_preset_name():
+    assert build_network("tiny").config == model_preset("tiny")
+
+
+def test_pretrainer_loss_is_finite_and_counts_real_targets():
+    pretrainer = XLNetPretrainer(small_config(), seq_len=8, num_predict=4, perm_size=4, special_ids=SPECIAL)
+    features = compact_features()
+    out = pretrainer.compute(features, pretrainer.network.initial_mems(4), training=False)
+    flags = features["is_masked"].numpy()
+    flags[:, -2:] = False  # <sep>/<cls> are never targets
+    assert out["num_targets"].numpy() == np.minimum(flags.sum(1), 4).sum()
+    assert np.isfinite(out["loss"].numpy()) and 0 <= out["accuracy"].numpy() <= 1
+
+
+def test_pretrainer_step_compiles_with_xla():
+    pretrainer = XLNetPretrainer(small_config(), seq_len=8, num_predict=4, perm_size=4, special_ids=SPECIAL)
+    features = compact_features()
+    eager = pretrainer.compute(features, None, training=False)["loss"]
+    compiled = tf.function(lambda f: pretrainer.compute(f, None, training=False)["loss"], jit_compile=True)
+    np.testing.assert_allclose(compiled(features).numpy(), eager.numpy(), rtol=1e-4)
+
+
+def test_pretrainer_rejects_perm_size_that_does_not_split_the_parts():
+    with pytest.raises(ValueError, match="perm_size=3 must divide reuse_len=4"):
+        XLNetPretrainer(small_config(), seq_len=8, num_predict=4, perm_size=3, special_ids=SPECIAL)

@@ -1,0 +1,54 @@
+"""Position-wise feed-forward sub-layer of an XLNet block (post-LayerNorm)."""
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from trainer.layers.attention import LAYER_NORM_EPSILON
+
+
+def gelu_tanh(x: tf.Tensor) -> tf.Tensor:
+    """GELU with the tanh approximation, as the original XLNet uses."""
+    return keras.activations.gelu(x, approximate=True)
+
+
+ACTIVATIONS = {"gelu": gelu_tanh, "relu": keras.activations.relu}
+
+
+class PositionwiseFeedForward(keras.layers.Layer):
+    """LayerNorm(x + dropout(W2 dropout(act(W1 x + b1)) + b2)).
+
+    Call: x [batch, seq_len, d_model] -> [batch, seq_len, d_model]. Dropout only when training.
+    """
+
+    def __init__(self, d_model: int, d_inner: int, activation: str = "gelu", dropout: float = 0.0,
+                 initializer_range: float = 0.02, **kwargs):
+        super().__init__(**kwargs)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.d_model, self.d_inner, self.activation, self.dropout_rate = d_model, d_inner, activation, dropout
+        self.initializer_range = initializer_range
+        init = keras.initializers.RandomNormal(stddev=initializer_range)
+        self.layer_1 = keras.layers.Dense(d_inner, activation=ACTIVATIONS[activation], kernel_initializer=init,
+                                          name="layer_1")
+        self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=init, name="layer_2")
+        self.inner_dropout = keras.layers.Dropout(dropout)
+        self.output_dropout = keras.layers.Dropout(dropout)
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="layer_norm")
+        self.build()
+
+    def build(self, input_shape=None) -> None:
+        self.layer_1.build((None, None, self.d_model))
+        self.layer_2.build((None, None, self.d_inner))
+        self.layer_norm.build((None, None, self.d_model))
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        out = self.inner_dropout(self.layer_1(x), training=training)
+        out = self.output_dropout(self.layer_2(out), training=training)
+        return self.layer_norm(out + x)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(d_model=self.d_model, d_inner=self.d_inner, activation=self.activation,
+                      dropout=self.dropout_rate, initializer_range=self.initializer_range)
+        return config
