@@ -57,20 +57,23 @@ class XLNetNetwork(keras.Model):
         self.config = config
         init = keras.initializers.RandomNormal(stddev=config.initializer_range)
         self.word_embedding = keras.layers.Embedding(config.vocab_size, config.d_model, embeddings_initializer=init,
-                                                     name="word_embedding")
+                                                     name="word_embedding", dtype=self.dtype_policy)
         self.word_embedding.build((None, None))
         self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, config.d_model), initializer=init)
         self.lm_bias = self.add_weight(name="lm_bias", shape=(config.vocab_size,), initializer="zeros")
         self.attention_biases = RelativeAttentionBiases(config.n_layer, config.n_head, config.d_head, config.untie_r,
-                                                        config.initializer_range, name="attention_biases")
+                                                        config.initializer_range, name="attention_biases",
+                                                        dtype=self.dtype_policy)
         self.position_encoding = RelativePositionEncoding(config.d_model, config.attn_type, config.bi_data,
-                                                          config.clamp_len, config.dropout, name="position_encoding")
+                                                          config.clamp_len, config.dropout, name="position_encoding",
+                                                          dtype=self.dtype_policy)
         self.blocks = [XLNetBlock(config.d_model, config.n_head, config.d_head, config.d_inner, config.ff_activation,
-                                  config.dropout, config.dropatt, config.initializer_range, name=f"layer_{i}")
+                                  config.dropout, config.dropatt, config.initializer_range, name=f"layer_{i}",
+                                  dtype=self.dtype_policy)
                        for i in range(config.n_layer)]
-        self.content_dropout = keras.layers.Dropout(config.dropout)
-        self.query_dropout = keras.layers.Dropout(config.dropout)
-        self.output_dropout = keras.layers.Dropout(config.dropout)
+        self.content_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
+        self.query_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
+        self.output_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
 
     # ----------------------------------------------------------------------------------- API
     def call(self, input_ids, segment_ids, perm_mask, target_mapping=None, mems=None, input_mask=None,
@@ -89,6 +92,14 @@ class XLNetNetwork(keras.Model):
           (logits [B, P, vocab_size] float32 of the query stream, new_mems list of n_layer
           [B, min(M + reuse_len, mem_len), d_model] float32 with gradient stopped, or None when mem_len == 0).
         """
+        _, query, new_mems = self.streams(input_ids, segment_ids, perm_mask, target_mapping, mems, input_mask,
+                                          target_positions, target_valid, training)
+        return self.logits(query), new_mems
+
+    def streams(self, input_ids, segment_ids, perm_mask, target_mapping=None, mems=None, input_mask=None,
+                target_positions=None, target_valid=None, training=False):
+        """Like ``call`` but returns both streams before the LM head:
+        (content [B, L, d_model], query [B, P, d_model], new_mems), in the compute dtype."""
         if target_positions is None:
             if target_mapping is None:
                 raise ValueError("pass target_mapping [B, P, L] or target_positions [B, P]")
@@ -96,10 +107,8 @@ class XLNetNetwork(keras.Model):
             target_valid = tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1)
         elif target_valid is None:
             target_valid = tf.ones_like(target_positions, tf.float32)
-        hidden, query, new_mems = self._forward(input_ids, segment_ids, perm_mask, input_mask, mems,
-                                                target_positions, target_valid, training)
-        del hidden
-        return self.logits(query), new_mems
+        return self._forward(input_ids, segment_ids, perm_mask, input_mask, mems, target_positions, target_valid,
+                             training)
 
     def encode(self, input_ids, segment_ids=None, input_mask=None, mems=None, training=False):
         """Content stream only (feature extraction): -> (hidden [B, L, d_model] in the compute dtype, new_mems).
@@ -141,6 +150,9 @@ class XLNetNetwork(keras.Model):
         batch_size, qlen = tf.shape(input_ids)[0], input_ids.shape[1]
         mlen = 0 if mems is None else mems[0].shape[1]
         klen = mlen + qlen
+        static_batch = input_ids.shape[0]
+        if config.bi_data and static_batch is not None and static_batch % 2:
+            raise ValueError(f"bi_data needs an even batch ([forward half, backward half]), got batch {static_batch}")
         two_stream = target_positions is not None
 
         blocked = _blocked(perm_mask, input_mask, qlen, config.attn_type, batch_size)
@@ -184,7 +196,7 @@ class XLNetNetwork(keras.Model):
         return h, g, new_mems
 
     def get_config(self) -> dict:
-        return {"name": self.name, "config": self.config.to_dict()}
+        return {"name": self.name, "config": self.config.to_dict(), "dtype": self.dtype_policy.name}
 
     @classmethod
     def from_config(cls, config: dict) -> "XLNetNetwork":
@@ -192,8 +204,12 @@ class XLNetNetwork(keras.Model):
         return cls(ModelConfig.from_dict(config.pop("config")), **config)
 
 
-def build_network(config: ModelConfig | str) -> XLNetNetwork:
-    """Builds an XLNet network (all variables created) from a ModelConfig or a preset name ('tiny', 'base', 'large')."""
+def build_network(config: ModelConfig | str, dtype: Optional[str] = None) -> XLNetNetwork:
+    """Builds an XLNet network (all variables created) from a ModelConfig or a preset name ('tiny', 'base', 'large').
+
+    ``dtype``: a Keras dtype policy name ('float32', 'mixed_bfloat16', 'mixed_float16'); default:
+    the global policy. Variables are always float32; mixed policies compute in 16 bits.
+    """
     if isinstance(config, str):
         config = model_preset(config)
-    return XLNetNetwork(config, name="xlnet")
+    return XLNetNetwork(config, name="xlnet", dtype=dtype)

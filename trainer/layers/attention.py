@@ -75,9 +75,10 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         self.dropout_rate, self.dropatt_rate = dropout, dropatt
         self.initializer_range = initializer_range
         self.scale = 1.0 / math.sqrt(d_head)
-        self.layer_norm = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="layer_norm")
-        self.output_dropout = keras.layers.Dropout(dropout)
-        self.attention_dropout = keras.layers.Dropout(dropatt)
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="layer_norm",
+                                                          dtype=self.dtype_policy)
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.attention_dropout = keras.layers.Dropout(dropatt, dtype=self.dtype_policy)
         self.build()
 
     def build(self, input_shape=None) -> None:

@@ -30,11 +30,13 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.initializer_range = initializer_range
         init = keras.initializers.RandomNormal(stddev=initializer_range)
         self.layer_1 = keras.layers.Dense(d_inner, activation=ACTIVATIONS[activation], kernel_initializer=init,
-                                          name="layer_1")
-        self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=init, name="layer_2")
-        self.inner_dropout = keras.layers.Dropout(dropout)
-        self.output_dropout = keras.layers.Dropout(dropout)
-        self.layer_norm = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="layer_norm")
+                                          name="layer_1", dtype=self.dtype_policy)
+        self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=init, name="layer_2",
+                                          dtype=self.dtype_policy)
+        self.inner_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="layer_norm",
+                                                          dtype=self.dtype_policy)
         self.build()
 
     def build(self, input_shape=None) -> None:

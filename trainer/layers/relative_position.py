@@ -80,7 +80,7 @@ class RelativePositionEncoding(keras.layers.Layer):
         self.bi_data = bi_data
         self.clamp_len = clamp_len
         self.dropout_rate = dropout
-        self.dropout = keras.layers.Dropout(dropout)
+        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def call(self, klen: int, qlen: int, training: bool = False) -> tf.Tensor:
         forward = relative_distances(klen, qlen, self.attn_type, self.clamp_len)

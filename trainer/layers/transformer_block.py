@@ -23,9 +23,9 @@ class XLNetBlock(keras.layers.Layer):
         self.activation, self.dropout_rate, self.dropatt_rate = activation, dropout, dropatt
         self.initializer_range = initializer_range
         self.attention = TwoStreamRelativeAttention(d_model, n_head, d_head, dropout, dropatt, initializer_range,
-                                                    name="rel_attn")
+                                                    name="rel_attn", dtype=self.dtype_policy)
         self.feed_forward = PositionwiseFeedForward(d_model, d_inner, activation, dropout, initializer_range,
-                                                    name="ff")
+                                                    name="ff", dtype=self.dtype_policy)
 
     def call(self, h, g=None, training=False, **attention_inputs):
         h, g = self.attention(h, g, training=training, **attention_inputs)
