@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-from pathlib import Path
+import posixpath
 from typing import Any, Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
 
 from tfrecords import schema
+from tfrecords.manifest import Manifest, load_manifest  # noqa: F401  (load_manifest: the one loader)
 
 COMPACT_FEATURES = ("input_ids", "segment_ids", "is_masked", "perm_seed", "stream_id", "stream_pos")
 
@@ -55,18 +55,6 @@ class SlotStart:
     record: int
 
 
-def read_manifest(data_dir: str | Path) -> dict[str, Any]:
-    """Loads DIR/manifest.json (contract 2) with a clear error when it is missing or unreadable."""
-    path = Path(data_dir) / "manifest.json"
-    if not tf.io.gfile.exists(str(path)):
-        raise FileNotFoundError(f"--data {data_dir}: no manifest.json (was `xlnet preprocess` run to completion?)")
-    with tf.io.gfile.GFile(str(path)) as handle:
-        try:
-            return json.loads(handle.read())
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}: not valid JSON ({error})") from None
-
-
 def file_sha256(path: str | Path) -> str:
     """Hex SHA-256 of a file (the manifest's vocabulary checksum)."""
     digest = hashlib.sha256()
@@ -76,15 +64,14 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def validate_manifest(manifest: Mapping[str, Any], *, seq_len: int, reuse_len: int, bi_data: bool,
+def validate_manifest(manifest: Manifest, *, seq_len: int, reuse_len: int, bi_data: bool,
                       num_predict: int, vocab_size: int, vocab_sha256: str | None = None,
                       source: str = "manifest.json") -> None:
     """Raises ManifestMismatchError naming every field where the data and the training config disagree."""
-    config = manifest.get("config", {})
-    vocab = manifest.get("vocab", {})
+    config, vocab = manifest.config, manifest.vocab
     problems = []
-    if manifest.get("format_version") != schema.FORMAT_VERSION:
-        problems.append(f"format_version is {manifest.get('format_version')}, this reader reads "
+    if manifest.format_version != schema.FORMAT_VERSION:
+        problems.append(f"format_version is {manifest.format_version}, this reader reads "
                         f"{schema.FORMAT_VERSION} (re-run `xlnet preprocess`)")
     checks = (("seq_len", config.get("seq_len"), seq_len, "train.seq_len"),
               ("reuse_len", config.get("reuse_len"), reuse_len, "model.reuse_len"),
@@ -104,18 +91,13 @@ def validate_manifest(manifest: Mapping[str, Any], *, seq_len: int, reuse_len: i
                                     + "\n  - ".join(problems))
 
 
-def split_segments(manifest: Mapping[str, Any], split: str, data_dir: str | Path) -> dict[int, Segment]:
-    """Every stream of ``split`` as a Segment, keyed by stream id."""
-    splits = manifest.get("splits", manifest)
-    if split not in splits:
-        raise ValueError(f"{data_dir}: manifest has no split {split!r}")
+def split_segments(manifest: Manifest, split: str) -> dict[int, Segment]:
+    """Every non-empty stream of ``split`` as a Segment, keyed by stream id."""
     segments = {}
-    for shard in splits[split]["shards"]:
-        path = str(Path(data_dir) / shard["file"]) if "://" not in str(data_dir) else f"{data_dir}/{shard['file']}"
-        for stream in shard["streams"]:
-            if stream["records"] > 0:
-                segments[int(stream["stream_id"])] = Segment(path, int(stream["first_record_index_in_file"]),
-                                                             int(stream["records"]), int(stream["stream_id"]))
+    for stream_id, (file, first, records) in manifest.split(split).stream_locations().items():
+        if records > 0:
+            path = posixpath.join(manifest.directory, file) if manifest.directory else file
+            segments[int(stream_id)] = Segment(path, int(first), int(records), int(stream_id))
     return segments
 
 
@@ -155,9 +137,8 @@ def slot_start(walk: list[Segment], records_consumed: int) -> SlotStart:
 class StreamReader:
     """Builds the per-replica datasets of one split (see the module docstring for the layout)."""
 
-    data_dir: str
+    manifest: Manifest
     split: str
-    manifest: Mapping[str, Any]
     global_batch_size: int
     seq_len: int
     num_predict: int
@@ -166,16 +147,11 @@ class StreamReader:
     accumulation_steps: int = 1
     start_step: int = 0
     resample_masks: bool = False
-    mask_sampler: Callable[..., Any] | None = None
 
     @property
     def num_streams(self) -> int:
-        return int(self.manifest["config"]["num_streams"])
-
-    @property
-    def compression(self) -> str:
-        compression = str(self.manifest["config"].get("compression", "") or "")
-        return "GZIP" if compression.lower() in ("gzip", "gz") else ""
+        """Forward streams of the split (with bi_data, stream s + num_streams reverses stream s)."""
+        return self.manifest.split(self.split).num_streams
 
     def per_replica_batch_size(self, num_replicas: int) -> int:
         batch, remainder = divmod(self.global_batch_size, num_replicas)
@@ -188,7 +164,7 @@ class StreamReader:
         """The walks of this pipeline's slots, in batch order: replica by replica, [forward, backward]."""
         batch = self.per_replica_batch_size(num_replicas)
         forward_per_replica = batch // 2 if self.bi_data else batch
-        segments = split_segments(self.manifest, self.split, self.data_dir)
+        segments = split_segments(self.manifest, self.split)
         forward, backward = row_walks(segments, self.num_streams, self.bi_data, forward_per_replica * num_replicas)
         slots = []
         for replica in replica_ids:
@@ -233,7 +209,7 @@ class StreamReader:
             tf.constant([getattr(s, field) for s in starts], tf.int64) for field in ("epoch", "segment", "record"))
         walk_length = tf.constant([len(walk) for walk in walks], tf.int64)
         file_names = tf.constant(files)
-        compression = self.compression
+        compression = self.manifest.compression_type
 
         def one_epoch(slot, epoch, first_segment, first_record):
             def segment_records(k):
@@ -276,20 +252,50 @@ class StreamReader:
         return features
 
     def _resample_fn(self):
-        if self.mask_sampler is None:
-            raise ValueError("resample_masks needs a mask sampler")
-        sampler, num_predict, seed = self.mask_sampler, self.num_predict, self.seed
+        resampler = SpanResampler(self.manifest.config, self.num_streams, self.seed)
+        sep, cls = int(self.manifest.special_ids["sep"]), int(self.manifest.special_ids["cls"])
 
         def resample(parsed, epoch):
-            # epoch 0 keeps the stored masks; later epochs draw new spans from the word starts
+            # epoch 0 keeps the stored masks; every later epoch draws new spans from the word starts
             fresh = tf.numpy_function(
-                lambda ids, starts, seg, sid, pos, ep: sampler(ids, starts, seg, sid, pos, ep, num_predict, seed),
-                [parsed["input_ids"], parsed["word_start"], parsed["segment_ids"], parsed["stream_id"],
-                 parsed["stream_pos"], epoch], tf.int32, stateful=False)
+                lambda *args: resampler(*args, sep_id=sep, cls_id=cls),
+                [parsed["input_ids"], parsed["word_start"], parsed["stream_id"], parsed["stream_pos"], epoch],
+                tf.int32, stateful=False)
             fresh = tf.reshape(fresh, tf.shape(parsed["is_masked"]))
             return tf.where(epoch[:, None] > 0, fresh, parsed["is_masked"])
 
         return resample
+
+
+class SpanResampler:
+    """New span masks for a batch of records with the preprocessing's own sampler (pipeline.records),
+    same budget split between the context and A/B parts, reversed streams masked right to left;
+    one NumPy generator per (seed, stream, position, epoch), so resampling is deterministic."""
+
+    def __init__(self, preprocess_config: Mapping[str, Any], num_streams: int, seed: int):
+        from pipeline.records import RecordConfig, SpanMasker
+
+        fields = {f.name for f in dataclasses.fields(RecordConfig)}
+        self.config = RecordConfig(**{k: v for k, v in preprocess_config.items() if k in fields})
+        self.masker = SpanMasker(self.config)
+        self.num_streams, self.seed = num_streams, seed
+
+    def __call__(self, input_ids, word_start, stream_id, stream_pos, epoch, *, sep_id: int, cls_id: int):
+        reuse = self.config.reuse_len
+        out = np.zeros(input_ids.shape, np.int32)
+        for row in range(input_ids.shape[0]):
+            rng = np.random.default_rng([self.seed, int(stream_id[row]), int(stream_pos[row]), int(epoch[row])])
+            reverse = int(stream_id[row]) >= self.num_streams
+            maskable = (input_ids[row] != sep_id) & (input_ids[row] != cls_id)
+            parts = ((slice(0, reuse), self.config.context_budget),
+                     (slice(reuse, None), self.config.ab_budget))
+            for part, budget in parts:
+                starts, allowed = word_start[row, part].astype(bool), maskable[part]
+                if reverse:
+                    out[row, part] = self.masker.sample(starts[::-1], allowed[::-1], budget, rng)[::-1]
+                else:
+                    out[row, part] = self.masker.sample(starts, allowed, budget, rng)
+        return out
 
 
 def permutation_seeds(keys: tf.Tensor) -> tf.Tensor:

@@ -20,12 +20,13 @@ import math
 import signal
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from tfrecords.manifest import Manifest
 from tfrecords.reader import StreamReader
 from trainer.config import ModelConfig
 from trainer.distribution import is_chief, worker_info
@@ -94,15 +95,13 @@ class MemoryState:
 class Trainer:
     """Builds the model, optimizer, memory and checkpoints under ``strategy`` and runs the loop."""
 
-    def __init__(self, model_config: ModelConfig, train_config: TrainConfig, *, data_dir: str,
-                 manifest: Mapping[str, Any], model_dir: str, strategy: tf.distribute.Strategy,
-                 special_ids: Mapping[str, int], mask_sampler: Callable | None = None,
-                 init_checkpoint: str | None = None, log: Callable[[str], None] = print):
+    def __init__(self, model_config: ModelConfig, train_config: TrainConfig, *, manifest: Manifest,
+                 model_dir: str, strategy: tf.distribute.Strategy, init_checkpoint: str | None = None,
+                 log: Callable[[str], None] = print):
         from trainer.pretraining import XLNetPretrainer  # model team's objective (contract 4)
 
         self.model_config, self.config = model_config, train_config
-        self.data_dir, self.manifest, self.strategy, self.log = data_dir, manifest, strategy, log
-        self.mask_sampler = mask_sampler
+        self.manifest, self.strategy, self.log = manifest, strategy, log
         self.worker, self.num_workers = worker_info(strategy)
         self.chief = is_chief(strategy)
         # every worker keeps its own checkpoints: they hold its replicas' memory
@@ -117,7 +116,7 @@ class Trainer:
         keras.utils.set_random_seed(train_config.seed)  # same initial weights and dropout on every run
         with strategy.scope():
             self.pretrainer = XLNetPretrainer(model_config, train_config.seq_len, train_config.num_predict,
-                                              train_config.perm_size, special_ids)
+                                              train_config.perm_size, manifest.special_ids)
             self.network = self.pretrainer.network
             self.variables = list(self.network.trainable_variables)
             self.optimizer = build_optimizer(train_config, self.variables)
@@ -145,11 +144,10 @@ class Trainer:
     # ---------------------------------------------------------------------------- set-up
     def _reader(self, split: str, batch: int, start_step: int = 0) -> StreamReader:
         config = self.config
-        return StreamReader(self.data_dir, split, self.manifest, batch, config.seq_len, config.num_predict,
+        return StreamReader(self.manifest, split, batch, config.seq_len, config.num_predict,
                             self.model_config.bi_data, seed=config.seed,
                             accumulation_steps=config.accumulation_steps if split == "train" else 1,
-                            start_step=start_step, resample_masks=config.resample_masks and split == "train",
-                            mask_sampler=self.mask_sampler)
+                            start_step=start_step, resample_masks=config.resample_masks and split == "train")
 
     def _restore(self, init_checkpoint: str | None) -> None:
         if self.manager.latest_checkpoint:

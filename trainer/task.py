@@ -1,0 +1,154 @@
+"""`xlnet train` / `python -m trainer.task`: pretrain XLNet on a preprocessed data directory.
+
+Same flags both ways (the Vertex AI custom-job convention):
+  --data DIR --model-dir DIR --preset tiny|base|large [--config FILE] [--set key=value ...]
+  [--strategy auto|cpu|gpu|mirrored|multi-worker|tpu] [--tpu NAME] [--init-checkpoint DIR]
+
+The model directory receives model_config.json, train_config.json (the resolved configs),
+spiece.model and special_ids.json (so `xlnet export` works from it), checkpoints/ and
+tensorboard/. Re-running the same command resumes from the latest checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import posixpath
+import sys
+from typing import Sequence
+
+EXIT_USAGE = 2
+EXIT_DIVERGED = 3
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trainer.config import MODEL_PRESETS
+    from trainer.distribution import STRATEGIES
+
+    parser.add_argument("--data", required=True, help="data directory written by `xlnet preprocess` (local or gs://)")
+    parser.add_argument("--model-dir", required=True, help="where configs, checkpoints and summaries go")
+    parser.add_argument("--preset", default="tiny", choices=sorted(MODEL_PRESETS),
+                        help="model + training preset (default: tiny)")
+    parser.add_argument("--config", help='JSON file {"model": {...}, "train": {...}} applied over the preset')
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one field: model.NAME=..., train.NAME=... or a bare NAME (repeatable)")
+    parser.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy")
+    parser.add_argument("--tpu", help="TPU name, grpc:// address, or 'local' on a TPU VM (implies --strategy tpu)")
+    parser.add_argument("--init-checkpoint", help="model directory (e.g. from `xlnet import-checkpoint`) whose "
+                                                  "weights initialise a new run")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Trains; returns 0 when done or preempted (checkpoint saved), 2 on bad input, 3 on divergence."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from tfrecords.manifest import ManifestError
+    from trainer.training_loop import TrainingDivergedError
+
+    try:
+        trainer = _build_trainer(args)
+        result = trainer.train()
+    except TrainingDivergedError as error:
+        print(f"xlnet train: stopped: {error}", file=sys.stderr, flush=True)
+        return EXIT_DIVERGED
+    except (ValueError, ManifestError, FileNotFoundError) as error:
+        print(f"xlnet train: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    print(json.dumps({"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
+                      "eval": dict(result.eval_metrics)}), flush=True)
+    return 0
+
+
+def _build_trainer(args: argparse.Namespace):
+    import tensorflow as tf
+
+    from tfrecords.manifest import load_manifest
+    from tfrecords.reader import file_sha256, validate_manifest
+    from trainer.config import ModelConfig
+    from trainer.distribution import create_strategy, is_chief
+    from trainer.train_config import resolve_configs
+    from trainer.training_loop import Trainer
+
+    manifest = load_manifest(args.data)
+    base_model = None
+    if args.init_checkpoint:
+        config_path = posixpath.join(args.init_checkpoint, "model_config.json")
+        if not tf.io.gfile.exists(config_path):
+            raise ValueError(f"--init-checkpoint {args.init_checkpoint}: no model_config.json (not a model directory)")
+        with tf.io.gfile.GFile(config_path) as handle:
+            base_model = ModelConfig.from_dict(json.loads(handle.read()))
+    model, train, explicit = resolve_configs(args.preset, args.config, args.overrides, base_model)
+    data_vocab_size = int(manifest.vocab["vocab_size"])
+    if base_model is None and "vocab_size" not in explicit and model.vocab_size != data_vocab_size:
+        model = model.replace(vocab_size=data_vocab_size)  # the preset's size is a default, the data's is a fact
+    vocab_path = _vocab_path(manifest, args.init_checkpoint)
+    validate_manifest(manifest, seq_len=train.seq_len, reuse_len=model.reuse_len, bi_data=model.bi_data,
+                      num_predict=train.num_predict, vocab_size=model.vocab_size,
+                      vocab_sha256=file_sha256(vocab_path), source=posixpath.join(args.data, "manifest.json"))
+    strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
+    if is_chief(strategy):
+        _prepare_model_dir(args.model_dir, model, train, manifest.special_ids, vocab_path)
+    return Trainer(model, train, manifest=manifest, model_dir=args.model_dir, strategy=strategy,
+                   init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True))
+
+
+def _vocab_path(manifest, init_checkpoint: str | None) -> str:
+    """The SentencePiece model training uses: the init checkpoint's, else the one the data names."""
+    import tensorflow as tf
+
+    if init_checkpoint:
+        path = posixpath.join(init_checkpoint, "spiece.model")
+        if not tf.io.gfile.exists(path):
+            raise ValueError(f"--init-checkpoint {init_checkpoint}: no spiece.model")
+        return path
+    named = str(manifest.vocab.get("path", ""))
+    candidates = [named, posixpath.join(manifest.directory, named),
+                  posixpath.join(manifest.directory, posixpath.basename(named) or "spiece.model")]
+    for candidate in candidates:
+        if candidate and tf.io.gfile.exists(candidate) and not tf.io.gfile.isdir(candidate):
+            return candidate
+    raise ValueError(f"the manifest's vocabulary {named!r} was not found (tried {', '.join(candidates)}); "
+                     "put the SentencePiece model there or next to manifest.json")
+
+
+def _prepare_model_dir(model_dir: str, model, train, special_ids: dict, vocab_path: str) -> None:
+    """Writes the resolved configs, spiece.model and special_ids.json (contract 5).
+
+    An existing model directory must hold the same architecture: resuming with another one
+    would silently restore mismatched weights.
+    """
+    import tensorflow as tf
+
+    from trainer.config import ModelConfig
+
+    tf.io.gfile.makedirs(model_dir)
+    config_path = posixpath.join(model_dir, "model_config.json")
+    if tf.io.gfile.exists(config_path):
+        with tf.io.gfile.GFile(config_path) as handle:
+            existing = ModelConfig.from_dict(json.loads(handle.read()))
+        if existing != model:
+            changed = sorted(k for k, v in model.to_dict().items() if existing.to_dict().get(k) != v)
+            raise ValueError(f"--model-dir {model_dir} holds a model with different {', '.join(changed)}; "
+                             "use a new --model-dir or the same model settings to resume")
+    _write(config_path, json.dumps(model.to_dict(), indent=2, sort_keys=True) + "\n")
+    _write(posixpath.join(model_dir, "train_config.json"), json.dumps(train.to_dict(), indent=2, sort_keys=True) + "\n")
+    _write(posixpath.join(model_dir, "special_ids.json"), json.dumps(dict(special_ids), indent=2, sort_keys=True) + "\n")
+    target = posixpath.join(model_dir, "spiece.model")
+    if vocab_path != target:
+        tf.io.gfile.copy(vocab_path, target, overwrite=True)
+
+
+def _write(path: str, text: str) -> None:
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "w") as handle:
+        handle.write(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.task", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
