@@ -29,6 +29,28 @@ def check_permutation_shapes(seq_len: int, reuse_len: int, perm_size: int) -> No
             raise ValueError(f"perm_size={perm_size} must divide {name}={length} (each part is permuted in blocks)")
 
 
+def _mix32(x: tf.Tensor) -> tf.Tensor:
+    """lowbias32 integer hash (uint32 -> uint32), a well-mixed bijection."""
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16)) * tf.constant(0x7FEB352D, tf.uint32)
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 15)) * tf.constant(0x846CA68B, tf.uint32)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+
+
+def _offset_orders(perm_seed: tf.Tensor, num_parts: int, perm_size: int) -> tf.Tensor:
+    """[B, 2] seeds -> [B, num_parts, perm_size] int32, one random order of the block offsets per part.
+
+    A counter-based hash of (seed, part, offset) sorted per part. tf.random.stateless_uniform
+    would be the obvious choice, but its Philox stream differs between eager/graph and XLA, and
+    the same seed must give the same permutation wherever the step runs.
+    """
+    seed = tf.bitcast(tf.cast(perm_seed, tf.int32), tf.uint32)
+    counter = tf.bitcast(tf.range(num_parts * perm_size, dtype=tf.int32), tf.uint32)[None, :]
+    keys = _mix32(counter + seed[:, :1] * tf.constant(0x9E3779B9, tf.uint32))
+    keys = _mix32(tf.bitwise.bitwise_xor(keys, _mix32(seed[:, 1:])))
+    keys = tf.reshape(tf.cast(keys, tf.int64), [-1, num_parts, perm_size])
+    return tf.argsort(keys, axis=-1, stable=True)
+
+
 def sample_ranks(perm_seed: tf.Tensor, seq_len: int, reuse_len: int, perm_size: int) -> tf.Tensor:
     """[B, 2] int stateless seeds -> [B, seq_len] int32 factorisation rank of every position.
 
@@ -39,12 +61,7 @@ def sample_ranks(perm_seed: tf.Tensor, seq_len: int, reuse_len: int, perm_size: 
     check_permutation_shapes(seq_len, reuse_len, perm_size)
     parts = [length for length in (reuse_len, seq_len - reuse_len) if length > 0]
 
-    def offsets_order(seed: tf.Tensor) -> tf.Tensor:
-        noise = tf.random.stateless_uniform([len(parts), perm_size], seed=seed)
-        return tf.argsort(noise, axis=-1, stable=True, direction="ASCENDING")
-
-    seeds = tf.cast(perm_seed, tf.int64)
-    orders = tf.map_fn(offsets_order, seeds, fn_output_signature=tf.TensorSpec([len(parts), perm_size], tf.int32))
+    orders = _offset_orders(perm_seed, len(parts), perm_size)
     ranks, start = [], 0
     for index, length in enumerate(parts):
         block_starts = start + perm_size * tf.range(length // perm_size, dtype=tf.int32)
