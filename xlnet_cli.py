@@ -38,7 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     module = _load(name)
     sub_parser = argparse.ArgumentParser(prog=f"xlnet {name}", description=SUBCOMMANDS[name][1])
     module.add_arguments(sub_parser)
-    args = sub_parser.parse_args(argv[1:])
+    if getattr(module, "ACCEPTS_RUNNER_OPTIONS", False):
+        # e.g. `xlnet preprocess` hands unknown flags to Apache Beam (--project, --region, ...)
+        args, args.runner_options = sub_parser.parse_known_args(argv[1:])
+    else:
+        args = sub_parser.parse_args(argv[1:])
     return int(module.run(args) or 0)
 
 

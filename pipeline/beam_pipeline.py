@@ -1,0 +1,220 @@
+"""The Apache Beam pipeline of `xlnet preprocess`.
+
+Stages (each DoFn loads what it needs once per worker in ``setup``)::
+
+    matched files -> Reshuffle -> ReadDocuments -> Reshuffle -> TokenizeDocuments
+        -> ((split, shard), document) -> GroupByKey (every shard seeded, so empty ones exist too)
+        -> WriteShard: per stream concatenate documents in hash order, build records
+           (forward, then reversed with bi_data), write the shard file
+        -> shard statistics -> combined -> WriteManifest (last, atomic)
+
+Shard files are written by WriteShard itself through ``apache_beam.io.filesystems``
+(local, gs://, ...) with TFRecord framing, because their content must be in a fixed order:
+streams by ascending id, records by stream_pos. A retried bundle rewrites the same bytes.
+
+Beam metrics (namespace ``xlnet``): files, empty_files, unreadable_files, lines,
+invalid_lines, long_lines, documents, empty_documents, tokens, records, masked_tokens,
+short_streams (streams with tokens but no record), uncovered_tokens (stream tails too short
+for another record). Workers log progress every ``PROGRESS_EVERY`` documents per file and
+for every shard written.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, defaultdict
+from typing import Iterable, Iterator
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.tfrecordio import _TFRecordUtil
+from apache_beam.metrics import Metrics
+
+from pipeline.corpus import CorpusError, InputFile, read_documents
+from pipeline.normalization import normalize_text
+from pipeline.preprocess_config import PreprocessConfig
+from pipeline.records import RecordBuilder
+from pipeline.streams import (TokenizedDocument, concatenate_stream, place_document, reverse_stream,
+                              shard_of_stream, stream_rng, streams_of_shard)
+from pipeline.vocab import SpecialIds, Vocab
+from tfrecords.example_codec import encode_record
+from tfrecords.manifest import Manifest, ShardEntry, SplitEntry, StreamEntry
+from tfrecords.manifest import SPLITS
+
+NAMESPACE = "xlnet"
+PROGRESS_EVERY = 20000
+_LOG = logging.getLogger("xlnet.preprocess")
+
+
+def _count(name: str, value: int) -> None:
+    if value:
+        Metrics.counter(NAMESPACE, name).inc(value)
+
+
+class ReadDocuments(beam.DoFn):
+    """InputFile -> (document key, raw sentence lines)."""
+
+    def __init__(self, input_format: str, text_field: str, max_line_bytes: int):
+        self._input_format = input_format
+        self._text_field = text_field
+        self._max_line_bytes = max_line_bytes
+
+    def process(self, input_file: InputFile) -> Iterator[tuple[str, list[str]]]:
+        stats: Counter = Counter()
+        index = -1
+        try:
+            documents = read_documents(input_file.path, self._input_format, self._text_field,
+                                       self._max_line_bytes, stats)
+            for index, lines in enumerate(documents):
+                yield f"{input_file.key}:{index}", lines
+                if (index + 1) % PROGRESS_EVERY == 0:
+                    _LOG.info("%s: read %d documents, %d lines", input_file.path, index + 1, stats["lines"])
+        except CorpusError as error:
+            _LOG.error("skipping the rest of %s: %s", input_file.path, error)
+            stats["unreadable_files"] += 1
+        stats["files"] += 1
+        stats["documents_read"] += index + 1
+        for name, value in stats.items():
+            _count(name, value)
+        if stats["invalid_lines"] or stats["long_lines"]:
+            _LOG.warning("%s: skipped %d invalid and %d over-long lines", input_file.path,
+                         stats["invalid_lines"], stats["long_lines"])
+
+
+class TokenizeDocuments(beam.DoFn):
+    """(key, lines) -> ((split, shard), TokenizedDocument): normalise, encode, place."""
+
+    def __init__(self, config: PreprocessConfig, model_proto: bytes, special_ids: SpecialIds):
+        self._config = config
+        self._model_proto = model_proto
+        self._eod = special_ids.eod
+        self._processor = None
+
+    def setup(self) -> None:
+        import sentencepiece as spm
+
+        self._processor = spm.SentencePieceProcessor(model_proto=self._model_proto)
+
+    def process(self, element: tuple[str, list[str]]) -> Iterator[tuple[tuple[str, int], TokenizedDocument]]:
+        key, lines = element
+        c = self._config
+        texts = [text for text in (normalize_text(line, c.uncased) for line in lines) if text]
+        sentences = [ids for ids in self._processor.encode(texts, out_type=int) if ids] if texts else []
+        if not sentences:
+            _count("empty_documents", 1)
+            return
+        if c.use_eod:
+            sentences.append([self._eod])
+        lengths = np.fromiter((len(s) for s in sentences), dtype=np.int32, count=len(sentences))
+        ids = np.fromiter((i for s in sentences for i in s), dtype=np.int32, count=int(lengths.sum()))
+        place = place_document(key, c.seed, c.valid_fraction, c.num_streams)
+        _count("documents", 1)
+        _count("tokens", len(ids))
+        shard = shard_of_stream(place.stream, c.num_shards_of(place.split))
+        yield (place.split, shard), TokenizedDocument(key, place.stream, place.order, ids.tobytes(), lengths.tobytes())
+
+
+class WriteShard(beam.DoFn):
+    """((split, shard), documents) -> the shard file on disk, and its statistics (a dict)."""
+
+    def __init__(self, config: PreprocessConfig, vocab: Vocab):
+        self._config = config
+        self._vocab = vocab
+        self._builder = None
+
+    def setup(self) -> None:
+        special = self._vocab.special_ids
+        self._builder = RecordBuilder(self._config.record_config(), self._vocab.word_start_table(),
+                                      special.sep, special.cls)
+
+    def process(self, element: tuple[tuple[str, int], Iterable]) -> Iterator[dict]:
+        (split, shard), values = element
+        c = self._config
+        by_stream: dict[int, list[TokenizedDocument]] = defaultdict(list)
+        for document in values:
+            if document is not None:
+                by_stream[document.stream].append(document)
+        start = time.time()
+        path = FileSystems.join(c.output, c.shard_name(split, shard))
+        compression = CompressionTypes.GZIP if c.compression == "gzip" else CompressionTypes.UNCOMPRESSED
+        streams: list[dict] = []
+        totals = Counter()
+        with FileSystems.create(path, mime_type="application/octet-stream", compression_type=compression) as handle:
+            forward = streams_of_shard(shard, c.num_shards_of(split), c.num_streams)
+            texts = {s: concatenate_stream(by_stream.get(s, [])) for s in forward}
+            jobs = [(s, texts[s], False) for s in forward]
+            if c.bi_data:
+                jobs += [(s + c.num_streams, reverse_stream(*texts[s]), True) for s in forward]
+            for stream_id, (ids, starts), reverse in jobs:
+                first = totals["records"]
+                rng = stream_rng(c.seed, split, stream_id)
+                for record in self._builder.build(ids, starts, stream_id, reverse, rng):
+                    _TFRecordUtil.write_record(handle, encode_record(record.__dict__))
+                    totals["records"] += 1
+                    totals["masked_tokens"] += int(record.is_masked.sum())
+                count = totals["records"] - first
+                streams.append({"stream_id": stream_id, "records": count, "first_record_index_in_file": first})
+                covered = 0 if count == 0 else (count - 1) * c.reuse_len + c.seq_len
+                _count("short_streams", int(count == 0 and len(ids) > 0))
+                _count("uncovered_tokens", max(0, len(ids) - covered))
+        documents = sum(len(docs) for docs in by_stream.values())
+        tokens = sum(d.num_tokens for docs in by_stream.values() for d in docs)
+        _count("records", totals["records"])
+        _count("masked_tokens", totals["masked_tokens"])
+        _LOG.info("wrote %s: %d records from %d documents (%d tokens) in %.1f s", path, totals["records"],
+                  documents, tokens, time.time() - start)
+        yield {"split": split, "shard": shard, "file": c.shard_name(split, shard), "records": totals["records"],
+               "tokens": tokens, "masked_tokens": totals["masked_tokens"], "documents": documents,
+               "streams": streams}
+
+
+class WriteManifest(beam.DoFn):
+    """All shard statistics -> DIR/manifest.json, written atomically once every shard is done."""
+
+    def __init__(self, config: PreprocessConfig, vocab_entry: dict, special_ids: dict):
+        self._config = config
+        self._vocab_entry = vocab_entry
+        self._special_ids = special_ids
+
+    def process(self, shard_stats: list[dict]) -> Iterator[str]:
+        manifest = build_manifest(self._config, self._vocab_entry, self._special_ids, shard_stats)
+        problems = manifest.validate()
+        if problems:
+            raise RuntimeError("inconsistent shard statistics: " + "; ".join(problems))
+        yield manifest.save(self._config.output)
+
+
+def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dict, shard_stats: list[dict]) -> Manifest:
+    """The manifest for a finished run from the per-shard statistics."""
+    splits = {}
+    for split in SPLITS:
+        stats = sorted((s for s in shard_stats if s["split"] == split), key=lambda s: s["shard"])
+        shards = tuple(
+            ShardEntry(file=s["file"], records=s["records"], tokens=s["tokens"], masked_tokens=s["masked_tokens"],
+                       documents=s["documents"], streams=tuple(StreamEntry(**stream) for stream in s["streams"]))
+            for s in stats)
+        splits[split] = SplitEntry(num_shards=config.num_shards_of(split), num_streams=config.num_streams,
+                                   shards=shards)
+    return Manifest(config=config.to_dict(), vocab=vocab_entry, special_ids=special_ids, splits=splits)
+
+
+def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Vocab, files: list[InputFile]) -> None:
+    """Adds every stage of the preprocessing to ``pipeline``."""
+    shard_keys = [((split, shard), None) for split in SPLITS for shard in range(config.num_shards_of(split))]
+    documents = (
+        pipeline
+        | "MatchedFiles" >> beam.Create(files)
+        | "SpreadFiles" >> beam.Reshuffle()
+        | "ReadDocuments" >> beam.ParDo(ReadDocuments(config.input_format, config.text_field, config.max_line_bytes))
+        | "SpreadDocuments" >> beam.Reshuffle()
+        | "Tokenize" >> beam.ParDo(TokenizeDocuments(config, vocab.model_proto, vocab.special_ids)))
+    every_shard = pipeline | "EveryShard" >> beam.Create(shard_keys)
+    _ = (
+        (documents, every_shard)
+        | "WithEmptyShards" >> beam.Flatten()
+        | "GroupByShard" >> beam.GroupByKey()
+        | "WriteShards" >> beam.ParDo(WriteShard(config, vocab))
+        | "AllShards" >> beam.combiners.ToList()
+        | "WriteManifest" >> beam.ParDo(WriteManifest(config, vocab.manifest_entry(), vocab.special_ids.to_dict())))

@@ -1,0 +1,181 @@
+"""Reading corpus files through Beam filesystems (local, gs://, ...), plain, .gz or .bz2.
+
+Two input formats:
+
+* ``text``: the XLNet corpus format. One sentence per line; a blank line ends a document;
+  a line may end with ``<eop>`` to mark a paragraph end.
+* ``jsonl``: one JSON object per line; its ``text_field`` string is one document whose
+  non-blank lines are its sentences.
+
+Robustness rules (each case is counted in ``stats`` under the given key, never silent):
+
+* ``invalid_lines``: a line that is not valid UTF-8, contains a NUL byte (binary junk), or
+  (jsonl) is not a JSON object with a string ``text_field``. The line is skipped; it does
+  not end the document.
+* ``long_lines``: a line longer than ``max_line_bytes`` is skipped without ever holding more
+  than ``max_line_bytes`` plus one read chunk in memory.
+* ``empty_files``: a file without a single valid line.
+
+Documents are identified by a stable key ``"<file key>:<index in file>"`` where the file
+key is the path relative to the non-wildcard prefix of the glob that matched it, so the
+same corpus copied from local disk to Cloud Storage keeps its keys (and its splits/streams).
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+INPUT_FORMATS = ("auto", "text", "jsonl")
+_JSONL_NAME = re.compile(r"\.(jsonl|ndjson)(\.gz|\.bz2)?$")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_READ_CHUNK = 1 << 20
+
+
+class CorpusError(ValueError):
+    """A corpus input problem found before processing (bad glob, unreadable path)."""
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One matched corpus file: its full path and its stable key for document hashing."""
+
+    path: str
+    key: str
+    size_bytes: int
+
+
+def _static_prefix(pattern: str) -> str:
+    """The directory part of ``pattern`` before its first wildcard."""
+    match = _GLOB_CHARS.search(pattern)
+    head = pattern[: match.start()] if match else pattern
+    return head.rsplit("/", 1)[0] + "/" if "/" in head else ""
+
+
+def expand_inputs(patterns: Iterable[str]) -> list[InputFile]:
+    """Matches every glob through Beam filesystems; raises CorpusError naming a glob that matches nothing."""
+    files: dict[str, InputFile] = {}
+    for pattern in patterns:
+        try:
+            metadata = FileSystems.match([pattern])[0].metadata_list
+        except Exception as error:  # Beam raises BeamIOError with nested details
+            raise CorpusError(f"--input {pattern!r}: cannot list files: {error}") from error
+        matched = [m for m in metadata if not m.path.endswith("/")]
+        if not matched:
+            raise CorpusError(f"--input {pattern!r} matches no files")
+        prefix = _static_prefix(pattern)
+        for meta in matched:
+            key = meta.path[len(prefix):] if prefix and meta.path.startswith(prefix) else posixpath.basename(meta.path)
+            files.setdefault(meta.path, InputFile(meta.path, key, meta.size_in_bytes))
+    return sorted(files.values(), key=lambda f: f.path)
+
+
+def resolve_format(path: str, input_format: str) -> str:
+    """'text' or 'jsonl' for a file: ``auto`` picks jsonl for *.jsonl / *.ndjson (optionally compressed)."""
+    if input_format not in INPUT_FORMATS:
+        raise CorpusError(f"--input-format must be one of {', '.join(INPUT_FORMATS)}, got {input_format!r}")
+    if input_format != "auto":
+        return input_format
+    return "jsonl" if _JSONL_NAME.search(path) else "text"
+
+
+def read_raw_lines(handle, max_line_bytes: int, stats: Counter) -> Iterator[bytes]:
+    """Yields the lines of a binary file handle (without line ends), skipping over-long lines."""
+    pending = b""
+    skipping = False  # inside an over-long line that was already counted
+    while True:
+        chunk = handle.read(_READ_CHUNK)
+        if not chunk:
+            break
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if skipping:
+                skipping = False
+            elif len(line) > max_line_bytes:
+                stats["long_lines"] += 1
+            else:
+                yield line
+        if len(pending) > max_line_bytes:
+            if not skipping:
+                stats["long_lines"] += 1
+            skipping = True
+            pending = b""
+    if pending and not skipping:
+        yield pending
+
+
+def decode_line(raw: bytes, stats: Counter) -> str | None:
+    """UTF-8 text of a line, or None (counted as invalid) for undecodable or binary lines."""
+    if b"\x00" in raw:
+        stats["invalid_lines"] += 1
+        return None
+    try:
+        return raw.decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError:
+        stats["invalid_lines"] += 1
+        return None
+
+
+def _text_documents(lines: Iterator[str], stats: Counter) -> Iterator[list[str]]:
+    document: list[str] = []
+    for line in lines:
+        stats["lines"] += 1
+        if line.strip():
+            document.append(line)
+        elif document:
+            yield document
+            document = []
+    if document:
+        yield document
+
+
+def _jsonl_documents(lines: Iterator[str], text_field: str, stats: Counter) -> Iterator[list[str]]:
+    for line in lines:
+        stats["lines"] += 1
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        text = record.get(text_field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            stats["invalid_lines"] += 1
+            continue
+        document = [sentence for sentence in text.splitlines() if sentence.strip()]
+        if document:
+            yield document
+
+
+def read_documents(path: str, input_format: str = "auto", text_field: str = "text",
+                   max_line_bytes: int = 1 << 20, stats: Counter | None = None) -> Iterator[list[str]]:
+    """Yields the documents (lists of raw sentence lines) of one corpus file.
+
+    Compression is detected from the extension (.gz, .bz2). Problems are counted in
+    ``stats`` (see the module docstring); a file that cannot be decompressed raises
+    CorpusError naming it.
+    """
+    stats = Counter() if stats is None else stats
+    file_format = resolve_format(path, input_format)
+    before = stats["lines"] + stats["invalid_lines"] + stats["long_lines"]
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as handle:
+            decoded = (decode_line(raw, stats) for raw in read_raw_lines(handle, max_line_bytes, stats))
+            valid = (line for line in decoded if line is not None)
+            if file_format == "jsonl":
+                yield from _jsonl_documents(valid, text_field, stats)
+            else:
+                yield from _text_documents(valid, stats)
+    except (OSError, EOFError, ValueError) as error:  # zlib/bz2 errors are OSError/ValueError
+        if isinstance(error, CorpusError):
+            raise
+        raise CorpusError(f"{path}: cannot read: {error}") from error
+    if stats["lines"] + stats["invalid_lines"] + stats["long_lines"] == before:
+        stats["empty_files"] += 1

@@ -1,0 +1,219 @@
+"""`xlnet preprocess`: corpus -> XLNet TFRecord shards + manifest, on any Beam runner.
+
+Locally the default runner is Beam's FnApiRunner (``--workers N`` processes, fully
+offline). Any other flag is handed to Beam as a pipeline option, so Dataflow, Flink and
+Spark are reached with their standard options, e.g.
+``--runner DataflowRunner --project P --region R --temp_location gs://... --sdk_container_image IMAGE``.
+Unknown flags are an error, never silently dropped.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+from pipeline.corpus import CorpusError, expand_inputs
+from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
+from pipeline.records import ConfigError
+from pipeline.vocab import VocabError, load_vocab
+from tfrecords.manifest import MANIFEST_NAME, ManifestError, load_manifest
+
+# xlnet_cli hands flags this command does not define to run() as args.runner_options.
+ACCEPTS_RUNNER_OPTIONS = True
+LOCAL_RUNNERS = ("fnapirunner",)
+_LOG = logging.getLogger("xlnet.preprocess")
+
+
+class OutputError(ValueError):
+    """The output directory cannot be used as asked."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = PreprocessConfig(inputs=(), output="", vocab="")
+    io = parser.add_argument_group("input and output")
+    io.add_argument("--input", action="append", required=True, metavar="GLOB",
+                    help="corpus files (local or gs://; plain, .gz, .bz2); repeat for several globs")
+    io.add_argument("--input-format", choices=("auto", "text", "jsonl"), default=d.input_format,
+                    help="text: one sentence per line, blank line between documents; jsonl: one JSON document "
+                         "per line; auto: jsonl for *.jsonl/*.ndjson")
+    io.add_argument("--text-field", default=d.text_field, help="JSON-lines field holding a document's text")
+    io.add_argument("--output", required=True, metavar="DIR", help="data directory to write (local or gs://)")
+    io.add_argument("--vocab", required=True, help="SentencePiece model from `xlnet vocab`")
+    io.add_argument("--overwrite", action="store_true", help="replace shards and manifest in a non-empty --output")
+    io.add_argument("--compression", choices=COMPRESSIONS, default=d.compression, help="gzip the shard files")
+    io.add_argument("--max-line-bytes", type=int, default=d.max_line_bytes, help="longer lines are skipped (counted)")
+    rec = parser.add_argument_group("records")
+    rec.add_argument("--seq-len", type=int, default=d.seq_len)
+    rec.add_argument("--reuse-len", type=int, default=d.reuse_len)
+    rec.add_argument("--num-predict", type=int, default=d.num_predict, help="targets per record")
+    rec.add_argument("--perm-size", type=int, default=None, help="permutation block size to allow (default reuse-len)")
+    rec.add_argument("--mask-alpha", type=int, default=d.mask_alpha)
+    rec.add_argument("--mask-beta", type=int, default=d.mask_beta)
+    rec.add_argument("--max-gram", type=int, default=d.max_gram)
+    rec.add_argument("--subword-spans", action="store_true",
+                     help="n-gram spans of n pieces, as the original code did (default: n whole words)")
+    rec.add_argument("--no-bi-data", dest="bi_data", action="store_false", help="do not write reversed streams")
+    rec.add_argument("--no-eod", dest="use_eod", action="store_false", help="do not end documents with <eod>")
+    rec.add_argument("--uncased", action="store_true", help="lower-case text (the vocab must be uncased too)")
+    lay = parser.add_argument_group("layout")
+    lay.add_argument("--num-streams", type=int, default=d.num_streams,
+                     help="text streams per split: the largest batch size (per direction) training can use")
+    lay.add_argument("--num-shards", type=int, default=d.num_shards, help="train shard files")
+    lay.add_argument("--valid-shards", type=int, default=d.valid_shards, help="valid shard files")
+    lay.add_argument("--valid-fraction", type=float, default=d.valid_fraction)
+    lay.add_argument("--seed", type=int, default=d.seed)
+    run_group = parser.add_argument_group("runner (other flags go to Beam, e.g. --project, --region)")
+    run_group.add_argument("--runner", default="FnApiRunner",
+                           help="FnApiRunner (local), DataflowRunner, FlinkRunner, SparkRunner, PortableRunner")
+    run_group.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                           help="local worker processes (FnApiRunner)")
+
+
+def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
+    return PreprocessConfig(
+        inputs=tuple(args.input), output=args.output.rstrip("/"), vocab=args.vocab, seq_len=args.seq_len,
+        reuse_len=args.reuse_len, num_predict=args.num_predict, perm_size=args.perm_size,
+        mask_alpha=args.mask_alpha, mask_beta=args.mask_beta, max_gram=args.max_gram,
+        subword_spans=args.subword_spans, bi_data=args.bi_data, use_eod=args.use_eod, uncased=args.uncased,
+        num_streams=args.num_streams, num_shards=args.num_shards, valid_shards=args.valid_shards,
+        valid_fraction=args.valid_fraction, seed=args.seed, compression=args.compression,
+        input_format=args.input_format, text_field=args.text_field, max_line_bytes=args.max_line_bytes)
+
+
+def pipeline_options(runner: str, workers: int, runner_options: list[str]):
+    """Beam options: our runner/worker choice plus the pass-through flags (unknown ones rejected)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for options_class in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
+        options_class._add_argparse_args(parser)
+    _, unknown = parser.parse_known_args(runner_options)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {' '.join(unknown)}: neither an `xlnet preprocess` flag "
+                          "nor a Beam pipeline option")
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    extra = {}
+    if runner.lower() in LOCAL_RUNNERS:
+        extra = {"direct_num_workers": workers,
+                 "direct_running_mode": "multi_processing" if workers > 1 else "in_memory"}
+    options = PipelineOptions(runner_options, runner=runner, **extra)
+    if runner.lower() == "dataflowrunner":
+        setup = options.get_all_options()
+        if not (setup.get("setup_file") or setup.get("sdk_container_image")):
+            raise ConfigError("DataflowRunner workers need this package: pass --sdk_container_image IMAGE "
+                              "(see Dockerfile) or --setup_file ./setup.py")
+    return options
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path
+
+
+def check_paths(config: PreprocessConfig, runner: str, files) -> None:
+    """Remote runners cannot read local inputs or write a local output."""
+    if runner.lower() in LOCAL_RUNNERS:
+        return
+    local_inputs = [f.path for f in files if _is_local(f.path)]
+    if local_inputs and runner.lower() == "dataflowrunner":
+        raise ConfigError(f"--input: {runner} workers cannot read local files such as {local_inputs[0]}; "
+                          "copy the corpus to gs://")
+    if _is_local(config.output) and runner.lower() == "dataflowrunner":
+        raise ConfigError(f"--output {config.output}: {runner} workers cannot write a local directory; use gs://")
+
+
+def prepare_output(output: str, overwrite: bool) -> None:
+    """Refuses a non-empty output unless overwrite; then removes old shards and manifest first."""
+    from apache_beam.io.filesystems import FileSystems
+
+    existing = [m.path for m in FileSystems.match([FileSystems.join(output, "*")])[0].metadata_list] \
+        if FileSystems.exists(output) or not _is_local(output) else []
+    hidden = [m.path for m in FileSystems.match([FileSystems.join(output, ".*")])[0].metadata_list] \
+        if _is_local(output) and os.path.isdir(output) else []
+    existing += hidden
+    if existing and not overwrite:
+        raise OutputError(f"--output {output} is not empty ({len(existing)} entries, e.g. {existing[0]}); "
+                          "pass --overwrite to replace its shards and manifest, or choose another directory")
+    manifest = FileSystems.join(output, MANIFEST_NAME)
+    if FileSystems.exists(manifest):
+        FileSystems.delete([manifest])  # first, so a crash below never leaves a stale valid manifest
+    ours = [p for p in existing if os.path.basename(p).startswith(("train-", "valid-", f".{MANIFEST_NAME}"))]
+    if ours:
+        FileSystems.delete(ours)
+    if _is_local(output):
+        os.makedirs(output, exist_ok=True)
+
+
+def counters(result) -> dict[str, int]:
+    """The pipeline's xlnet.* counters, summed over steps."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from pipeline.beam_pipeline import NAMESPACE
+
+    totals: dict[str, int] = {}
+    for counter in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
+        value = counter.committed if counter.committed is not None else counter.attempted
+        totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + int(value or 0)
+    return totals
+
+
+def summary(manifest, metrics: dict[str, int], seconds: float) -> str:
+    """The readable end-of-run report."""
+    lines = [f"preprocessing finished in {seconds:.1f} s -> {manifest.directory}/{MANIFEST_NAME}"]
+    for name, split in manifest.splits.items():
+        t = split.totals
+        lines.append(f"  {name}: {t['documents']} documents, {t['tokens']} tokens -> {t['records']} records "
+                     f"({t['masked_tokens']} masked tokens) in {split.num_shards} shard(s), "
+                     f"{split.num_streams} streams{' x2 (bi_data)' if manifest.bi_data else ''}")
+    keys = ("files", "lines", "documents", "tokens", "records", "masked_tokens", "empty_files", "unreadable_files",
+            "invalid_lines", "long_lines", "empty_documents", "short_streams", "uncovered_tokens")
+    lines.append("  counters: " + ", ".join(f"{k}={metrics.get(k, 0)}" for k in keys))
+    skipped = {k: metrics.get(k, 0) for k in ("unreadable_files", "invalid_lines", "long_lines", "empty_files")}
+    if any(skipped.values()):
+        lines.append("  WARNING: skipped input: " + ", ".join(f"{k}={v}" for k, v in skipped.items() if v)
+                     + " (see the log for file names)")
+    return "\n".join(lines)
+
+
+def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: int = 1,
+               runner_options: list[str] | None = None, overwrite: bool = False):
+    """Validates everything, runs the pipeline, returns (manifest, counters). Raises on bad input."""
+    import apache_beam as beam
+
+    from pipeline.beam_pipeline import build_pipeline
+
+    config.validate()
+    options = pipeline_options(runner, workers, list(runner_options or []))
+    vocab = load_vocab(config.vocab)
+    files = expand_inputs(config.inputs)
+    check_paths(config, runner, files)
+    prepare_output(config.output, overwrite)
+    _LOG.info("preprocessing %d file(s) (%.1f MB) with %s, %d worker(s)", len(files),
+              sum(f.size_bytes for f in files) / 1e6, runner, workers)
+    pipeline = beam.Pipeline(options=options)
+    build_pipeline(pipeline, config, vocab, files)
+    result = pipeline.run()
+    result.wait_until_finish()
+    manifest = load_manifest(config.output)
+    return manifest, counters(result)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("xlnet").setLevel(logging.INFO)
+    start = time.time()
+    config = config_from_args(args)
+    try:
+        manifest, metrics = preprocess(config, args.runner, args.workers, getattr(args, "runner_options", []),
+                                       args.overwrite)
+    except (ConfigError, VocabError, CorpusError, OutputError, ManifestError) as error:
+        print(f"xlnet preprocess: error: {error}", file=sys.stderr)
+        return 2
+    print(summary(manifest, metrics, time.time() - start))
+    if manifest.split("train").totals["records"] == 0:
+        print("xlnet preprocess: error: no training records: the corpus is too short for --seq-len "
+              f"{config.seq_len} in {config.num_streams} streams; lower --num-streams or --seq-len", file=sys.stderr)
+        return 3
+    return 0

@@ -1,0 +1,78 @@
+"""The configuration of `xlnet preprocess`: one frozen dataclass, stored whole in the manifest."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from pipeline.corpus import INPUT_FORMATS
+from pipeline.records import ConfigError, RecordConfig
+
+COMPRESSIONS = ("none", "gzip")
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """Everything that determines the bytes written (plus where to read and write)."""
+
+    inputs: tuple[str, ...]
+    output: str
+    vocab: str
+    seq_len: int = 512
+    reuse_len: int = 256
+    num_predict: int = 85
+    perm_size: int | None = None
+    mask_alpha: int = 6
+    mask_beta: int = 1
+    max_gram: int = 5
+    subword_spans: bool = False
+    bi_data: bool = True
+    use_eod: bool = True
+    uncased: bool = False
+    num_streams: int = 128
+    num_shards: int = 8
+    valid_shards: int = 1
+    valid_fraction: float = 0.05
+    seed: int = 0
+    compression: str = "none"
+    input_format: str = "auto"
+    text_field: str = "text"
+    max_line_bytes: int = 1 << 20
+
+    def record_config(self) -> RecordConfig:
+        names = {f.name for f in fields(RecordConfig)}
+        return RecordConfig(**{name: getattr(self, name) for name in names})
+
+    def num_shards_of(self, split: str) -> int:
+        return self.num_shards if split == "train" else self.valid_shards
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the flag; called before any work is done."""
+        self.record_config().validate()
+        if not self.inputs:
+            raise ConfigError("--input: give at least one corpus glob")
+        if self.num_streams < 1:
+            raise ConfigError(f"--num-streams must be >= 1, got {self.num_streams}")
+        for flag, shards in (("--num-shards", self.num_shards), ("--valid-shards", self.valid_shards)):
+            if not 1 <= shards <= self.num_streams:
+                raise ConfigError(f"{flag} must be in [1, --num-streams={self.num_streams}] "
+                                  f"(each stream lives in one shard), got {shards}")
+        if not 0.0 <= self.valid_fraction < 1.0:
+            raise ConfigError(f"--valid-fraction must be in [0, 1), got {self.valid_fraction}")
+        if self.compression not in COMPRESSIONS:
+            raise ConfigError(f"--compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}")
+        if self.input_format not in INPUT_FORMATS:
+            raise ConfigError(f"--input-format must be one of {', '.join(INPUT_FORMATS)}")
+        if self.max_line_bytes < 1:
+            raise ConfigError(f"--max-line-bytes must be positive, got {self.max_line_bytes}")
+
+    @property
+    def file_suffix(self) -> str:
+        return ".tfrecord.gz" if self.compression == "gzip" else ".tfrecord"
+
+    def shard_name(self, split: str, shard: int) -> str:
+        return f"{split}-{shard:05d}-of-{self.num_shards_of(split):05d}{self.file_suffix}"
+
+    def to_dict(self) -> dict:
+        values = asdict(self)
+        values["inputs"] = list(self.inputs)
+        values["perm_size"] = self.record_config().effective_perm_size
+        return values

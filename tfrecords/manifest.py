@@ -1,0 +1,217 @@
+"""The manifest of a preprocessed data directory: what `xlnet preprocess` wrote, and where.
+
+``DIR/manifest.json`` is written last and atomically, so its presence means the shards are
+complete. Layout::
+
+    {
+      "format_version": 1,
+      "config": {... full preprocess config: seq_len, reuse_len, num_predict, perm_size,
+                 bi_data, num_streams, seed, uncased, compression, ...},
+      "vocab": {"path": ..., "sha256": ..., "vocab_size": ...},
+      "special_ids": {"unk": 0, ..., "eop": 8},
+      "splits": {
+        "train": {
+          "num_shards": 8, "num_streams": 128,   # forward streams; with bi_data ids go to 2 * num_streams
+          "shards": [{"file": "train-00000-of-00008.tfrecord", "records": ..., "tokens": ...,
+                      "masked_tokens": ..., "documents": ...,
+                      "streams": [{"stream_id": 0, "records": 12, "first_record_index_in_file": 0}, ...]}],
+          "totals": {"records": ..., "tokens": ..., "masked_tokens": ..., "documents": ...}
+        },
+        "valid": {...}
+      }
+    }
+
+``file`` is relative to the manifest's directory. ``tokens`` counts corpus tokens of the
+shard's documents (forward text, including ``<eod>``), ``records`` counts every record in
+the file (forward and reversed streams). Each stream lives in one file, its records
+contiguous in stream_pos order starting at ``first_record_index_in_file``, so a reader
+takes a stream as ``TFRecordDataset(file).skip(first).take(records)``.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import uuid
+from dataclasses import asdict, dataclass, field
+from tfrecords.schema import FORMAT_VERSION
+
+MANIFEST_NAME = "manifest.json"
+SPLITS = ("train", "valid")
+COUNT_KEYS = ("records", "tokens", "masked_tokens", "documents")
+
+
+class ManifestError(ValueError):
+    """A missing, unreadable or inconsistent manifest; the message names the file."""
+
+
+@dataclass(frozen=True)
+class StreamEntry:
+    stream_id: int
+    records: int
+    first_record_index_in_file: int
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    file: str
+    records: int
+    tokens: int
+    masked_tokens: int
+    documents: int
+    streams: tuple[StreamEntry, ...]
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ShardEntry":
+        streams = tuple(StreamEntry(**stream) for stream in values["streams"])
+        return cls(**{**{k: values[k] for k in ("file",) + COUNT_KEYS}, "streams": streams})
+
+
+@dataclass(frozen=True)
+class SplitEntry:
+    num_shards: int
+    num_streams: int
+    shards: tuple[ShardEntry, ...]
+
+    @property
+    def totals(self) -> dict[str, int]:
+        return {key: sum(getattr(shard, key) for shard in self.shards) for key in COUNT_KEYS}
+
+    def stream_locations(self) -> dict[int, tuple[str, int, int]]:
+        """stream_id -> (file, first_record_index_in_file, records)."""
+        return {stream.stream_id: (shard.file, stream.first_record_index_in_file, stream.records)
+                for shard in self.shards for stream in shard.streams}
+
+    def to_dict(self) -> dict:
+        return {"num_shards": self.num_shards, "num_streams": self.num_streams,
+                "shards": [asdict(shard) for shard in self.shards], "totals": self.totals}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "SplitEntry":
+        return cls(num_shards=values["num_shards"], num_streams=values["num_streams"],
+                   shards=tuple(ShardEntry.from_dict(shard) for shard in values["shards"]))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A data directory's manifest; ``directory`` is where it was loaded from (not serialised)."""
+
+    config: dict
+    vocab: dict
+    special_ids: dict
+    splits: dict[str, SplitEntry]
+    format_version: int = FORMAT_VERSION
+    directory: str = field(default="", compare=False)
+
+    # Convenience views of the config every consumer needs.
+    @property
+    def seq_len(self) -> int:
+        return int(self.config["seq_len"])
+
+    @property
+    def reuse_len(self) -> int:
+        return int(self.config["reuse_len"])
+
+    @property
+    def num_predict(self) -> int:
+        return int(self.config["num_predict"])
+
+    @property
+    def perm_size(self) -> int:
+        return int(self.config["perm_size"])
+
+    @property
+    def bi_data(self) -> bool:
+        return bool(self.config["bi_data"])
+
+    @property
+    def num_streams(self) -> int:
+        return int(self.config["num_streams"])
+
+    @property
+    def compression_type(self) -> str:
+        """'GZIP' or '' as tf.data.TFRecordDataset expects."""
+        return "GZIP" if self.config.get("compression") == "gzip" else ""
+
+    def split(self, name: str) -> SplitEntry:
+        if name not in self.splits:
+            raise ManifestError(f"manifest in {self.directory or '?'} has no split {name!r} "
+                                f"(has {', '.join(sorted(self.splits))})")
+        return self.splits[name]
+
+    def shard_path(self, shard: ShardEntry) -> str:
+        return posixpath.join(self.directory, shard.file) if self.directory else shard.file
+
+    def to_dict(self) -> dict:
+        return {"format_version": self.format_version, "config": self.config, "vocab": self.vocab,
+                "special_ids": self.special_ids,
+                "splits": {name: entry.to_dict() for name, entry in self.splits.items()}}
+
+    @classmethod
+    def from_dict(cls, values: dict, directory: str = "") -> "Manifest":
+        return cls(config=values["config"], vocab=values["vocab"], special_ids=values["special_ids"],
+                   splits={name: SplitEntry.from_dict(entry) for name, entry in values["splits"].items()},
+                   format_version=values["format_version"], directory=directory)
+
+    def validate(self) -> list[str]:
+        """Problems found (empty when consistent): version, shard/stream bookkeeping, totals."""
+        problems = []
+        if self.format_version != FORMAT_VERSION:
+            problems.append(f"format_version {self.format_version} != supported {FORMAT_VERSION}; "
+                            "re-run `xlnet preprocess` with this version")
+        for key in ("seq_len", "reuse_len", "num_predict", "perm_size", "bi_data", "num_streams"):
+            if key not in self.config:
+                problems.append(f"config lacks {key}")
+        for name, entry in self.splits.items():
+            if len(entry.shards) != entry.num_shards:
+                problems.append(f"{name}: {len(entry.shards)} shards listed, num_shards says {entry.num_shards}")
+            expected_streams = entry.num_streams * (2 if self.config.get("bi_data") else 1)
+            seen: set[int] = set()
+            for shard in entry.shards:
+                position = 0
+                for stream in sorted(shard.streams, key=lambda s: s.first_record_index_in_file):
+                    if stream.stream_id in seen:
+                        problems.append(f"{name}: stream {stream.stream_id} listed in more than one place")
+                    seen.add(stream.stream_id)
+                    if stream.first_record_index_in_file != position:
+                        problems.append(f"{shard.file}: stream {stream.stream_id} starts at "
+                                        f"{stream.first_record_index_in_file}, expected {position}")
+                    position += stream.records
+                if position != shard.records:
+                    problems.append(f"{shard.file}: streams hold {position} records, shard says {shard.records}")
+            if seen != set(range(expected_streams)):
+                problems.append(f"{name}: streams listed {len(seen)}, expected ids 0..{expected_streams - 1}")
+        return problems
+
+    def save(self, directory: str) -> str:
+        """Writes DIR/manifest.json atomically (temp file then rename; on GCS copy then delete)."""
+        from apache_beam.io.filesystems import FileSystems
+
+        target = FileSystems.join(directory, MANIFEST_NAME)
+        scratch = FileSystems.join(directory, f".{MANIFEST_NAME}.{uuid.uuid4().hex}.tmp")
+        with FileSystems.create(scratch) as handle:
+            handle.write(json.dumps(self.to_dict(), indent=1, sort_keys=True).encode("utf-8") + b"\n")
+        if FileSystems.exists(target):
+            FileSystems.delete([target])
+        FileSystems.rename([scratch], [target])
+        return target
+
+
+def load_manifest(path: str) -> Manifest:
+    """Loads DIR/manifest.json (``path`` is the directory or the file itself) and validates it."""
+    from apache_beam.io.filesystems import FileSystems
+
+    file_path = path if path.endswith(".json") else FileSystems.join(path, MANIFEST_NAME)
+    directory = posixpath.dirname(file_path) if "://" in file_path else file_path.rsplit("/", 1)[0] if "/" in file_path else "."
+    if not FileSystems.exists(file_path):
+        raise ManifestError(f"{file_path} not found: not a preprocessed data directory "
+                            "(run `xlnet preprocess --output DIR` first, and let it finish)")
+    try:
+        with FileSystems.open(file_path, compression_type="uncompressed") as handle:
+            manifest = Manifest.from_dict(json.loads(handle.read().decode("utf-8")), directory=directory)
+    except (ValueError, KeyError, TypeError) as error:
+        raise ManifestError(f"{file_path} is not a valid manifest: {error}") from error
+    problems = manifest.validate()
+    if problems:
+        raise ManifestError(f"{file_path}: " + "; ".join(problems))
+    return manifest
+
