@@ -1,0 +1,77 @@
+"""Shared fixtures on the bundled corpus (data/corpus), reused by every team's tests.
+
+* ``corpus_files``: paths of the bundled corpus files (gzip, XLNet corpus format, 9 MB of text).
+* ``corpus_sample``: a plain-text file with the first documents of each corpus file (about
+  300 KB), for tests that must run in seconds.
+* ``spm_model``: path of a SentencePiece model trained by ``pipeline.vocab.train_vocab`` on
+  the whole bundled corpus with vocab size 8000 (the tiny preset's) from a seeded sample of
+  10,000 sentences (a few seconds). ``vocab`` is the same model loaded.
+* ``tiny_data_dir``: ``corpus_sample`` preprocessed by the real Beam pipeline
+  (FnApiRunner, 1 worker) with seq_len 128, reuse_len 64, num_predict 21, bi_data on,
+  16 streams, 4 train shards + 2 valid shards, valid fraction 0.1.
+"""
+from __future__ import annotations
+
+import gzip
+import itertools
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS_DIR = REPO / "data" / "corpus"
+TINY_DATA = dict(seq_len=128, reuse_len=64, num_predict=21, bi_data=True, num_streams=16,
+                 num_shards=4, valid_shards=2, valid_fraction=0.1, seed=0)
+SAMPLE_DOCUMENTS_PER_FILE = {"wiki_summaries_en.txt.gz": 400, "kjv_bible.txt.gz": 40}
+
+
+def read_corpus_documents(path: Path, limit: int) -> list[list[str]]:
+    """The first ``limit`` documents of a bundled corpus file (lists of sentence lines)."""
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        text = handle.read()
+    return [doc.splitlines() for doc in itertools.islice(text.split("\n\n"), limit)]
+
+
+@pytest.fixture(scope="session")
+def corpus_files() -> list[str]:
+    files = sorted(str(p) for p in CORPUS_DIR.glob("*.txt.gz"))
+    assert files, f"bundled corpus missing under {CORPUS_DIR}"
+    return files
+
+
+@pytest.fixture(scope="session")
+def corpus_sample(tmp_path_factory, corpus_files) -> str:
+    path = tmp_path_factory.mktemp("corpus_sample") / "sample.txt"
+    documents = []
+    for file in corpus_files:
+        documents += read_corpus_documents(Path(file), SAMPLE_DOCUMENTS_PER_FILE[Path(file).name])
+    path.write_text("\n\n".join("\n".join(doc) for doc in documents) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def spm_model(tmp_path_factory, corpus_files) -> str:
+    from pipeline.vocab import VocabConfig, train_vocab
+
+    prefix = tmp_path_factory.mktemp("vocab") / "spiece"
+    vocab = train_vocab(VocabConfig(inputs=tuple(corpus_files), output_prefix=str(prefix), vocab_size=8000,
+                                    input_sentence_size=10000, seed=0, num_threads=2))
+    return vocab.path
+
+
+@pytest.fixture(scope="session")
+def vocab(spm_model):
+    from pipeline.vocab import load_vocab
+
+    return load_vocab(spm_model)
+
+
+@pytest.fixture(scope="session")
+def tiny_data_dir(tmp_path_factory, corpus_sample, spm_model) -> str:
+    from pipeline.preprocess_command import preprocess
+    from pipeline.preprocess_config import PreprocessConfig
+
+    output = tmp_path_factory.mktemp("tiny_data") / "data"
+    config = PreprocessConfig(inputs=(corpus_sample,), output=str(output), vocab=spm_model, **TINY_DATA)
+    preprocess(config, runner="FnApiRunner", workers=1)
+    return str(output)
