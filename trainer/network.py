@@ -71,6 +71,10 @@ class XLNetNetwork(keras.Model):
                                   config.dropout, config.dropatt, config.initializer_range, name=f"layer_{i}",
                                   dtype=self.dtype_policy)
                        for i in range(config.n_layer)]
+        # tf.train.Checkpoint does not follow Keras 3's list of layers: give every block its own
+        # attribute so checkpoints (model/layer_{i}/...) hold the block weights.
+        for i, block in enumerate(self.blocks):
+            setattr(self, f"layer_{i}", block)
         self.content_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
         self.query_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
         self.output_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
