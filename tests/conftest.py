@@ -75,3 +75,16 @@ def tiny_data_dir(tmp_path_factory, corpus_sample, spm_model) -> str:
     config = PreprocessConfig(inputs=(corpus_sample,), output=str(output), vocab=spm_model, **TINY_DATA)
     preprocess(config, runner="FnApiRunner", workers=1)
     return str(output)
+
+
+def pytest_configure(config) -> None:
+    """Two logical CPU devices for the whole session, so MirroredStrategy tests have two replicas.
+
+    Must happen before TensorFlow initialises its runtime (any op), hence a configure hook
+    rather than a fixture. Other tests keep running on /cpu:0 as before.
+    """
+    del config
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
