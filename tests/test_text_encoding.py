@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import gzip
-import io
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import tensorflow as tf
 from trainer.text_encoding import XLNetTextEncoder, normalize_text, pair_lengths
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "wiki_summaries_en.txt.gz"
+# XLNet's ids, which the vocabulary fixture must reproduce (checked in `encoder`).
 SPECIAL = {"unk": 0, "cls": 3, "sep": 4, "pad": 5, "mask": 6}
 SEP, CLS, PAD, MASK = SPECIAL["sep"], SPECIAL["cls"], SPECIAL["pad"], SPECIAL["mask"]
 MAX_LENGTH = 24
@@ -25,16 +25,8 @@ def corpus_lines(count: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def sp_proto() -> bytes:
-    """A small vocabulary with XLNet's special symbols, trained on the bundled corpus."""
-    spm.set_random_generator_seed(7)
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus_lines(3000)), model_writer=model, vocab_size=2000,
-        model_type="unigram", character_coverage=0.99995, minloglevel=2,
-        control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"],
-        user_defined_symbols=["<eop>", ".", "(", ")", '"', "-", "\u2013", "\u00a3", "\u20ac"])
-    return model.getvalue()
+def sp_proto(vocab) -> bytes:
+    return vocab.model_proto
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +35,8 @@ def sp(sp_proto) -> spm.SentencePieceProcessor:
 
 
 @pytest.fixture(scope="module")
-def encoder(sp_proto) -> XLNetTextEncoder:
+def encoder(sp_proto, vocab) -> XLNetTextEncoder:
+    assert vocab.special_ids.to_dict().items() >= SPECIAL.items()
     return XLNetTextEncoder(sp_proto, SPECIAL, max_length=MAX_LENGTH, uncased=False)
 
 

@@ -29,6 +29,7 @@ from typing import Mapping
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from pipeline.normalization import WHITESPACE_RE2
 from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
 
 MASK_LITERAL = "<mask>"
@@ -48,31 +49,22 @@ def _regex_class(codepoints: list[int]) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def whitespace_class() -> str:
-    """Characters Python's ``str.split()``/``str.strip()`` treat as whitespace, as an RE2 class.
+def nonspacing_mark_class() -> str:
+    """Characters of general category Mn in the running Python's Unicode tables, as an RE2 class.
 
-    Taken from the running Python so the graph splits exactly where preprocessing splits
-    (RE2's ``\\s`` is ASCII-only and would miss e.g. U+00A0 and U+3000).
+    Built from ``unicodedata`` rather than RE2's own ``\\p{Mn}`` so the graph drops exactly the
+    characters preprocessing drops, even where RE2's Unicode version differs from Python's.
     """
-    return _regex_class([c for c in range(0x110000) if chr(c).isspace()])
-
-
-@functools.lru_cache(maxsize=None)
-def combining_class() -> str:
-    """Characters with a non-zero canonical combining class (``unicodedata.combining``), as an RE2 class.
-
-    ``\\p{M}`` is not the same set (some spacing marks have combining class 0), and accent
-    stripping must drop exactly what preprocessing drops.
-    """
-    return _regex_class([c for c in range(0x110000) if unicodedata.combining(chr(c))])
+    return _regex_class([c for c in range(0x110000) if unicodedata.category(chr(c)) == "Mn"])
 
 
 def normalize_text(texts: tf.Tensor, uncased: bool) -> tf.Tensor:
-    """Graph version of XLNet's text normalisation (pipeline/normalization.py is the reference).
+    """Graph mirror of ``pipeline.normalization.normalize_text`` (the reference; same steps, same order).
 
-    In order: collapse whitespace runs to one space and strip the ends; two backticks and two
-    single quotes become a double quote; NFKD and drop combining marks (strip accents);
-    lower-case only when ``uncased``. Invalid UTF-8 bytes become U+FFFD first.
+    NFKD; drop non-spacing marks (strips accents); two backticks and two single quotes become a
+    double quote; whitespace runs become one space and the ends are stripped; lower-case only
+    when ``uncased``. Invalid UTF-8 bytes (which preprocessing never sees: it reads decoded
+    text) become U+FFFD first instead of failing the request.
 
     Args:
       texts: tf.string tensor of any shape.
@@ -81,12 +73,11 @@ def normalize_text(texts: tf.Tensor, uncased: bool) -> tf.Tensor:
       tf.string tensor of the same shape.
     """
     texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace")
-    space = whitespace_class()
-    texts = tf.strings.regex_replace(texts, f"^{space}+|{space}+$", "")
-    texts = tf.strings.regex_replace(texts, f"{space}+", " ")
-    texts = tf.strings.regex_replace(texts, "``|''", '"')
     texts = tf_text.normalize_utf8(texts, "NFKD")
-    texts = tf.strings.regex_replace(texts, combining_class(), "")
+    texts = tf.strings.regex_replace(texts, nonspacing_mark_class(), "")
+    texts = tf.strings.regex_replace(texts, "``|''", '"')
+    texts = tf.strings.regex_replace(texts, WHITESPACE_RE2, " ")
+    texts = tf.strings.regex_replace(texts, "^ | $", "")
     if uncased:
         texts = tf.strings.lower(texts, encoding="utf-8")
     return texts

@@ -1,0 +1,310 @@
+"""Serving SavedModel: a trained XLNet plus in-graph tokenisation, with four signatures.
+
+Layout written by :func:`export_saved_model` (TF Serving's numbered versions)::
+
+    OUTPUT/<version>/saved_model.pb, variables/, assets/{spiece.model, model_config.json, export_config.json}
+
+Signatures (every sequence is left-padded to ``max_length`` with ``<cls>`` last, see
+trainer/text_encoding.py for the layout):
+
+* ``serving_default`` = ``encode``: ``input_ids``, ``segment_ids``, ``input_mask`` int32
+  [batch, max_length] -> ``sequence_output`` float32 [batch, max_length, d_model] (content stream)
+  and ``pooled_output`` float32 [batch, d_model] (the state of the last position, ``<cls>``).
+* ``encode_text``: ``text`` string [batch] -> the same outputs plus the ``input_ids``,
+  ``segment_ids`` and ``input_mask`` the text was encoded to.
+* ``encode_text_pair``: ``text`` and ``text_b`` string [batch] (segments A and B) -> the same.
+* ``predict_masked``: ``text`` string [batch] with literal ``<mask>`` markers -> for each mask
+  (P = most masks in any text of the batch) ``top_k_ids`` int32 [batch, P, k], ``top_k_tokens``
+  string [batch, P, k], ``top_k_probabilities`` float32 [batch, P, k], ``mask_positions`` int32
+  [batch, P], and ``num_masks`` int32 [batch]. Rows beyond a text's own masks are padding:
+  id -1, token "", probability 0, position -1. A batch without any mask gives P = 0.
+
+The masked prediction is XLNet's permutation-LM inference: every mask is a target of the query
+stream, and the permutation mask lets every position see every non-mask token but no mask
+(so masks see neither each other nor themselves), which is what training does for targets.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from trainer.config import ModelConfig
+from trainer.network import XLNetNetwork, build_network
+from trainer.text_encoding import XLNetTextEncoder
+
+EXPORT_FORMAT_VERSION = 1
+SIGNATURES = ("serving_default", "encode", "encode_text", "encode_text_pair", "predict_masked")
+
+
+class ExportError(ValueError):
+    """A model directory or export setting that cannot produce a SavedModel."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportConfig:
+    """What the exported model accepts: sequence length, masked-prediction k, text casing."""
+
+    max_length: int = 128
+    top_k: int = 5
+    uncased: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_length < 3:
+            raise ExportError(f"--max-length must be at least 3 (<sep>, <sep>, <cls>), got {self.max_length}")
+        if self.top_k < 1:
+            raise ExportError(f"--top-k must be at least 1, got {self.top_k}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDirectory:
+    """The parts of a model directory (contract 5) the export needs."""
+
+    path: Path
+    model_config: ModelConfig
+    sp_model_proto: bytes
+    special_ids: dict[str, int]
+    checkpoint: str
+
+
+def read_model_directory(model_dir: str | os.PathLike, checkpoint: str | None = None) -> ModelDirectory:
+    """Reads model_config.json, spiece.model, special_ids.json and finds the checkpoint to export.
+
+    ``checkpoint`` overrides the latest checkpoint of ``model_dir/checkpoints``.
+    """
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise ExportError(f"--model-dir {str(path)!r} does not exist")
+    files = {name: path / name for name in ("model_config.json", "spiece.model", "special_ids.json")}
+    missing = [name for name, file in files.items() if not file.is_file()]
+    if missing:
+        raise ExportError(f"--model-dir {str(path)!r} lacks {', '.join(missing)} "
+                          "(a model directory is written by `xlnet train` or `xlnet import-checkpoint`)")
+    try:
+        model_config = ModelConfig.load(files["model_config.json"])
+    except (ValueError, TypeError) as error:
+        raise ExportError(f"{files['model_config.json']}: {error}") from error
+    special_ids = {name: int(value) for name, value in json.loads(files["special_ids.json"].read_text()).items()}
+    if checkpoint is None:
+        checkpoint = tf.train.latest_checkpoint(str(path / "checkpoints"))
+        if checkpoint is None:
+            raise ExportError(f"--model-dir {str(path)!r} has no checkpoint under checkpoints/ (train first)")
+    elif not tf.io.gfile.exists(checkpoint + ".index"):
+        raise ExportError(f"--checkpoint {checkpoint!r} not found (expected {checkpoint}.index)")
+    return ModelDirectory(path, model_config, files["spiece.model"].read_bytes(), special_ids, checkpoint)
+
+
+def check_vocabulary(source: ModelDirectory) -> None:
+    """spiece.model, special_ids.json and model_config.json must describe the same vocabulary."""
+    import sentencepiece as spm
+
+    from pipeline.vocab import SpecialIds, VocabError
+
+    processor = spm.SentencePieceProcessor(model_proto=source.sp_model_proto)
+    where = f"{source.path / 'spiece.model'}"
+    if processor.get_piece_size() != source.model_config.vocab_size:
+        raise ExportError(f"{where} has {processor.get_piece_size()} pieces but model_config.json has vocab_size "
+                          f"{source.model_config.vocab_size}: they must describe the same vocabulary")
+    try:
+        from_vocab = SpecialIds.from_processor(processor, source=where).to_dict()
+    except VocabError as error:
+        raise ExportError(str(error)) from error
+    differing = sorted(name for name, value in source.special_ids.items() if from_vocab.get(name, value) != value)
+    if differing:
+        raise ExportError(f"special_ids.json disagrees with {where} on {', '.join(differing)}: "
+                          f"{ {name: source.special_ids[name] for name in differing} } vs "
+                          f"{ {name: from_vocab[name] for name in differing} }")
+
+
+def vocabulary_is_uncased(sp_model_proto: bytes) -> bool:
+    """True when no piece of the vocabulary has an upper-case letter (it was trained on lower-cased text)."""
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_proto=sp_model_proto)
+    return not any(piece != piece.lower() for piece in
+                   (processor.id_to_piece(i) for i in range(processor.get_piece_size())))
+
+
+def inference_config(config: ModelConfig) -> ModelConfig:
+    """The architecture as served: same weights, no bi_data and no memory.
+
+    bi_data only changes the relative positions of the backward half of a training batch
+    (and would require an even batch); serving encodes each request on its own, so there is
+    no memory to carry either.
+    """
+    return config.replace(bi_data=False, mem_len=0)
+
+
+def restore_network(model_dir: ModelDirectory) -> XLNetNetwork:
+    """Builds the serving network of ``model_dir`` and restores its weights (every network variable must match)."""
+    network = build_network(inference_config(model_dir.model_config))
+    status = tf.train.Checkpoint(model=network).restore(model_dir.checkpoint)
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as error:
+        raise ExportError(f"checkpoint {model_dir.checkpoint!r} does not match model_config.json: {error}") from error
+    status.expect_partial()  # optimizer slots, step, mems and rng state are training-only
+    return network
+
+
+class XLNetServingModule(tf.Module):
+    """The exported object: network weights, tokenizer and the signature functions.
+
+    Args:
+      network: an XLNet network (trainer.network) with its weights.
+      encoder: in-graph text encoder with the vocabulary of ``network``.
+      top_k: candidates returned per mask by ``predict_masked``.
+      assets: file paths to ship under assets/ (tracked so SavedModel copies them).
+    """
+
+    def __init__(self, network, encoder: XLNetTextEncoder, top_k: int, assets: dict[str, str] | None = None):
+        super().__init__(name="xlnet_serving")
+        # The Keras model is kept out of the object graph (Keras would add its own default
+        # serving signature, which cannot call a multi-input network); its variables are
+        # tracked directly, which is all the signature functions capture.
+        object.__setattr__(self, "network", network)
+        self.network_variables = [variable.value for variable in network.weights]
+        self.encoder = encoder
+        self.top_k = int(top_k)
+        self.vocab_size = int(network.config.vocab_size)
+        self.assets = {name: tf.saved_model.Asset(path) for name, path in (assets or {}).items()}
+        length = encoder.max_length
+        ids_spec = tf.TensorSpec([None, length], tf.int32)
+        text_spec = tf.TensorSpec([None], tf.string)
+        self.encode = tf.function(self._encode, input_signature=[ids_spec, ids_spec, ids_spec])
+        self.encode_text = tf.function(self._encode_text, input_signature=[text_spec])
+        self.encode_text_pair = tf.function(self._encode_text_pair, input_signature=[text_spec, text_spec])
+        self.predict_masked = tf.function(self._predict_masked, input_signature=[text_spec])
+
+    def signatures(self) -> dict[str, Any]:
+        """Signature name -> concrete function, for tf.saved_model.save."""
+        encode = self.encode.get_concrete_function()
+        return {"serving_default": encode, "encode": encode,
+                "encode_text": self.encode_text.get_concrete_function(),
+                "encode_text_pair": self.encode_text_pair.get_concrete_function(),
+                "predict_masked": self.predict_masked.get_concrete_function()}
+
+    def _encode(self, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
+        """[batch, max_length] ids -> sequence_output [batch, max_length, d_model], pooled_output [batch, d_model]."""
+        length = self.encoder.max_length
+        checks = [tf.debugging.assert_equal(tf.shape(tensor)[1], length,
+                                            message=f"{name} must be [batch, max_length={length}] (left-padded)")
+                  for name, tensor in (("input_ids", input_ids), ("segment_ids", segment_ids),
+                                       ("input_mask", input_mask))]
+        checks += [tf.debugging.assert_equal(tf.shape(input_ids), tf.shape(tensor),
+                                             message=f"{name} must have the shape of input_ids")
+                   for name, tensor in (("segment_ids", segment_ids), ("input_mask", input_mask))]
+        checks += [tf.debugging.assert_non_negative(input_ids, message="input_ids must be >= 0"),
+                  tf.debugging.assert_less(input_ids, self.vocab_size,
+                                           message=f"input_ids must be < vocab_size {self.vocab_size}")]
+        with tf.control_dependencies(checks):
+            hidden, _ = self.network.encode(input_ids, segment_ids, input_mask=input_mask, training=False)
+        hidden = tf.cast(hidden, tf.float32)
+        return {"sequence_output": hidden, "pooled_output": hidden[:, -1]}
+
+    def _encode_text(self, text) -> dict[str, tf.Tensor]:
+        """Raw strings [batch] -> encode outputs plus the ids the text became."""
+        inputs = self.encoder.encode(text)
+        return {**self._encode(**inputs), **inputs}
+
+    def _encode_text_pair(self, text, text_b) -> dict[str, tf.Tensor]:
+        """Raw string pairs (A = text, B = text_b), each [batch] -> encode outputs plus the ids."""
+        checks = [tf.debugging.assert_equal(tf.size(text), tf.size(text_b),
+                                            message="text and text_b must hold the same number of strings")]
+        with tf.control_dependencies(checks):
+            inputs = self.encoder.encode(tf.identity(text), text_b)
+        return {**self._encode(**inputs), **inputs}
+
+    def _predict_masked(self, text) -> dict[str, tf.Tensor]:
+        """Raw strings with ``<mask>`` [batch] -> top-k pieces and probabilities for every mask."""
+        inputs = self.encoder.encode_masked(text)
+        is_masked = inputs["is_masked"]
+        num_masks = inputs["num_masks"]
+        batch_size = tf.shape(is_masked)[0]
+        found = tf.where(is_masked > 0)  # [total masks, 2] (row, position), row-major
+        positions = tf.RaggedTensor.from_value_rowids(tf.cast(found[:, 1], tf.int32), found[:, 0],
+                                                      nrows=tf.cast(batch_size, tf.int64))
+        most = tf.reduce_max(tf.concat([num_masks, [0]], axis=0))
+        # The network always gets at least one (possibly padding) target row, so a batch
+        # without masks runs the same graph and its outputs are sliced to P = 0.
+        rows = tf.maximum(most, 1)
+        positions = positions.to_tensor(default_value=-1, shape=tf.stack([batch_size, rows]))
+        valid = positions >= 0
+        logits, _ = self.network(inputs["input_ids"], inputs["segment_ids"], perm_mask=(is_masked > 0)[:, None, :],
+                                 input_mask=inputs["input_mask"], target_positions=tf.maximum(positions, 0),
+                                 target_valid=tf.cast(valid, tf.float32), training=False)
+        probabilities, ids = tf.math.top_k(tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1), k=self.top_k)
+        keep = valid[:, :, None]
+        result = {
+            "top_k_ids": tf.where(keep, ids, -1),
+            "top_k_tokens": tf.where(keep, self.encoder.id_to_piece(ids), ""),
+            "top_k_probabilities": tf.where(keep, probabilities, 0.0),
+            "mask_positions": positions,
+        }
+        result = {name: value[:, :most] for name, value in result.items()}
+        result["num_masks"] = num_masks
+        return result
+
+
+def next_version(output: Path) -> int:
+    """One more than the highest numbered version directory in ``output`` (1 when there is none)."""
+    versions = [int(p.name) for p in output.iterdir() if p.is_dir() and p.name.isdigit()] if output.is_dir() else []
+    return max(versions, default=0) + 1
+
+
+def export_saved_model(model_dir: str | os.PathLike, output: str | os.PathLike, config: ExportConfig,
+                       version: int | None = None, checkpoint: str | None = None) -> Path:
+    """Exports ``model_dir``'s checkpoint as ``output/<version>/`` and returns that directory.
+
+    ``version`` defaults to one more than the highest existing numbered version (1 for a new
+    output); an existing version is never overwritten. The SavedModel is written to a temporary
+    directory next to it and renamed into place, so TF Serving never sees a half-written version.
+    """
+    source = read_model_directory(model_dir, checkpoint)
+    output = Path(output)
+    version = next_version(output) if version is None else int(version)
+    if version < 1:
+        raise ExportError(f"--version must be a positive integer, got {version}")
+    target = output / str(version)
+    if target.exists():
+        raise ExportError(f"--output {str(output)!r} already holds version {version}; pick another --version")
+    check_vocabulary(source)
+    network = restore_network(source)
+    encoder = XLNetTextEncoder(source.sp_model_proto, source.special_ids, config.max_length, config.uncased)
+    output.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".export-{version}-", dir=output))
+    try:
+        assets = _write_assets(staging / "asset_sources", source, config, version)
+        module = XLNetServingModule(network, encoder, config.top_k, assets)
+        saved = staging / "saved_model"
+        tf.saved_model.save(module, str(saved), signatures=module.signatures())
+        os.rename(saved, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _write_assets(directory: Path, source: ModelDirectory, config: ExportConfig, version: int) -> dict[str, str]:
+    """Writes the files shipped under assets/: the vocabulary and the resolved configurations."""
+    directory.mkdir(parents=True)
+    (directory / "spiece.model").write_bytes(source.sp_model_proto)
+    source.model_config.save(directory / "model_config.json")
+    export_config = {
+        "format_version": EXPORT_FORMAT_VERSION,
+        "version": version,
+        **dataclasses.asdict(config),
+        "special_ids": source.special_ids,
+        "vocab_size": source.model_config.vocab_size,
+        "d_model": source.model_config.d_model,
+        "checkpoint": str(source.checkpoint),
+        "signatures": list(SIGNATURES),
+        "layout": "left-padded to max_length; A <sep> [B <sep>] <cls>; <cls> is the last position",
+    }
+    (directory / "export_config.json").write_text(json.dumps(export_config, indent=2, sort_keys=True) + "\n")
+    return {name: str(directory / name) for name in ("spiece.model", "model_config.json", "export_config.json")}

@@ -1,0 +1,52 @@
+"""`xlnet export`: a model directory -> a serving SavedModel under OUTPUT/<version>/."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from trainer.export import ExportConfig, ExportError, SIGNATURES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `xlnet export`."""
+    parser.add_argument("--model-dir", required=True,
+                        help="model directory written by `xlnet train` or `xlnet import-checkpoint`")
+    parser.add_argument("--output", required=True,
+                        help="base directory of the SavedModel versions (TF Serving's model base path)")
+    parser.add_argument("--max-length", type=int, default=ExportConfig.max_length,
+                        help="sequence length every signature pads to (left padding, <cls> last); "
+                             "longer texts are truncated from the right")
+    parser.add_argument("--top-k", type=int, default=ExportConfig.top_k,
+                        help="candidates predict_masked returns for each <mask>")
+    parser.add_argument("--version", type=int, default=None,
+                        help="version number of the export (default: one more than the highest in --output)")
+    parser.add_argument("--checkpoint", default=None,
+                        help="checkpoint prefix to export (default: the latest in MODEL_DIR/checkpoints)")
+    casing = parser.add_mutually_exclusive_group()
+    casing.add_argument("--uncased", dest="uncased", action="store_true", default=None,
+                        help="lower-case input text (default: detected from the vocabulary)")
+    casing.add_argument("--cased", dest="uncased", action="store_false",
+                        help="keep the case of input text (default: detected from the vocabulary)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exports and prints where the SavedModel went; returns 2 with a message on bad input."""
+    from trainer.export import export_saved_model, read_model_directory, vocabulary_is_uncased
+
+    started = time.time()
+    try:
+        uncased = args.uncased
+        if uncased is None:
+            uncased = vocabulary_is_uncased(read_model_directory(args.model_dir, args.checkpoint).sp_model_proto)
+        config = ExportConfig(max_length=args.max_length, top_k=args.top_k, uncased=uncased)
+        print(f"exporting {args.model_dir} (max_length={config.max_length}, top_k={config.top_k}, "
+              f"{'uncased' if uncased else 'cased'} text)", flush=True)
+        target = export_saved_model(args.model_dir, args.output, config, version=args.version,
+                                    checkpoint=args.checkpoint)
+    except ExportError as error:
+        print(f"xlnet export: error: {error}", file=sys.stderr)
+        return 2
+    print(f"SavedModel written to {target} in {time.time() - started:.1f}s; "
+          f"signatures: {', '.join(SIGNATURES)}", flush=True)
+    return 0
