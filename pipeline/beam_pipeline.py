@@ -39,7 +39,7 @@ from pipeline.records import RecordBuilder
 from pipeline.streams import (TokenizedDocument, concatenate_stream, place_document, reverse_stream,
                               shard_of_stream, stream_rng, streams_of_shard)
 from pipeline.vocab import SpecialIds, Vocab
-from tfrecords.example_codec import encode_record
+from tfrecords.example_codec import encode_batch
 from tfrecords.manifest import Manifest, ShardEntry, SplitEntry, StreamEntry
 from tfrecords.manifest import SPLITS
 
@@ -101,7 +101,7 @@ class TokenizeDocuments(beam.DoFn):
         key, lines = element
         c = self._config
         texts = [text for text in (normalize_text(line, c.uncased) for line in lines) if text]
-        sentences = [ids for ids in self._processor.encode(texts, out_type=int) if ids] if texts else []
+        sentences = [ids for ids in self._processor.encode(texts, out_type=int, num_threads=1) if ids] if texts else []
         if not sentences:
             _count("empty_documents", 1)
             return
@@ -150,10 +150,11 @@ class WriteShard(beam.DoFn):
             for stream_id, (ids, starts), reverse in jobs:
                 first = totals["records"]
                 rng = stream_rng(c.seed, split, stream_id)
-                for record in self._builder.build(ids, starts, stream_id, reverse, rng):
-                    _TFRecordUtil.write_record(handle, encode_record(record.__dict__))
-                    totals["records"] += 1
-                    totals["masked_tokens"] += int(record.is_masked.sum())
+                for batch in self._builder.build(ids, starts, stream_id, reverse, rng):
+                    for serialized in encode_batch(batch.__dict__):
+                        _TFRecordUtil.write_record(handle, serialized)
+                    totals["records"] += len(batch)
+                    totals["masked_tokens"] += int(batch.is_masked.sum())
                 count = totals["records"] - first
                 streams.append({"stream_id": stream_id, "records": count, "first_record_index_in_file": first})
                 covered = 0 if count == 0 else (count - 1) * c.reuse_len + c.seq_len

@@ -27,11 +27,16 @@ original does.
 
 All randomness comes from the ``numpy.random.Generator`` passed in, which the caller seeds
 per (seed, split, stream): the records of a stream do not depend on the runner.
+
+Speed: the A/B choice is a short scalar loop per record, but everything else runs on
+``[records, seq_len]`` matrices for ``CHUNK_RECORDS`` records of a stream at a time: token
+gathering, segment ids, word starts, and the span sampler, which advances every record's
+span cursor in lock-step (one NumPy step per span for all records) using per-row lookup
+tables (next maskable word start, next blocked position, k-th boundary).
 """
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
@@ -109,21 +114,44 @@ class RecordConfig:
         return values
 
 
+# Records per batch of the vectorised builder: bounds memory ([CHUNK, seq_len] matrices)
+# independently of stream length. Part of the algorithm: changing it changes the bytes.
+CHUNK_RECORDS = 256
+
+
 @dataclass
-class Record:
-    """One record before serialisation (arrays of length seq_len, int32)."""
+class RecordBatch:
+    """Records of one stream, batch-major: [n, seq_len] int32 matrices and [n] scalars."""
 
     input_ids: np.ndarray
     segment_ids: np.ndarray
     is_masked: np.ndarray
     word_start: np.ndarray
-    label: int
-    stream_id: int
-    stream_pos: int
+    label: np.ndarray
+    stream_id: np.ndarray
+    stream_pos: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+    def record(self, row: int) -> dict:
+        """One record as a feature dict (tfrecords.schema names)."""
+        return {name: getattr(self, name)[row] for name in
+                ("input_ids", "segment_ids", "is_masked", "word_start", "label", "stream_id", "stream_pos")}
+
+
+def _next_true(flags: np.ndarray) -> np.ndarray:
+    """[R, L+1]: for each position p the first q >= p with flags[q], or L when none."""
+    rows, length = flags.shape
+    where = np.where(flags, np.arange(length), length)
+    out = np.empty((rows, length + 1), dtype=np.int64)
+    out[:, length] = length
+    out[:, :length] = np.minimum.accumulate(where[:, ::-1], axis=1)[:, ::-1]
+    return out
 
 
 class SpanMasker:
-    """Samples span masks for one part of a record (see the module docstring)."""
+    """Samples span masks for one part of many records at once (see the module docstring)."""
 
     def __init__(self, config: RecordConfig):
         self._config = config
@@ -131,64 +159,88 @@ class SpanMasker:
         self._cdf = np.cumsum(probabilities / probabilities.sum())
         self._cdf[-1] = 1.0
 
-    def _draws(self, rng: np.random.Generator, count: int) -> tuple[list[int], list[float]]:
-        grams = (np.searchsorted(self._cdf, rng.random(count), side="right") + 1).tolist()
-        return grams, rng.random(count).tolist()
-
     def sample(self, word_start: np.ndarray, maskable: np.ndarray, goal: int, rng: np.random.Generator) -> np.ndarray:
-        """bool mask with exactly ``goal`` maskable positions set (``goal`` <= maskable count)."""
-        seg_len = len(word_start)
-        mask = np.zeros(seg_len, dtype=bool)
-        if goal <= 0:
-            return mask
-        alpha, beta, subword = self._config.mask_alpha, self._config.mask_beta, self._config.subword_spans
-        starts = np.flatnonzero(word_start & maskable).tolist()
-        blocked = np.flatnonzero(~maskable).tolist()
-        bounds = np.flatnonzero(word_start | ~maskable).tolist()
-        grams, offsets = self._draws(rng, goal + 8)
-        draw = count = cur = 0
-        while cur < seg_len and count < goal:
-            if draw == len(grams):
-                grams, offsets = self._draws(rng, goal + 8)
-                draw = 0
+        """bool mask [L] with exactly ``goal`` maskable positions set (``goal`` <= maskable count)."""
+        return self.sample_batch(word_start[None], maskable[None], goal, rng)[0]
+
+    def sample_batch(self, word_start: np.ndarray, maskable: np.ndarray, goal: int,
+                     rng: np.random.Generator) -> np.ndarray:
+        """bool masks [R, L]: each row gets exactly ``goal`` targets among its maskable positions."""
+        word_start = np.asarray(word_start, dtype=bool)
+        maskable = np.asarray(maskable, dtype=bool)
+        rows, seg_len = word_start.shape
+        if goal <= 0 or rows == 0:
+            return np.zeros((rows, seg_len), dtype=bool)
+        return self._top_up(self.spans(word_start, maskable, goal, rng), maskable, goal, rng)
+
+    def spans(self, word_start: np.ndarray, maskable: np.ndarray, goal: int, rng: np.random.Generator) -> np.ndarray:
+        """The n-gram spans alone, before the top-up: int [R, L], 1 inside a span, else 0."""
+        c = self._config
+        rows, seg_len = word_start.shape
+        is_bound = word_start | ~maskable  # spans end at word starts and never cover blocked tokens
+        next_start = _next_true(word_start & maskable)
+        next_blocked = _next_true(~maskable)
+        rank = np.zeros((rows, seg_len + 1), dtype=np.int64)
+        np.cumsum(is_bound, axis=1, out=rank[:, 1:])
+        num_bounds = rank[:, -1]
+        bound_pos = np.full((rows, seg_len + c.max_gram + 2), seg_len, dtype=np.int64)
+        r_idx, p_idx = np.nonzero(is_bound)
+        bound_pos[r_idx, rank[r_idx, p_idx]] = p_idx
+        row = np.arange(rows)
+        cur = np.zeros(rows, dtype=np.int64)
+        count = np.zeros(rows, dtype=np.int64)
+        active = np.ones(rows, dtype=bool)
+        delta = np.zeros((rows, seg_len + 1), dtype=np.int64)
+        grams_range = np.arange(1, c.max_gram + 1)
+        while active.any():
+            grams = np.searchsorted(self._cdf, rng.random(rows), side="right") + 1
+            offsets = rng.random(rows)
             remaining = goal - count
-            n = min(grams[draw], remaining)
-            window = n * alpha // beta
-            left = int(offsets[draw] * window)
-            draw += 1
-            k = bisect_left(starts, cur + left)
-            if k == len(starts):
-                break
-            beg = starts[k]
-            b = bisect_right(blocked, beg)
-            stop = blocked[b] if b < len(blocked) else seg_len
-            if subword:
-                if beg + n >= seg_len:
-                    break
-                end = min(beg + n, stop)
+            n = np.minimum(grams, remaining)
+            window = n * c.mask_alpha // c.mask_beta
+            left = (offsets * window).astype(np.int64)
+            beg = next_start[row, np.minimum(cur + left, seg_len)]
+            k = rank[row, np.minimum(beg, seg_len)]
+            if c.subword_spans:
+                stop = beg + n >= seg_len
+                end = np.minimum(beg + n, next_blocked[row, np.minimum(beg + 1, seg_len)])
+                skip = np.zeros(rows, dtype=bool)
             else:
-                j = bisect_right(bounds, beg)  # bounds[j + m - 1] ends a span of m words
-                if j + n - 1 >= len(bounds):
-                    break
-                m = n
-                while m > 0 and min(bounds[j + m - 1], stop) - beg > remaining:
-                    m -= 1
-                if m == 0:  # a single word longer than the remaining budget: leave it unmasked
-                    cur = bounds[j]
-                    continue
-                end = min(bounds[j + m - 1], stop)
-            mask[beg:end] = True
-            count += end - beg
-            cur = end + window - left
-        if count < goal:
-            candidates = np.flatnonzero(maskable & ~mask)
-            mask[rng.choice(candidates, goal - count, replace=False)] = True
-        return mask
+                stop = (beg >= seg_len) | (k + n >= num_bounds)
+                ends = bound_pos[row[:, None], k[:, None] + grams_range[None, :]]  # [R, max_gram]
+                ends = np.minimum(ends, next_blocked[row, np.minimum(beg + 1, seg_len)][:, None])
+                fits = (grams_range[None, :] <= n[:, None]) & (ends - beg[:, None] <= remaining[:, None])
+                m = np.where(fits.any(axis=1), c.max_gram - np.argmax(fits[:, ::-1], axis=1), 0)
+                end = ends[row, np.maximum(m - 1, 0)]
+                skip = m == 0  # one word longer than the remaining budget: leave it unmasked
+            active &= ~stop & (beg < seg_len)
+            place = active & ~skip
+            delta[row[place], beg[place]] += 1
+            delta[row[place], end[place]] -= 1
+            count = np.where(place, count + end - beg, count)
+            jump = bound_pos[row, np.minimum(k + 1, bound_pos.shape[1] - 1)]
+            cur = np.where(place, end + window - left, np.where(active & skip, jump, cur))
+            active &= (cur < seg_len) & (count < goal)
+        return np.cumsum(delta[:, :seg_len], axis=1)
+
+    def _top_up(self, spans: np.ndarray, maskable: np.ndarray, goal: int, rng) -> np.ndarray:
+        """Adds random single maskable tokens until every row has ``goal`` targets."""
+        mask = spans > 0
+        need = goal - mask.sum(axis=1)
+        if not need.any():
+            return mask
+        keys = rng.random(mask.shape)
+        keys[~maskable | mask] = 2.0  # never chosen
+        order = np.argsort(keys, axis=1, kind="stable")
+        chosen = np.zeros(mask.shape, dtype=bool)
+        ranks = np.arange(mask.shape[1])[None, :] < need[:, None]
+        np.put_along_axis(chosen, order, ranks, axis=1)
+        return mask | chosen
 
 
 def split_a_b(length: int, sentence_starts: np.ndarray, begin: int, ab_len: int,
-              rng: np.random.Generator) -> tuple[int, int, int, int, int] | None:
-    """Chooses A = [begin, a_end) and B = [b_begin, b_end) (trimmed) and the label, or None."""
+              rng: np.random.Generator) -> tuple[int, int, int, int] | None:
+    """Chooses A = [begin, begin + a_len) and B = [b_begin, b_begin + b_len) and the label, or None."""
     if begin + ab_len >= length:
         return None
     lo = np.searchsorted(sentence_starts, begin, side="right")
@@ -209,11 +261,11 @@ def split_a_b(length: int, sentence_starts: np.ndarray, begin: int, ab_len: int,
         label = 1
         a_end = int(cuts[rng.integers(len(cuts))])
         b_begin, b_end = a_end, end
-    a_len, b_len = _trim(a_end - begin, b_end - b_begin, ab_len)
-    return a_len, b_begin, b_len, label, a_end
+    a_len, b_len = trim_a_b(a_end - begin, b_end - b_begin, ab_len)
+    return a_len, b_begin, b_len, label
 
 
-def _trim(a_len: int, b_len: int, total: int) -> tuple[int, int]:
+def trim_a_b(a_len: int, b_len: int, total: int) -> tuple[int, int]:
     """Trims the longer of A/B by one token at a time until they fit in ``total`` (closed form)."""
     excess = a_len + b_len - total
     if excess <= 0:
@@ -234,41 +286,57 @@ class RecordBuilder:
     def __init__(self, config: RecordConfig, word_start_table: np.ndarray, sep_id: int, cls_id: int):
         config.validate()
         self._config = config
-        self._word_start_table = word_start_table
+        self._word_start_table = np.asarray(word_start_table, dtype=bool)
         self._sep, self._cls = sep_id, cls_id
         self._masker = SpanMasker(config)
-        self._tail = np.array([sep_id, cls_id], dtype=np.int32)
 
-    def build(self, ids: np.ndarray, sentence_starts: np.ndarray, stream_id: int, reverse: bool,
-              rng: np.random.Generator) -> Iterator[Record]:
-        """Records of one stream in stream_pos order. ``sentence_starts``: sorted positions > 0."""
+    def layout(self, ids: np.ndarray, sentence_starts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """[n, 5] int64 rows (start, a_len, b_begin, b_len, label) of every record of the stream."""
         c = self._config
-        length = len(ids)
-        start = pos = 0
-        segment_ids = np.full(c.seq_len, SEG_A, dtype=np.int32)
-        segment_ids[-1] = SEG_CLS
-        while start + c.seq_len <= length:
-            begin = start + c.reuse_len
-            split = split_a_b(length, sentence_starts, begin, c.ab_len, rng)
+        rows = []
+        start = 0
+        while start + c.seq_len <= len(ids):
+            split = split_a_b(len(ids), sentence_starts, start + c.reuse_len, c.ab_len, rng)
             if split is None:
                 break
-            a_len, b_begin, b_len, label, _ = split
-            input_ids = np.concatenate([
-                ids[start:begin + a_len], self._tail[:1], ids[b_begin:b_begin + b_len], self._tail])
-            word_start = self._word_start_table[input_ids]
-            maskable = (input_ids != self._sep) & (input_ids != self._cls)
-            is_masked = np.concatenate([
-                self._mask(word_start[:c.reuse_len], maskable[:c.reuse_len], c.context_budget, reverse, rng),
-                self._mask(word_start[c.reuse_len:], maskable[c.reuse_len:], c.ab_budget, reverse, rng)])
-            segs = segment_ids.copy()
-            segs[begin - start + a_len + 1:-1] = SEG_B
-            yield Record(input_ids=input_ids, segment_ids=segs, is_masked=is_masked.astype(np.int32),
-                         word_start=word_start.astype(np.int32), label=label, stream_id=stream_id, stream_pos=pos)
+            rows.append((start,) + split)
             start += c.reuse_len
-            pos += 1
+        return np.array(rows, dtype=np.int64).reshape(-1, 5)
+
+    def build(self, ids: np.ndarray, sentence_starts: np.ndarray, stream_id: int, reverse: bool,
+              rng: np.random.Generator) -> Iterator[RecordBatch]:
+        """The stream's records in stream_pos order, in batches of up to CHUNK_RECORDS."""
+        layout = self.layout(ids, sentence_starts, rng)
+        source = np.concatenate([np.asarray(ids, dtype=np.int32), np.array([self._sep, self._cls], np.int32)])
+        for first in range(0, len(layout), CHUNK_RECORDS):
+            yield self._batch(source, layout[first:first + CHUNK_RECORDS], first, stream_id, reverse, rng)
+
+    def _batch(self, source: np.ndarray, layout: np.ndarray, first: int, stream_id: int, reverse: bool,
+               rng: np.random.Generator) -> RecordBatch:
+        c = self._config
+        rows = len(layout)
+        start, a_len, b_begin, b_len, label = (layout[:, i:i + 1] for i in range(5))
+        col = np.arange(c.seq_len)[None, :]
+        sep_at = c.reuse_len + a_len  # position of the first <sep>
+        sep_index, cls_index = len(source) - 2, len(source) - 1
+        gather = np.where(col < sep_at, start + col,
+                          np.where(col == sep_at, sep_index,
+                                   np.where(col < c.seq_len - 2, b_begin + col - sep_at - 1,
+                                            np.where(col == c.seq_len - 2, sep_index, cls_index))))
+        input_ids = source[gather]
+        segment_ids = np.where(col <= sep_at, SEG_A, np.where(col < c.seq_len - 1, SEG_B, SEG_CLS))
+        word_start = self._word_start_table[input_ids]
+        maskable = (input_ids != self._sep) & (input_ids != self._cls)
+        is_masked = np.concatenate([
+            self._mask(word_start[:, :c.reuse_len], maskable[:, :c.reuse_len], c.context_budget, reverse, rng),
+            self._mask(word_start[:, c.reuse_len:], maskable[:, c.reuse_len:], c.ab_budget, reverse, rng)], axis=1)
+        return RecordBatch(
+            input_ids=input_ids, segment_ids=segment_ids.astype(np.int32), is_masked=is_masked.astype(np.int32),
+            word_start=word_start.astype(np.int32), label=layout[:, 4].astype(np.int32),
+            stream_id=np.full(rows, stream_id, dtype=np.int64), stream_pos=np.arange(first, first + rows))
 
     def _mask(self, word_start: np.ndarray, maskable: np.ndarray, goal: int, reverse: bool,
               rng: np.random.Generator) -> np.ndarray:
         if reverse:
-            return self._masker.sample(word_start[::-1], maskable[::-1], goal, rng)[::-1]
-        return self._masker.sample(word_start, maskable, goal, rng)
+            return self._masker.sample_batch(word_start[:, ::-1], maskable[:, ::-1], goal, rng)[:, ::-1]
+        return self._masker.sample_batch(word_start, maskable, goal, rng)
