@@ -22,7 +22,10 @@ same corpus copied from local disk to Cloud Storage keeps its keys (and its spli
 """
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import zlib
 import posixpath
 import re
 from collections import Counter
@@ -154,26 +157,37 @@ def _jsonl_documents(lines: Iterator[str], text_field: str, stats: Counter) -> I
             yield document
 
 
+def _open_decompressed(path: str):
+    """The file's bytes, decompressed by extension with Python's gzip/bz2 (which, unlike a raw
+    stream decompressor, raise on a truncated file instead of silently ending early)."""
+    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    if path.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if path.endswith(".bz2"):
+        return bz2.BZ2File(raw, mode="rb")
+    return raw
+
+
 def read_documents(path: str, input_format: str = "auto", text_field: str = "text",
                    max_line_bytes: int = 1 << 20, stats: Counter | None = None) -> Iterator[list[str]]:
     """Yields the documents (lists of raw sentence lines) of one corpus file.
 
     Compression is detected from the extension (.gz, .bz2). Problems are counted in
-    ``stats`` (see the module docstring); a file that cannot be decompressed raises
-    CorpusError naming it.
+    ``stats`` (see the module docstring); a file that cannot be decompressed, or is
+    truncated, raises CorpusError naming it.
     """
     stats = Counter() if stats is None else stats
     file_format = resolve_format(path, input_format)
     before = stats["lines"] + stats["invalid_lines"] + stats["long_lines"]
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as handle:
+        with _open_decompressed(path) as handle:
             decoded = (decode_line(raw, stats) for raw in read_raw_lines(handle, max_line_bytes, stats))
             valid = (line for line in decoded if line is not None)
             if file_format == "jsonl":
                 yield from _jsonl_documents(valid, text_field, stats)
             else:
                 yield from _text_documents(valid, stats)
-    except (OSError, EOFError, ValueError) as error:  # zlib/bz2 errors are OSError/ValueError
+    except (OSError, EOFError, ValueError, zlib.error) as error:
         if isinstance(error, CorpusError):
             raise
         raise CorpusError(f"{path}: cannot read: {error}") from error
