@@ -1,0 +1,54 @@
+"""tfrecords/manifest.py: loading, validation and atomic saving."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tfrecords.manifest import Manifest, ManifestError, load_manifest
+
+
+def test_loaded_manifest_exposes_the_data_shape(tiny_data_dir):
+    manifest = load_manifest(tiny_data_dir)
+    assert (manifest.seq_len, manifest.reuse_len, manifest.num_predict, manifest.perm_size) == (128, 64, 21, 64)
+    assert manifest.bi_data and manifest.num_streams == 16 and manifest.compression_type == ""
+    locations = manifest.split("train").stream_locations()
+    assert sorted(locations) == list(range(32))
+    assert manifest.shard_path(manifest.split("train").shards[0]).startswith(tiny_data_dir)
+
+
+def test_missing_manifest_is_reported_with_its_path(tmp_path):
+    with pytest.raises(ManifestError, match="manifest.json not found"):
+        load_manifest(str(tmp_path))
+
+
+def test_unknown_split_is_reported(tiny_data_dir):
+    with pytest.raises(ManifestError, match="no split 'test'"):
+        load_manifest(tiny_data_dir).split("test")
+
+
+def test_inconsistent_stream_bookkeeping_is_refused(tiny_data_dir, tmp_path):
+    values = json.loads((Path(tiny_data_dir) / "manifest.json").read_text())
+    values["splits"]["train"]["shards"][0]["streams"][1]["first_record_index_in_file"] += 1
+    (tmp_path / "manifest.json").write_text(json.dumps(values))
+    with pytest.raises(ManifestError, match="expected"):
+        load_manifest(str(tmp_path))
+
+
+def test_other_format_version_is_refused(tiny_data_dir, tmp_path):
+    values = json.loads((Path(tiny_data_dir) / "manifest.json").read_text())
+    values["format_version"] = 99
+    (tmp_path / "manifest.json").write_text(json.dumps(values))
+    with pytest.raises(ManifestError, match="format_version 99"):
+        load_manifest(str(tmp_path))
+
+
+def test_save_replaces_atomically_and_leaves_no_temporary_file(tiny_data_dir, tmp_path):
+    manifest = load_manifest(tiny_data_dir)
+    manifest.save(str(tmp_path))
+    manifest.save(str(tmp_path))
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+    reloaded = Manifest.from_dict(json.loads((tmp_path / "manifest.json").read_text()))
+    assert reloaded == manifest
+    assert reloaded.split("valid").totals == manifest.split("valid").totals
