@@ -182,7 +182,8 @@ class Trainer:
             mems = out["new_mems"]
         return grad_sums, loss_sum, correct, targets, mems
 
-    def _replica_step(self, features):
+    def _replica_gradients(self, features):
+        """Global (all-reduced, clipped) gradients of one step -> (grads, loss, accuracy, grad norm)."""
         context = tf.distribute.get_replica_context()
         grads, loss_sum, correct, targets, mems = self._grad_fn(features, self.train_memory.read())
         self.train_memory.assign(mems)
@@ -196,8 +197,28 @@ class Trainer:
             norm = norm / scale
         else:
             grads, norm = clip_by_global_norm(grads, clip)
+        return grads, loss_sum / denominator, correct / denominator, norm
+
+    def _replica_step(self, features):
+        grads, loss, accuracy, norm = self._replica_gradients(features)
         self.optimizer.apply_gradients(zip(grads, self.variables))
-        return loss_sum / denominator, correct / denominator, norm
+        return loss, accuracy, norm
+
+    def gradients(self, iterator) -> tuple[list[np.ndarray], float]:
+        """(global gradients, loss) of the next batch of ``iterator`` without applying them (advances
+        the memory like a step would). For inspecting a step, e.g. comparing strategies."""
+        @tf.function
+        def run(batch):
+            grads, loss, _, _ = self.strategy.run(self._replica_gradients, args=(batch,))
+            first = self.strategy.experimental_local_results
+            return [first(g)[0] for g in grads], first(loss)[0]
+
+        grads, loss = run(next(iterator))
+        return [g.numpy() for g in grads], float(loss.numpy())
+
+    def train_dataset(self) -> tf.distribute.DistributedDataset:
+        """The training input, distributed, starting at the current step."""
+        return self._reader("train", self.config.train_batch_size, int(self.step.numpy())).distribute(self.strategy)
 
     def _eval_micro(self, features, mems):
         out = self.pretrainer.compute(features, mems, training=False)
@@ -246,7 +267,7 @@ class Trainer:
         """Trains to ``train_steps``; checkpoints every ``checkpoint_every`` steps and at exit."""
         config = self.config
         start = int(self.step.numpy())
-        iterator = iter(self._reader("train", config.train_batch_size, start).distribute(self.strategy))
+        iterator = iter(self.train_dataset())
         writers = self._summary_writers()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         tokens_per_step = config.examples_per_step * config.seq_len
