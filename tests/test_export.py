@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -315,6 +316,30 @@ def test_export_refuses_a_model_directory_without_checkpoints(tmp_path, model_di
         (bare / name).write_bytes((model_dir / name).read_bytes())
     with pytest.raises(ExportError, match="no checkpoint under checkpoints/"):
         export_saved_model(bare, tmp_path / "out", ExportConfig())
+
+
+def copy_model_dir(source: Path, target: Path) -> Path:
+    target.mkdir()
+    for name in ("model_config.json", "spiece.model", "special_ids.json"):
+        (target / name).write_bytes((source / name).read_bytes())
+    shutil.copytree(source / "checkpoints", target / "checkpoints")
+    return target
+
+
+def test_export_refuses_a_checkpoint_of_another_architecture(tmp_path, model_dir):
+    copy = copy_model_dir(model_dir, tmp_path / "deeper")
+    config = json.loads((copy / "model_config.json").read_text())
+    (copy / "model_config.json").write_text(json.dumps({**config, "n_layer": config["n_layer"] + 1}))
+    with pytest.raises(ExportError, match="does not match model_config.json"):
+        export_saved_model(copy, tmp_path / "out", ExportConfig())
+
+
+def test_export_reports_an_unreadable_checkpoint(tmp_path, model_dir):
+    copy = copy_model_dir(model_dir, tmp_path / "corrupt")
+    for data in (copy / "checkpoints").glob("*.data-*"):
+        data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(ExportError, match="cannot read checkpoint"):
+        export_saved_model(copy, tmp_path / "out", ExportConfig())
 
 
 def test_export_refuses_special_ids_that_disagree_with_the_vocabulary(tmp_path, model_dir, special_ids):

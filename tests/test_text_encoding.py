@@ -9,6 +9,7 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
+from pipeline.records import trim_a_b
 from trainer.text_encoding import XLNetTextEncoder, normalize_text, pair_lengths
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "wiki_summaries_en.txt.gz"
@@ -92,28 +93,19 @@ def test_long_text_keeps_its_first_pieces(encoder, sp):
     assert out["input_mask"] == [1] * MAX_LENGTH
 
 
-def truncate_seq_pair_loop(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
-    """XLNet's _truncate_seq_pair: pop from the longer (B on ties) until the pair fits."""
-    while len_a + len_b > budget:
-        if len_a > len_b:
-            len_a -= 1
-        else:
-            len_b -= 1
-    return len_a, len_b
-
-
-def test_pair_truncation_trims_the_longer_side_from_the_right_like_xlnet():
+def test_pair_truncation_keeps_the_lengths_preprocessing_keeps():
+    """Same rule as the records (XLNet's _truncate_seq_pair: trim the longer, B on ties)."""
     grid = [(a, b, budget) for a in range(0, 15) for b in range(0, 15) for budget in range(0, 12)]
     a, b, budget = (np.array(column) for column in zip(*grid))
     got_a, got_b = pair_lengths(tf.constant(a), tf.constant(b), tf.constant(budget))
-    expected = [truncate_seq_pair_loop(*row) for row in grid]
+    expected = [trim_a_b(*row) for row in grid]
     assert list(zip(got_a.numpy().tolist(), got_b.numpy().tolist())) == expected
 
 
 def test_long_pair_keeps_the_first_pieces_of_both_texts(encoder, sp):
     a, b = corpus_lines(3)[2], corpus_lines(5)[4]
     pa, pb = sp.encode(a), sp.encode(b)
-    keep_a, keep_b = truncate_seq_pair_loop(len(pa), len(pb), MAX_LENGTH - 3)
+    keep_a, keep_b = trim_a_b(len(pa), len(pb), MAX_LENGTH - 3)
     out = encode_one(encoder, a, b)
     assert out["input_ids"] == pa[:keep_a] + [SEP] + pb[:keep_b] + [SEP, CLS]
 

@@ -144,10 +144,13 @@ def inference_config(config: ModelConfig) -> ModelConfig:
 def restore_network(model_dir: ModelDirectory) -> XLNetNetwork:
     """Builds the serving network of ``model_dir`` and restores its weights (every network variable must match)."""
     network = build_network(inference_config(model_dir.model_config))
-    status = tf.train.Checkpoint(model=network).restore(model_dir.checkpoint)
     try:
+        status = tf.train.Checkpoint(model=network).restore(model_dir.checkpoint)
         status.assert_existing_objects_matched()
-    except AssertionError as error:
+    except (tf.errors.OpError, IndexError) as error:
+        raise ExportError(f"cannot read checkpoint {model_dir.checkpoint!r}: "
+                          f"{getattr(error, 'message', error)}") from error
+    except (AssertionError, ValueError) as error:
         raise ExportError(f"checkpoint {model_dir.checkpoint!r} does not match model_config.json: {error}") from error
     status.expect_partial()  # optimizer slots, step, mems and rng state are training-only
     return network

@@ -18,7 +18,7 @@ Layout (the one XLNet's own fine-tuning code uses)::
 * ``<mask>``: SentencePiece treats ``<mask>`` as a control symbol and never produces it from text,
   so :meth:`XLNetTextEncoder.encode_masked` splits the normalised text on the literal ``<mask>``
   and inserts the mask id between the encoded pieces. Each ``<mask>`` stands for exactly one
-  piece, and the text after it starts a new word.
+  piece; the text after it starts a new word, except punctuation glued to it (``<mask>.``).
 """
 from __future__ import annotations
 
@@ -86,7 +86,8 @@ def normalize_text(texts: tf.Tensor, uncased: bool) -> tf.Tensor:
 def pair_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget: int) -> tuple[tf.Tensor, tf.Tensor]:
     """Lengths A and B keep when the longer is trimmed from the right (B on ties) to fit ``budget``.
 
-    Closed form of XLNet's ``_truncate_seq_pair`` loop: when the shorter side fits in half the
+    Tensor version of ``pipeline.records.trim_a_b`` (the rule records are built with), i.e. the
+    closed form of XLNet's ``_truncate_seq_pair`` loop: when the shorter side fits in half the
     budget it is kept whole and the longer gets the rest; otherwise both end at half the budget,
     A taking the odd piece.
     """

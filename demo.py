@@ -1,0 +1,206 @@
+"""`make demo`: the whole system end to end on the bundled corpus, on the CPU, in about ten minutes.
+
+Runs the real commands a user runs, each as a subprocess with its output streamed:
+
+1. ``xlnet vocab``       SentencePiece vocabulary (8000 pieces) from data/corpus/
+2. ``xlnet preprocess``  Beam pipeline (FnApiRunner, 2 workers) -> TFRecord shards + manifest
+3. ``xlnet train``       the tiny preset on the CPU, with periodic evaluation on the valid split
+4. ``xlnet export``      serving SavedModel under demo_output/serving/xlnet/1/
+5. predictions           the SavedModel loaded in a fresh Python that imports only tensorflow and
+                         tensorflow_text, filling in masked sentences
+6. loss curves           PNG plot of the train and valid loss read from the TensorBoard event files
+
+Everything goes under demo_output/ (replaced on every run). ``--train-steps`` changes the training
+length (the default fits the 15-minute budget on two cores).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent
+CORPUS_GLOB = str(REPO / "data" / "corpus" / "*.txt.gz")
+MAX_LENGTH = 64
+TOP_K = 5
+MASKED_SENTENCES = [
+    "In the beginning God created the heaven and the <mask>.",
+    "And God said, Let there be <mask>: and there was light.",
+    "Paris is the capital and largest city of <mask>.",
+    "The <mask> is the largest planet in the Solar System.",
+    "Jazz is a music genre that originated in the African-American communities of New <mask>.",
+]
+
+# What a user of the exported model writes: only tensorflow and tensorflow_text are imported.
+CLIENT = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # registers the SentencePiece ops the SavedModel uses
+
+model = tf.saved_model.load(sys.argv[1])
+out = model.signatures["predict_masked"](text=tf.constant(json.loads(sys.argv[2])))
+project = sorted({m.split(".")[0] for m in sys.modules} & {"trainer", "pipeline", "tfrecords", "xlnet_cli"})
+print("project modules imported by the client:", ", ".join(project) or "none")
+for text, count, tokens, probs in zip(json.loads(sys.argv[2]), out["num_masks"].numpy(),
+                                      out["top_k_tokens"].numpy(), out["top_k_probabilities"].numpy()):
+    print(text)
+    for slot in range(count):
+        pieces = [t.decode("utf-8").replace("\u2581", "_") for t in tokens[slot]]
+        print(f"  <mask> {slot + 1}: " + "  ".join(f"{p} {q:.3f}" for p, q in zip(pieces, probs[slot])))
+"""
+
+
+class Step:
+    """Numbered demo step with wall time."""
+
+    total = 6
+
+    def __init__(self, number: int, title: str):
+        self.number, self.title = number, title
+
+    def __enter__(self) -> "Step":
+        self.began = time.time()
+        print(f"\n=== [{self.number}/{self.total}] {self.title}", flush=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            print(f"=== [{self.number}/{self.total}] done in {time.time() - self.began:.0f}s", flush=True)
+
+
+def xlnet_command() -> list[str]:
+    """The installed `xlnet` console script (falls back to the module for a non-installed checkout)."""
+    script = Path(sys.executable).parent / "xlnet"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "xlnet_cli"]
+
+
+# TensorFlow's start-up chatter (CUDA probing, oneDNN notices) says nothing about the demo.
+NOISE = re.compile(r"^(?:[IWE]\d{4} [\d:. ]+\d+ \S+:\d+\]|WARNING: All log messages before absl|"
+                   r"To enable the following instructions|Sharding callback duration)")
+
+
+def run(command: list[str], shown: str | None = None) -> None:
+    """Runs one command with its output streamed; stops the demo with its exit code on failure."""
+    print("$ " + (shown or " ".join(command)), flush=True)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    with subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, bufsize=1) as process:
+        for line in process.stdout:
+            if not NOISE.match(line):
+                print("    " + line, end="", flush=True)
+    code = process.returncode
+    if code:
+        print(f"demo: `{' '.join(command[:2])}` failed with exit code {code}", file=sys.stderr)
+        sys.exit(code)
+
+
+def read_scalars(event_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) pairs of one scalar from the TensorBoard event files in ``event_dir``."""
+    import tensorflow as tf
+
+    points = {}
+    for path in sorted(event_dir.glob("events.out.tfevents.*")):
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                if value.tag == tag:
+                    number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
+                    points[int(event.step)] = number
+    return sorted(points.items())
+
+
+def plot_losses(train: list[tuple[int, float]], valid: list[tuple[int, float]], path: Path) -> None:
+    """Writes the train and valid loss curves as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
+    axes.plot(*zip(*train), label="train loss (mean over each loop of steps)")
+    if valid:
+        axes.plot(*zip(*valid), marker="o", label="valid loss")
+    axes.set_xlabel("step")
+    axes.set_ylabel("permutation LM cross-entropy")
+    axes.set_title("XLNet tiny on the bundled corpus")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def report_losses(tensorboard: Path, plot: Path) -> None:
+    """Plots the train/valid loss of a run's TensorBoard logs and prints the final values."""
+    train = read_scalars(tensorboard / "train", "loss")
+    valid = read_scalars(tensorboard / "eval", "loss")
+    if not train:
+        sys.exit(f"demo: no train loss in {tensorboard / 'train'}")
+    plot_losses(train, valid, plot)
+    print(f"wrote {plot} ({len(train)} train points, {len(valid)} valid points)")
+    print(f"final train loss: {train[-1][1]:.4f} (step {train[-1][0]}; first logged {train[0][1]:.4f})")
+    if valid:
+        print(f"final valid loss: {valid[-1][1]:.4f} (step {valid[-1][0]}; first {valid[0][1]:.4f})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default=str(REPO / "demo_output"), help="where everything goes (replaced)")
+    parser.add_argument("--train-steps", type=int, default=400, help="training steps of the tiny preset")
+    parser.add_argument("--eval-every", type=int, default=100, help="steps between evaluations")
+    parser.add_argument("--plot", nargs=2, metavar=("TENSORBOARD_DIR", "PNG"),
+                        help="only plot the losses of TENSORBOARD_DIR (step 6 runs this in its own process)")
+    args = parser.parse_args(argv)
+    if args.plot:
+        report_losses(Path(args.plot[0]), Path(args.plot[1]))
+        return 0
+
+    began = time.time()
+    out = Path(args.output)
+    if out.exists():
+        print(f"removing the previous demo output {out}", flush=True)
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    vocab, data, model, serving = out / "vocab", out / "data", out / "model", out / "serving" / "xlnet"
+    xlnet = xlnet_command()
+
+    with Step(1, "vocabulary: SentencePiece unigram, 8000 pieces, XLNet special symbols"):
+        run(xlnet + ["vocab", "--input", CORPUS_GLOB, "--output", str(vocab / "spiece"), "--vocab-size", "8000",
+                     "--input-sentence-size", "20000", "--num-threads", "2", "--seed", "0"])
+    with Step(2, "preprocess: Apache Beam (FnApiRunner, 2 workers) -> TFRecord shards"):
+        run(xlnet + ["preprocess", "--input", CORPUS_GLOB, "--output", str(data), "--vocab",
+                     str(vocab / "spiece.model"), "--seq-len", "128", "--reuse-len", "64", "--num-predict", "21",
+                     "--num-streams", "16", "--num-shards", "4", "--valid-shards", "2",
+                     "--runner", "FnApiRunner", "--workers", "2"])
+    with Step(3, f"train: tiny preset, {args.train_steps} steps on the CPU, evaluation every {args.eval_every}"):
+        run(xlnet + ["train", "--data", str(data), "--model-dir", str(model), "--preset", "tiny",
+                     "--set", f"train.train_steps={args.train_steps}", "--set", f"train.eval_every={args.eval_every}",
+                     "--set", f"train.checkpoint_every={args.eval_every}", "--set", "train.steps_per_loop=20"])
+    with Step(4, f"export: SavedModel (max_length {MAX_LENGTH}, top-{TOP_K}) for TF Serving"):
+        run(xlnet + ["export", "--model-dir", str(model), "--output", str(serving), "--max-length", str(MAX_LENGTH),
+                     "--top-k", str(TOP_K)])
+    with Step(5, "predict: load the SavedModel in a fresh process (tensorflow + tensorflow_text only)"):
+        run([sys.executable, "-c", CLIENT, str(serving / "1"), json.dumps(MASKED_SENTENCES)],
+            shown=f"python -c CLIENT {serving / '1'} MASKED_SENTENCES   (CLIENT: see demo.py)")
+    with Step(6, "loss curves from the TensorBoard event files"):
+        run([sys.executable, str(Path(__file__).resolve()), "--plot", str(model / "tensorboard"),
+             str(out / "loss_curves.png")])
+
+    print("\n=== where everything is")
+    for label, path in (("vocabulary", vocab / "spiece.model"), ("TFRecord shards + manifest", data),
+                        ("model directory (configs, checkpoints/)", model),
+                        ("TensorBoard logs (tensorboard --logdir ...)", model / "tensorboard"),
+                        ("SavedModel (TF Serving base path)", serving), ("loss curves", out / "loss_curves.png")):
+        print(f"  {label:45s} {path}")
+    print(f"\ndemo finished in {time.time() - began:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
