@@ -64,6 +64,7 @@ class ReadDocuments(beam.DoFn):
     def process(self, input_file: InputFile) -> Iterator[tuple[str, list[str]]]:
         stats: Counter = Counter()
         index = -1
+        start = time.time()
         try:
             documents = read_documents(input_file.path, self._input_format, self._text_field,
                                        self._max_line_bytes, stats)
@@ -78,6 +79,8 @@ class ReadDocuments(beam.DoFn):
         stats["documents_read"] += index + 1
         for name, value in stats.items():
             _count(name, value)
+        _LOG.info("read %s: %d documents, %d lines in %.1f s", input_file.path, index + 1, stats["lines"],
+                  time.time() - start)
         if stats["invalid_lines"] or stats["long_lines"]:
             _LOG.warning("%s: skipped %d invalid and %d over-long lines", input_file.path,
                          stats["invalid_lines"], stats["long_lines"])
@@ -132,6 +135,7 @@ class WriteShard(beam.DoFn):
     def process(self, element: tuple[tuple[str, int], Iterable]) -> Iterator[dict]:
         (split, shard), values = element
         c = self._config
+        arrival = time.time()
         by_stream: dict[int, list[TokenizedDocument]] = defaultdict(list)
         for document in values:
             if document is not None:
@@ -164,8 +168,8 @@ class WriteShard(beam.DoFn):
         tokens = sum(d.num_tokens for docs in by_stream.values() for d in docs)
         _count("records", totals["records"])
         _count("masked_tokens", totals["masked_tokens"])
-        _LOG.info("wrote %s: %d records from %d documents (%d tokens) in %.1f s", path, totals["records"],
-                  documents, tokens, time.time() - start)
+        _LOG.info("wrote %s: %d records from %d documents (%d tokens) in %.1f s (+%.1f s receiving documents)",
+                  path, totals["records"], documents, tokens, time.time() - start, start - arrival)
         yield {"split": split, "shard": shard, "file": c.shard_name(split, shard), "records": totals["records"],
                "tokens": tokens, "masked_tokens": totals["masked_tokens"], "documents": documents,
                "streams": streams}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 
@@ -200,9 +201,45 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
     return manifest, counters(result)
 
 
+class WorkerLogFilter(logging.Filter):
+    """Local multi-process runs: Beam re-logs every worker log entry as protobuf text. Keep the
+    entries our pipeline code wrote (its progress log), as plain messages; drop Beam's chatter."""
+
+    _FIELD = re.compile(r'(\w+): "((?:[^"\\]|\\.)*)"')
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "severity:" not in text[:40]:
+            return True
+        fields = dict(self._FIELD.findall(text))
+        if "/pipeline/" not in fields.get("log_location", ""):
+            return record.levelno >= logging.ERROR
+        record.msg = fields.get("message", "").encode("latin-1", "backslashreplace").decode("unicode_escape")
+        record.args, record.name = (), "xlnet.worker"
+        return True
+
+
+# Loggers through which Beam forwards local workers' log entries.
+_WORKER_LOG_FORWARDERS = ("apache_beam.runners.portability.local_job_service",
+                          "apache_beam.runners.portability.fn_api_runner.worker_handlers")
+
+
+def configure_logging() -> None:
+    """INFO for our progress log (driver and local workers), WARNING for Beam's own chatter."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler.addFilter(WorkerLogFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    for noisy in ("apache_beam", "absl"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    for forwarder in _WORKER_LOG_FORWARDERS:
+        logging.getLogger(forwarder).setLevel(logging.INFO)
+
+
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("xlnet").setLevel(logging.INFO)
+    configure_logging()
     start = time.time()
     config = config_from_args(args)
     try:
