@@ -360,6 +360,11 @@ def test_export_refuses_bad_max_length_and_top_k():
         ExportConfig(top_k=0)
 
 
+def test_export_refuses_top_k_larger_than_the_vocabulary(tmp_path, model_dir):
+    with pytest.raises(ExportError, match="--top-k 9000 exceeds the vocabulary size 8000"):
+        export_saved_model(model_dir, tmp_path / "out", ExportConfig(top_k=9000))
+
+
 def test_casing_is_detected_from_the_vocabulary(sp_proto, corpus_sample, tmp_path):
     from pipeline.vocab import VocabConfig, train_vocab
 

@@ -278,6 +278,8 @@ def export_saved_model(model_dir: str | os.PathLike, output: str | os.PathLike, 
     if target.exists():
         raise ExportError(f"--output {str(output)!r} already holds version {version}; pick another --version")
     check_vocabulary(source)
+    if config.top_k > source.model_config.vocab_size:
+        raise ExportError(f"--top-k {config.top_k} exceeds the vocabulary size {source.model_config.vocab_size}")
     network = restore_network(source)
     encoder = XLNetTextEncoder(source.sp_model_proto, source.special_ids, config.max_length, config.uncased)
     output.mkdir(parents=True, exist_ok=True)
