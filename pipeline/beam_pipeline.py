@@ -1,9 +1,12 @@
 """The Apache Beam pipeline of `xlnet preprocess`.
 
-Stages (each DoFn loads what it needs once per worker in ``setup``)::
+Stages (each DoFn loads what it needs once per worker in ``setup``: the SentencePiece model
+is read from ``--vocab``, which workers must be able to read, and checked against the
+SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
 
-    matched files -> Reshuffle -> ReadDocuments -> Reshuffle -> TokenizeDocuments
-        -> ((split, shard), document) -> GroupByKey (every shard seeded, so empty ones exist too)
+    matched files -> Reshuffle -> ReadDocuments (batches of documents) -> Reshuffle
+        -> TokenizeDocuments -> ((split, shard), [documents]) -> GroupByKey (every shard
+           seeded, so empty ones exist too)
         -> WriteShard: per stream concatenate documents in hash order, build records
            (forward, then reversed with bi_data), write the shard file
         -> shard statistics -> combined -> WriteManifest (last, atomic)
@@ -20,6 +23,7 @@ for every shard written.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import Counter, defaultdict
@@ -38,47 +42,65 @@ from pipeline.preprocess_config import PreprocessConfig
 from pipeline.records import RecordBuilder
 from pipeline.streams import (TokenizedDocument, concatenate_stream, place_document, reverse_stream,
                               shard_of_stream, stream_rng, streams_of_shard)
-from pipeline.vocab import SpecialIds, Vocab
+from pipeline.vocab import Vocab, load_vocab
 from tfrecords.example_codec import encode_batch
 from tfrecords.manifest import Manifest, ShardEntry, SplitEntry, StreamEntry
 from tfrecords.manifest import SPLITS
 
 NAMESPACE = "xlnet"
 PROGRESS_EVERY = 20000
+DOCUMENT_BATCH = 256
 _LOG = logging.getLogger("xlnet.preprocess")
 
 
-def _count(name: str, value: int) -> None:
-    if value:
-        Metrics.counter(NAMESPACE, name).inc(value)
+class Counters:
+    """Beam counters of one DoFn, created once (not per element)."""
+
+    def __init__(self, *names: str):
+        self._counters = {name: Metrics.counter(NAMESPACE, name) for name in names}
+
+    def add(self, name: str, value: int) -> None:
+        if value:
+            self._counters[name].inc(value)
 
 
 class ReadDocuments(beam.DoFn):
-    """InputFile -> (document key, raw sentence lines)."""
+    """InputFile -> batches of (document key, raw sentence lines).
+
+    Documents travel in batches of up to ``DOCUMENT_BATCH`` because Beam's per-element cost
+    is comparable to tokenising a short document."""
 
     def __init__(self, input_format: str, text_field: str, max_line_bytes: int):
         self._input_format = input_format
         self._text_field = text_field
         self._max_line_bytes = max_line_bytes
+        self._counters = Counters("files", "empty_files", "unreadable_files", "lines", "invalid_lines",
+                                  "long_lines", "documents_read")
 
-    def process(self, input_file: InputFile) -> Iterator[tuple[str, list[str]]]:
+    def process(self, input_file: InputFile) -> Iterator[list[tuple[str, list[str]]]]:
         stats: Counter = Counter()
         index = -1
         start = time.time()
+        batch: list[tuple[str, list[str]]] = []
         try:
             documents = read_documents(input_file.path, self._input_format, self._text_field,
                                        self._max_line_bytes, stats)
             for index, lines in enumerate(documents):
-                yield f"{input_file.key}:{index}", lines
+                batch.append((f"{input_file.key}:{index}", lines))
+                if len(batch) == DOCUMENT_BATCH:
+                    yield batch
+                    batch = []
                 if (index + 1) % PROGRESS_EVERY == 0:
                     _LOG.info("%s: read %d documents, %d lines", input_file.path, index + 1, stats["lines"])
         except CorpusError as error:
             _LOG.error("skipping the rest of %s: %s", input_file.path, error)
             stats["unreadable_files"] += 1
+        if batch:
+            yield batch
         stats["files"] += 1
         stats["documents_read"] += index + 1
         for name, value in stats.items():
-            _count(name, value)
+            self._counters.add(name, value)
         _LOG.info("read %s: %d documents, %d lines in %.1f s", input_file.path, index + 1, stats["lines"],
                   time.time() - start)
         if stats["invalid_lines"] or stats["long_lines"]:
@@ -87,58 +109,68 @@ class ReadDocuments(beam.DoFn):
 
 
 class TokenizeDocuments(beam.DoFn):
-    """(key, lines) -> ((split, shard), TokenizedDocument): normalise, encode, place."""
+    """A batch of (key, lines) -> ((split, shard), [TokenizedDocument]): normalise, encode, place."""
 
-    def __init__(self, config: PreprocessConfig, model_proto: bytes, special_ids: SpecialIds):
+    def __init__(self, config: PreprocessConfig, vocab_sha256: str):
         self._config = config
-        self._model_proto = model_proto
-        self._eod = special_ids.eod
+        self._vocab_sha256 = vocab_sha256
         self._processor = None
+        self._eod = -1
+        self._counters = Counters("documents", "empty_documents", "tokens")
 
     def setup(self) -> None:
-        import sentencepiece as spm
+        vocab = load_vocab(self._config.vocab, expected_sha256=self._vocab_sha256)
+        self._processor = vocab.processor()
+        self._eod = vocab.special_ids.eod
 
-        self._processor = spm.SentencePieceProcessor(model_proto=self._model_proto)
+    def process(self, batch: list[tuple[str, list[str]]]) -> Iterator[tuple[tuple[str, int], list]]:
+        by_shard: dict[tuple[str, int], list[TokenizedDocument]] = defaultdict(list)
+        for key, lines in batch:
+            placed = self._tokenize(key, lines)
+            if placed is not None:
+                split, document = placed
+                shard = shard_of_stream(document.stream, self._config.num_shards_of(split))
+                by_shard[(split, shard)].append(document)
+        yield from by_shard.items()
 
-    def process(self, element: tuple[str, list[str]]) -> Iterator[tuple[tuple[str, int], TokenizedDocument]]:
-        key, lines = element
+    def _tokenize(self, key: str, lines: list[str]) -> tuple[str, TokenizedDocument] | None:
         c = self._config
         texts = [text for text in (normalize_text(line, c.uncased) for line in lines) if text]
         sentences = [ids for ids in self._processor.encode(texts, out_type=int, num_threads=1) if ids] if texts else []
         if not sentences:
-            _count("empty_documents", 1)
-            return
+            self._counters.add("empty_documents", 1)
+            return None
         if c.use_eod:
             sentences.append([self._eod])
         lengths = np.fromiter((len(s) for s in sentences), dtype=np.int32, count=len(sentences))
-        ids = np.fromiter((i for s in sentences for i in s), dtype=np.int32, count=int(lengths.sum()))
+        ids = np.fromiter(itertools.chain.from_iterable(sentences), dtype=np.int32, count=int(lengths.sum()))
         place = place_document(key, c.seed, c.valid_fraction, c.num_streams)
-        _count("documents", 1)
-        _count("tokens", len(ids))
-        shard = shard_of_stream(place.stream, c.num_shards_of(place.split))
-        yield (place.split, shard), TokenizedDocument(key, place.stream, place.order, ids.tobytes(), lengths.tobytes())
+        self._counters.add("documents", 1)
+        self._counters.add("tokens", len(ids))
+        return place.split, TokenizedDocument(key, place.stream, place.order, ids.tobytes(), lengths.tobytes())
 
 
 class WriteShard(beam.DoFn):
     """((split, shard), documents) -> the shard file on disk, and its statistics (a dict)."""
 
-    def __init__(self, config: PreprocessConfig, vocab: Vocab):
+    def __init__(self, config: PreprocessConfig, vocab_sha256: str):
         self._config = config
-        self._vocab = vocab
+        self._vocab_sha256 = vocab_sha256
         self._builder = None
+        self._counters = Counters("records", "masked_tokens", "short_streams", "uncovered_tokens")
 
     def setup(self) -> None:
-        special = self._vocab.special_ids
-        self._builder = RecordBuilder(self._config.record_config(), self._vocab.word_start_table(),
-                                      special.sep, special.cls)
+        vocab = load_vocab(self._config.vocab, expected_sha256=self._vocab_sha256)
+        special = vocab.special_ids
+        self._builder = RecordBuilder(self._config.record_config(), vocab.word_start_table(), special.sep, special.cls)
 
     def process(self, element: tuple[tuple[str, int], Iterable]) -> Iterator[dict]:
         (split, shard), values = element
         c = self._config
         arrival = time.time()
         by_stream: dict[int, list[TokenizedDocument]] = defaultdict(list)
-        for document in values:
-            if document is not None:
+        for documents in values:
+            for document in documents or ():  # None: the empty seed every shard gets
                 by_stream[document.stream].append(document)
         start = time.time()
         path = FileSystems.join(c.output, c.shard_name(split, shard))
@@ -162,12 +194,12 @@ class WriteShard(beam.DoFn):
                 count = totals["records"] - first
                 streams.append({"stream_id": stream_id, "records": count, "first_record_index_in_file": first})
                 covered = 0 if count == 0 else (count - 1) * c.reuse_len + c.seq_len
-                _count("short_streams", int(count == 0 and len(ids) > 0))
-                _count("uncovered_tokens", max(0, len(ids) - covered))
+                self._counters.add("short_streams", int(count == 0 and len(ids) > 0))
+                self._counters.add("uncovered_tokens", max(0, len(ids) - covered))
         documents = sum(len(docs) for docs in by_stream.values())
         tokens = sum(d.num_tokens for docs in by_stream.values() for d in docs)
-        _count("records", totals["records"])
-        _count("masked_tokens", totals["masked_tokens"])
+        self._counters.add("records", totals["records"])
+        self._counters.add("masked_tokens", totals["masked_tokens"])
         _LOG.info("wrote %s: %d records from %d documents (%d tokens) in %.1f s (+%.1f s receiving documents)",
                   path, totals["records"], documents, tokens, time.time() - start, start - arrival)
         yield {"split": split, "shard": shard, "file": c.shard_name(split, shard), "records": totals["records"],
@@ -214,12 +246,12 @@ def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Voc
         | "SpreadFiles" >> beam.Reshuffle()
         | "ReadDocuments" >> beam.ParDo(ReadDocuments(config.input_format, config.text_field, config.max_line_bytes))
         | "SpreadDocuments" >> beam.Reshuffle()
-        | "Tokenize" >> beam.ParDo(TokenizeDocuments(config, vocab.model_proto, vocab.special_ids)))
+        | "Tokenize" >> beam.ParDo(TokenizeDocuments(config, vocab.sha256)))
     every_shard = pipeline | "EveryShard" >> beam.Create(shard_keys)
     _ = (
         (documents, every_shard)
         | "WithEmptyShards" >> beam.Flatten()
         | "GroupByShard" >> beam.GroupByKey()
-        | "WriteShards" >> beam.ParDo(WriteShard(config, vocab))
+        | "WriteShards" >> beam.ParDo(WriteShard(config, vocab.sha256))
         | "AllShards" >> beam.combiners.ToList()
         | "WriteManifest" >> beam.ParDo(WriteManifest(config, vocab.manifest_entry(), vocab.special_ids.to_dict())))

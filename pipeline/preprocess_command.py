@@ -123,6 +123,8 @@ def check_paths(config: PreprocessConfig, runner: str, files) -> None:
                           "copy the corpus to gs://")
     if _is_local(config.output) and runner.lower() == "dataflowrunner":
         raise ConfigError(f"--output {config.output}: {runner} workers cannot write a local directory; use gs://")
+    if _is_local(config.vocab) and runner.lower() == "dataflowrunner":
+        raise ConfigError(f"--vocab {config.vocab}: {runner} workers load the model themselves; copy it to gs://")
 
 
 def prepare_output(output: str, overwrite: bool) -> None:

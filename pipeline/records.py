@@ -227,15 +227,18 @@ class SpanMasker:
         """Adds random single maskable tokens until every row has ``goal`` targets."""
         mask = spans > 0
         need = goal - mask.sum(axis=1)
-        if not need.any():
+        rows = np.flatnonzero(need)
+        if len(rows) == 0:
             return mask
-        keys = rng.random(mask.shape)
-        keys[~maskable | mask] = 2.0  # never chosen
-        order = np.argsort(keys, axis=1, kind="stable")
-        chosen = np.zeros(mask.shape, dtype=bool)
-        ranks = np.arange(mask.shape[1])[None, :] < need[:, None]
-        np.put_along_axis(chosen, order, ranks, axis=1)
-        return mask | chosen
+        # Per row, the `need` candidates with the smallest uniform keys: a uniform random choice.
+        keys = rng.random((len(rows), mask.shape[1]))
+        keys[~maskable[rows] | mask[rows]] = 2.0  # never chosen
+        most = int(need[rows].max())
+        smallest = np.argpartition(keys, most - 1, axis=1)[:, :most]
+        smallest = np.take_along_axis(smallest, np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1), axis=1)
+        take = np.arange(most)[None, :] < need[rows][:, None]
+        mask[np.repeat(rows, take.sum(axis=1)), smallest[take]] = True
+        return mask
 
 
 def split_a_b(length: int, sentence_starts: np.ndarray, begin: int, ab_len: int,

@@ -112,8 +112,9 @@ class Vocab:
         return {"path": self.path, "sha256": self.sha256, "vocab_size": self.vocab_size}
 
 
-def load_vocab(path: str) -> Vocab:
-    """Loads a .model file (local or any Beam filesystem) and checks its special symbols."""
+def load_vocab(path: str, expected_sha256: str | None = None) -> Vocab:
+    """Loads a .model file (local or any Beam filesystem) and checks its special symbols
+    (and its checksum, when ``expected_sha256`` is given)."""
     import sentencepiece as spm
     from apache_beam.io.filesystems import FileSystems
 
@@ -122,6 +123,9 @@ def load_vocab(path: str) -> Vocab:
             proto = handle.read()
     except Exception as error:
         raise VocabError(f"--vocab {path!r}: cannot read SentencePiece model: {error}") from error
+    digest = hashlib.sha256(proto).hexdigest()
+    if expected_sha256 is not None and digest != expected_sha256:
+        raise VocabError(f"--vocab {path!r} changed during the run: sha256 {digest}, expected {expected_sha256}")
     processor = spm.SentencePieceProcessor()
     try:
         processor.load_from_serialized_proto(proto)
@@ -129,7 +133,7 @@ def load_vocab(path: str) -> Vocab:
         raise VocabError(f"--vocab {path!r} is not a SentencePiece model: {error}") from error
     special_ids = SpecialIds.from_processor(processor, source=f"--vocab {path!r}")
     return Vocab(path=path, model_proto=proto, special_ids=special_ids,
-                 vocab_size=processor.get_piece_size(), sha256=hashlib.sha256(proto).hexdigest())
+                 vocab_size=processor.get_piece_size(), sha256=digest)
 
 
 @dataclass(frozen=True)

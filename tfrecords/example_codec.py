@@ -19,7 +19,12 @@ _SORTED_FEATURES = tuple(sorted(ALL_FEATURES))
 _MAX_VARINT_BYTES = 10
 
 
+_ONE_BYTE = [bytes([value]) for value in range(0x80)]
+
+
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
     value &= (1 << 64) - 1  # negative int64 -> two's complement, as protobuf does
     out = bytearray()
     while value >= 0x80:
