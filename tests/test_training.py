@@ -239,7 +239,7 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tiny_data_di
 def test_train_step_compiles_with_xla_at_static_shapes(tiny_data_dir, tmp_path):
     trainer = make_trainer(tiny_data_dir, tmp_path, "jit_compile=true", "train_steps=2", "dropout=0",
                            "dropatt=0")
-    batch = next(iter(trainer._reader("train", 4).dataset()))
+    batch = next(iter(trainer.reader("train", 4).dataset()))
     hlo = trainer._grad_fn.experimental_get_compiler_ir(batch, trainer.train_memory.read())(stage="hlo")
     assert "ENTRY" in hlo
     trainer.train()
@@ -275,7 +275,7 @@ def test_gradient_accumulation_sums_micro_steps_before_one_update(tiny_data_dir,
     trainer.train()
     assert int(trainer.optimizer.iterations.numpy()) == 2
     # each optimizer step consumed two records of every row
-    batch = next(iter(trainer._reader("train", 4, start_step=2).dataset()))
+    batch = next(iter(trainer.reader("train", 4, start_step=2).dataset()))
     np.testing.assert_array_equal(batch["stream_pos"].numpy()[:, 0], [4, 5])
 
 

@@ -109,8 +109,8 @@ class Trainer:
         self.work_dir = self.model_dir if self.chief else self.model_dir / "workers" / f"worker-{self.worker}"
         self.work_dir.mkdir(parents=True, exist_ok=True)
         replicas = strategy.num_replicas_in_sync
-        self.train_batch = self._reader("train", train_config.train_batch_size).per_replica_batch_size(replicas)
-        self.eval_batch = self._reader("valid", train_config.eval_batch_size).per_replica_batch_size(replicas)
+        self.train_batch = self.reader("train", train_config.train_batch_size).per_replica_batch_size(replicas)
+        self.eval_batch = self.reader("valid", train_config.eval_batch_size).per_replica_batch_size(replicas)
 
         keras.mixed_precision.set_global_policy(train_config.precision)
         keras.utils.set_random_seed(train_config.seed)  # same initial weights and dropout on every run
@@ -142,7 +142,8 @@ class Trainer:
         self._stop_signal: int | None = None
 
     # ---------------------------------------------------------------------------- set-up
-    def _reader(self, split: str, batch: int, start_step: int = 0) -> StreamReader:
+    def reader(self, split: str, batch: int, start_step: int = 0) -> StreamReader:
+        """The stream-ordered reader of ``split`` with this run's shapes and seed."""
         config = self.config
         return StreamReader(self.manifest, split, batch, config.seq_len, config.num_predict,
                             self.model_config.bi_data, seed=config.seed,
@@ -216,9 +217,14 @@ class Trainer:
         grads, loss = run(next(iterator))
         return [g.numpy() for g in grads], float(loss.numpy())
 
+    def run_steps(self, iterator, count: int) -> np.ndarray:
+        """Runs ``count`` optimizer steps on batches from ``iterator`` (one tf.function call); per-step losses."""
+        losses, _, _ = self._train_loop(iterator, tf.constant(count))
+        return losses.numpy()
+
     def train_dataset(self) -> tf.distribute.DistributedDataset:
         """The training input, distributed, starting at the current step."""
-        return self._reader("train", self.config.train_batch_size, int(self.step.numpy())).distribute(self.strategy)
+        return self.reader("train", self.config.train_batch_size, int(self.step.numpy())).distribute(self.strategy)
 
     def _eval_micro(self, features, mems):
         out = self.pretrainer.compute(features, mems, training=False)
@@ -257,7 +263,7 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Loss, accuracy and perplexity on ``eval_steps`` batches of the valid split, memory from zero."""
         self.eval_memory.reset()
-        iterator = iter(self._reader("valid", self.config.eval_batch_size).distribute(self.strategy))
+        iterator = iter(self.reader("valid", self.config.eval_batch_size).distribute(self.strategy))
         loss_sum, correct, targets = self._eval_loop(iterator, tf.constant(self.config.eval_steps)).numpy()
         loss = float(loss_sum / max(targets, 1.0))
         return {"loss": loss, "accuracy": float(correct / max(targets, 1.0)),
