@@ -228,17 +228,12 @@ class XLNetServingModule(tf.Module):
         """Raw strings with ``<mask>`` [batch] -> top-k pieces and probabilities for every mask."""
         inputs = self.encoder.encode_masked(text)
         is_masked = inputs["is_masked"]
-        num_masks = inputs["num_masks"]
-        batch_size = tf.shape(is_masked)[0]
-        found = tf.where(is_masked > 0)  # [total masks, 2] (row, position), row-major
-        positions = tf.RaggedTensor.from_value_rowids(tf.cast(found[:, 1], tf.int32), found[:, 0],
-                                                      nrows=tf.cast(batch_size, tf.int64))
-        most = tf.reduce_max(tf.concat([num_masks, [0]], axis=0))
+        most = tf.reduce_max(tf.concat([inputs["num_masks"], [0]], axis=0))
         # The network always gets at least one (possibly padding) target row, so a batch
         # without masks runs the same graph and its outputs are sliced to P = 0.
-        rows = tf.maximum(most, 1)
-        positions = positions.to_tensor(default_value=-1, shape=tf.stack([batch_size, rows]))
+        positions = mask_positions(is_masked, rows=tf.maximum(most, 1))
         valid = positions >= 0
+        # perm_mask [B, 1, L] broadcasts over queries: no position may see any mask.
         logits, _ = self.network(inputs["input_ids"], inputs["segment_ids"], perm_mask=(is_masked > 0)[:, None, :],
                                  input_mask=inputs["input_mask"], target_positions=tf.maximum(positions, 0),
                                  target_valid=tf.cast(valid, tf.float32), training=False)
@@ -251,8 +246,17 @@ class XLNetServingModule(tf.Module):
             "mask_positions": positions,
         }
         result = {name: value[:, :most] for name, value in result.items()}
-        result["num_masks"] = num_masks
+        result["num_masks"] = inputs["num_masks"]
         return result
+
+
+def mask_positions(is_masked: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
+    """[batch, length] 0/1 mask flags -> int32 [batch, rows] positions of the masks, -1 padded."""
+    batch_size = tf.shape(is_masked)[0]
+    found = tf.where(is_masked > 0)  # [total masks, 2] (row, position), row-major
+    positions = tf.RaggedTensor.from_value_rowids(tf.cast(found[:, 1], tf.int32), found[:, 0],
+                                                  nrows=tf.cast(batch_size, tf.int64))
+    return positions.to_tensor(default_value=-1, shape=tf.stack([batch_size, rows]))
 
 
 def next_version(output: Path) -> int:
