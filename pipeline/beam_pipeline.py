@@ -4,7 +4,7 @@ Stages (each DoFn loads what it needs once per worker in ``setup``: the Sentence
 is read from ``--vocab``, which workers must be able to read, and checked against the
 SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
 
-    matched files -> Reshuffle -> ReadDocuments (batches of documents) -> Reshuffle
+    matched files (Create redistributes them) -> ReadDocuments (batches of documents) -> Reshuffle
         -> TokenizeDocuments -> ((split, shard), [documents]) -> GroupByKey (every shard
            seeded, so empty ones exist too)
         -> WriteShard: per stream concatenate documents in hash order, build records
@@ -123,7 +123,15 @@ class TokenizeDocuments(beam.DoFn):
         self._processor = vocab.processor()
         self._eod = vocab.special_ids.eod
 
+    def start_bundle(self) -> None:
+        self._bundle_start, self._bundle_documents = time.time(), 0
+
+    def finish_bundle(self) -> None:
+        if self._bundle_documents:
+            _LOG.info("tokenised %d documents in %.1f s", self._bundle_documents, time.time() - self._bundle_start)
+
     def process(self, batch: list[tuple[str, list[str]]]) -> Iterator[tuple[tuple[str, int], list]]:
+        self._bundle_documents += len(batch)
         by_shard: dict[tuple[str, int], list[TokenizedDocument]] = defaultdict(list)
         for key, lines in batch:
             placed = self._tokenize(key, lines)
@@ -242,12 +250,11 @@ def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Voc
     shard_keys = [((split, shard), None) for split in SPLITS for shard in range(config.num_shards_of(split))]
     documents = (
         pipeline
-        | "MatchedFiles" >> beam.Create(files)
-        | "SpreadFiles" >> beam.Reshuffle()
+        | "MatchedFiles" >> beam.Create(files)  # Create itself redistributes more than one element
         | "ReadDocuments" >> beam.ParDo(ReadDocuments(config.input_format, config.text_field, config.max_line_bytes))
         | "SpreadDocuments" >> beam.Reshuffle()
         | "Tokenize" >> beam.ParDo(TokenizeDocuments(config, vocab.sha256)))
-    every_shard = pipeline | "EveryShard" >> beam.Create(shard_keys)
+    every_shard = pipeline | "EveryShard" >> beam.Create(shard_keys, reshuffle=False)
     _ = (
         (documents, every_shard)
         | "WithEmptyShards" >> beam.Flatten()

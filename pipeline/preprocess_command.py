@@ -98,8 +98,9 @@ def pipeline_options(runner: str, workers: int, runner_options: list[str]):
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     extra = {}
     if runner.lower() in LOCAL_RUNNERS:
-        extra = {"direct_num_workers": workers,
-                 "direct_running_mode": "multi_processing" if workers > 1 else "in_memory"}
+        extra = {"direct_num_workers": workers}
+        if not any(flag.startswith("--direct_running_mode") for flag in runner_options):
+            extra["direct_running_mode"] = "multi_processing" if workers > 1 else "in_memory"
     options = PipelineOptions(runner_options, runner=runner, **extra)
     if runner.lower() == "dataflowrunner":
         setup = options.get_all_options()
