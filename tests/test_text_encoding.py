@@ -9,8 +9,9 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
+from pipeline.normalization import normalize_text as normalize_for_records
 from pipeline.records import trim_a_b
-from trainer.text_encoding import XLNetTextEncoder, normalize_text, pair_lengths
+from trainer.text_encoding import XLNetTextEncoder, pair_lengths
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "wiki_summaries_en.txt.gz"
 # XLNet's ids, which the vocabulary fixture must reproduce (checked in `encoder`).
@@ -41,10 +42,6 @@ def encoder(sp_proto, vocab) -> XLNetTextEncoder:
     return XLNetTextEncoder(sp_proto, SPECIAL, max_length=MAX_LENGTH, uncased=False)
 
 
-def graph_normalized(text: str, uncased: bool = False) -> str:
-    return normalize_text(tf.constant([text]), uncased).numpy()[0].decode("utf-8")
-
-
 def left_padded(ids: list[int], length: int = MAX_LENGTH, pad: int = PAD) -> list[int]:
     return [pad] * (length - len(ids)) + ids
 
@@ -54,10 +51,11 @@ def encode_one(encoder: XLNetTextEncoder, text_a: str, text_b: str | None = None
     return {name: value.numpy()[0].tolist() for name, value in out.items()}
 
 
-def test_in_graph_tokenizer_gives_the_python_sentencepiece_ids(encoder, sp):
-    lines = corpus_lines(200)
-    graph_ids = encoder.tokenize(tf.constant(lines)).to_list()
-    assert graph_ids == [sp.encode(graph_normalized(line)) for line in lines]
+def test_in_graph_tokenizer_gives_the_ids_preprocessing_gives(encoder, vocab):
+    """Serving tokenises raw text exactly as the Beam pipeline does (normalize_text, then SentencePiece)."""
+    lines = corpus_lines(300) + ["Caf\u00e9  ``d\u00e9j\u00e0 vu''\tand\u00a0more", ""]
+    expected = vocab.processor().encode([normalize_for_records(line) for line in lines], out_type=int)
+    assert encoder.tokenize(tf.constant(lines)).to_list() == expected
 
 
 def test_single_text_is_text_sep_cls_left_padded(encoder, sp):
