@@ -6,6 +6,7 @@ perplexity on the valid split with memory carried across eval steps from zero) a
 line with the difference. The loss curve shows the tiny model learning within a few hundred steps.
 
     .venv/bin/python benchmarks/memory_benefit.py --steps 300
+    .venv/bin/python benchmarks/memory_benefit.py --steps 1000 --batch 8
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def train_once(data_dir: str, model_dir: str, mem_len: int, steps: int, eval_steps: int) -> dict:
+def train_once(data_dir: str, model_dir: str, mem_len: int, steps: int, eval_steps: int, batch: int,
+               learning_rate: float) -> dict:
     from tfrecords.manifest import load_manifest
     from trainer.train_config import resolve_configs
     from trainer.training_loop import STEP_LOG, Trainer
@@ -32,6 +34,7 @@ def train_once(data_dir: str, model_dir: str, mem_len: int, steps: int, eval_ste
     manifest = load_manifest(data_dir)
     model, train, _ = resolve_configs("tiny", None, [
         f"mem_len={mem_len}", f"train_steps={steps}", "steps_per_loop=50", f"warmup_steps={max(steps // 10, 1)}",
+        f"train_batch_size={batch}", f"learning_rate={learning_rate}",
         f"checkpoint_every={steps}", "eval_every=0", f"eval_steps={eval_steps}"])
     model = model.replace(vocab_size=int(manifest.vocab["vocab_size"]))
     trainer = Trainer(model, train, manifest=manifest, model_dir=model_dir,
@@ -57,6 +60,8 @@ def main() -> None:
     parser.add_argument("--eval-steps", type=int, default=40)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-bench"))
     parser.add_argument("--mem-len", type=int, default=64, help="memory length of the run with memory")
+    parser.add_argument("--batch", type=int, default=16, help="global train batch (rows)")
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
     args = parser.parse_args()
 
     from bundled_data import prepare
@@ -65,7 +70,8 @@ def main() -> None:
     results = {}
     for mem_len in (args.mem_len, 0):
         model_dir = tempfile.mkdtemp(prefix=f"mem{mem_len}-", dir=args.workdir)
-        results[mem_len] = train_once(data_dir, model_dir, mem_len, args.steps, args.eval_steps)
+        results[mem_len] = train_once(data_dir, model_dir, mem_len, args.steps, args.eval_steps, args.batch,
+                                      args.learning_rate)
         print(json.dumps(results[mem_len]), flush=True)
     with_memory, without = results[args.mem_len], results[0]
     print(json.dumps({"benchmark": "memory_benefit_summary", "valid_loss_with_memory": with_memory["valid_loss"],

@@ -85,3 +85,17 @@ def test_two_worker_processes_train_in_lockstep_and_agree(tiny_data_dir, tmp_pat
     for name, _ in tf.train.list_variables(checkpoints[0]):
         if name.startswith("model/"):
             np.testing.assert_array_equal(readers[1].get_tensor(name), readers[0].get_tensor(name), err_msg=name)
+
+
+def test_strategy_flag_selects_the_strategy_and_refuses_what_cannot_run(monkeypatch):
+    from trainer.distribution import create_strategy
+
+    assert isinstance(create_strategy("cpu"), tf.distribute.OneDeviceStrategy)
+    assert create_strategy("mirrored").num_replicas_in_sync == 2  # the two logical CPUs of conftest
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ValueError, match="TF_CONFIG"):
+        create_strategy("multi-worker")
+    with pytest.raises(ValueError, match="no GPU"):
+        create_strategy("gpu")
+    with pytest.raises(ValueError, match="--strategy"):
+        create_strategy("fast")
