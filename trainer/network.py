@@ -12,7 +12,7 @@ import keras
 import tensorflow as tf
 
 from trainer.config import ModelConfig, model_preset
-from trainer.layers import RelativeAttentionBiases, RelativePositionEncoding, XLNetBlock
+from trainer.layers import HashDropout, RelativeAttentionBiases, RelativePositionEncoding, XLNetBlock
 
 
 def _blocked(perm_mask: Optional[tf.Tensor], input_mask: Optional[tf.Tensor], qlen: int, attn_type: str,
@@ -75,9 +75,9 @@ class XLNetNetwork(keras.Model):
         # attribute so checkpoints (model/layer_{i}/...) hold the block weights.
         for i, block in enumerate(self.blocks):
             setattr(self, f"layer_{i}", block)
-        self.content_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
-        self.query_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
-        self.output_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
+        self.content_dropout = HashDropout(config.dropout, dtype=self.dtype_policy)
+        self.query_dropout = HashDropout(config.dropout, dtype=self.dtype_policy)
+        self.output_dropout = HashDropout(config.dropout, dtype=self.dtype_policy)
 
     # ----------------------------------------------------------------------------------- API
     def call(self, input_ids, segment_ids, perm_mask, target_mapping=None, mems=None, input_mask=None,
@@ -126,8 +126,11 @@ class XLNetNetwork(keras.Model):
     def logits(self, query: tf.Tensor) -> tf.Tensor:
         """[B, P, d_model] query-stream output -> [B, P, vocab] float32 via the tied embedding plus lm_bias."""
         table = tf.cast(self.word_embedding.embeddings, query.dtype)
-        logits = tf.einsum("bpd,vd->bpv", query, table) + tf.cast(self.lm_bias, query.dtype)
-        return tf.cast(logits, tf.float32)
+        shape = tf.shape(query)
+        # A plain 2-D matmul: on CPU about 1.5x faster than the equivalent batched einsum.
+        logits = tf.matmul(tf.reshape(query, [-1, self.config.d_model]), table, transpose_b=True)
+        logits = tf.nn.bias_add(logits, tf.cast(self.lm_bias, query.dtype))
+        return tf.cast(tf.reshape(logits, tf.stack([shape[0], shape[1], self.config.vocab_size])), tf.float32)
 
     def initial_mems(self, batch_size: int) -> Optional[list[tf.Tensor]]:
         """Zero memory [B, mem_len, d_model] per layer (what the original starts from), or None if mem_len == 0."""

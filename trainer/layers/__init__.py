@@ -1,9 +1,10 @@
 """Keras 3 layers of the XLNet network (TensorFlow backend)."""
 from trainer.layers.attention_biases import RelativeAttentionBiases
 from trainer.layers.attention import TwoStreamRelativeAttention, mask_fill_value, relative_segment_difference
+from trainer.layers.dropout import HashDropout
 from trainer.layers.feed_forward import PositionwiseFeedForward
 from trainer.layers.relative_position import RelativePositionEncoding, rel_shift
 from trainer.layers.transformer_block import XLNetBlock
 
-__all__ = ["RelativeAttentionBiases", "TwoStreamRelativeAttention", "PositionwiseFeedForward", "RelativePositionEncoding", "XLNetBlock",
-           "mask_fill_value", "rel_shift", "relative_segment_difference"]
+__all__ = ["HashDropout", "PositionwiseFeedForward", "RelativeAttentionBiases", "RelativePositionEncoding",
+           "TwoStreamRelativeAttention", "XLNetBlock", "mask_fill_value", "rel_shift", "relative_segment_difference"]

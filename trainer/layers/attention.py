@@ -11,6 +11,8 @@ import math
 import keras
 import tensorflow as tf
 
+from trainer.layers.dropout import HashDropout
+
 from trainer.layers.relative_position import gather_relative, rel_shift
 
 LAYER_NORM_EPSILON = 1e-12
@@ -35,18 +37,25 @@ def relative_segment_difference(query_segments: tf.Tensor, key_segments: tf.Tens
 
 
 def _relative_positions_scores(q_r: tf.Tensor, k_r: tf.Tensor) -> tf.Tensor:
-    """[B, Q, N, H] queries x [G, R, N, H] position keys -> [B, N, Q, R].
+    """[B, N, Q, H] queries x [G, N, R, H] position keys -> [B, N, Q, R].
 
     With bi_data (G = 2) the first half of the batch uses group 0 and the second half group 1,
     so the position projection is computed for G rows instead of B.
     """
     groups = k_r.shape[0]
-    if groups == 1:
-        return tf.einsum("bqnh,rnh->bnqr", q_r, k_r[0])
-    batch, qlen, n_head, d_head = tf.unstack(tf.shape(q_r))
-    grouped = tf.reshape(q_r, [groups, -1, qlen, n_head, d_head])
-    scores = tf.einsum("gxqnh,grnh->gxnqr", grouped, k_r)
-    return tf.reshape(scores, [batch, n_head, qlen, k_r.shape[1]])
+    shape = tf.shape(q_r)
+    grouped = tf.reshape(q_r, tf.concat([[groups, -1], shape[1:]], 0))
+    scores = tf.matmul(grouped, k_r[:, None], transpose_b=True)
+    return tf.reshape(scores, tf.concat([shape[:3], [k_r.shape[2]]], 0))
+
+
+def _heads(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """[B, T, d_model] x [d_model, N, H] kernel -> [B, N, T, H] (one matmul, then head-major)."""
+    d_model, n_head, d_head = kernel.shape
+    shape = tf.shape(x)
+    projected = tf.matmul(tf.reshape(x, [-1, d_model]), tf.reshape(kernel, [d_model, n_head * d_head]))
+    projected = tf.reshape(projected, tf.stack([shape[0], shape[1], n_head, d_head]))
+    return tf.transpose(projected, [0, 2, 1, 3])
 
 
 class TwoStreamRelativeAttention(keras.layers.Layer):
@@ -77,8 +86,8 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         self.scale = 1.0 / math.sqrt(d_head)
         self.layer_norm = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="layer_norm",
                                                           dtype=self.dtype_policy)
-        self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-        self.attention_dropout = keras.layers.Dropout(dropatt, dtype=self.dtype_policy)
+        self.output_dropout = HashDropout(dropout, dtype=self.dtype_policy)
+        self.attention_dropout = HashDropout(dropatt, dtype=self.dtype_policy)
         self.build()
 
     def build(self, input_shape=None) -> None:
@@ -92,27 +101,35 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         return tf.cast(getattr(self, f"{name}_kernel"), self.compute_dtype)
 
     def _attend(self, queries, keys, values, k_r, positions, qlen, segment_diff, mask, biases, training):
-        """Scores of [B, Q, N, H] queries against [B, K, N, H] keys -> attention vectors [B, Q, N, H]."""
+        """Head-major queries [B, N, Q, H] against keys/values [B, N, K, H] -> attention vectors [B, N, Q, H]."""
         r_w_bias, r_r_bias, r_s_bias, seg_embed = biases
-        klen = keys.shape[1] if keys.shape[1] is not None else tf.shape(keys)[1]
-        content = tf.einsum("bqnh,bknh->bnqk", (queries + r_w_bias) * self.scale, keys)
-        position = _relative_positions_scores((queries + r_r_bias) * self.scale, k_r)
+        klen = keys.shape[2]
+        # Biases are [N, H]; as [N, 1, H] they broadcast over the query rows.
+        content = tf.matmul((queries + r_w_bias[:, None]) * self.scale, keys, transpose_b=True)
+        position = _relative_positions_scores((queries + r_r_bias[:, None]) * self.scale, k_r)
         if positions is None:
             position = rel_shift(position, klen)
         else:
             position = gather_relative(position, positions, qlen, klen)
         scores = content + position
         if segment_diff is not None:
-            segment = tf.einsum("bqnh,snh->bnqs", (queries + r_s_bias) * self.scale, seg_embed)
+            segment = tf.einsum("bnqh,snh->bnqs", (queries + r_s_bias[:, None]) * self.scale, seg_embed)
             scores += tf.where(segment_diff[:, None], segment[..., 1:], segment[..., :1])
         if mask is not None:
             scores = tf.where(mask[:, None], tf.cast(mask_fill_value(scores.dtype), scores.dtype), scores)
-        probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), self.compute_dtype)
+        if scores.dtype == tf.float16:  # softmax sums overflow half precision
+            probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
+        else:
+            probs = tf.nn.softmax(scores, axis=-1)
         probs = self.attention_dropout(probs, training=training)
-        return tf.einsum("bnqk,bknh->bqnh", probs, values)
+        return tf.matmul(probs, values)
 
     def _post_attention(self, residual, attn_vec, training):
-        out = tf.einsum("bqnh,dnh->bqd", attn_vec, self._kernel("o"))
+        """[B, N, Q, H] attention vectors -> LayerNorm(residual + dropout(o-projection)) [B, Q, d_model]."""
+        shape = tf.shape(attn_vec)
+        merged = tf.reshape(tf.transpose(attn_vec, [0, 2, 1, 3]), [-1, self.n_head * self.d_head])
+        out = tf.matmul(merged, tf.reshape(self._kernel("o"), [self.d_model, -1]), transpose_b=True)
+        out = tf.reshape(out, tf.stack([shape[0], shape[2], self.d_model]))
         out = self.output_dropout(out, training=training)
         return self.layer_norm(out + residual)
 
@@ -122,20 +139,24 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         dtype = self.compute_dtype
         biases = tuple(None if b is None else tf.cast(b, dtype) for b in (r_w_bias, r_r_bias, r_s_bias, seg_embed))
         qlen = h.shape[1]
-        keys_in = h if mem is None else tf.concat([tf.cast(mem, dtype), h], axis=1)
-        keys = tf.einsum("bkd,dnh->bknh", keys_in, self._kernel("k"))
-        values = tf.einsum("bkd,dnh->bknh", keys_in, self._kernel("v"))
-        k_r = tf.einsum("grd,dnh->grnh", pos_emb, self._kernel("r"))
-        q = tf.einsum("bld,dnh->blnh", h, self._kernel("q"))
-        attn_h = self._attend(q, keys, values, k_r, None, qlen, content_segment_diff, content_mask, biases, training)
+        k_kernel, v_kernel = self._kernel("k"), self._kernel("v")
+        keys, values = _heads(h, k_kernel), _heads(h, v_kernel)
+        if mem is not None:
+            # Memory is projected on its own: it carries no gradient, so nothing is spent on one.
+            mem = tf.cast(mem, dtype)
+            keys = tf.concat([_heads(mem, k_kernel), keys], axis=2)
+            values = tf.concat([_heads(mem, v_kernel), values], axis=2)
+        k_r = _heads(pos_emb, self._kernel("r"))
+        q_kernel = self._kernel("q")
+        attn_h = self._attend(_heads(h, q_kernel), keys, values, k_r, None, qlen, content_segment_diff, content_mask,
+                              biases, training)
         h_out = self._post_attention(h, attn_h, training)
         if g is None:
             return h_out, None
-        q_g = tf.einsum("bpd,dnh->bpnh", g, self._kernel("q"))
-        attn_g = self._attend(q_g, keys, values, k_r, query_positions, qlen, query_segment_diff, query_mask,
-                              biases, training)
+        attn_g = self._attend(_heads(g, q_kernel), keys, values, k_r, query_positions, qlen, query_segment_diff,
+                              query_mask, biases, training)
         if query_valid is not None:
-            attn_g *= tf.cast(query_valid, dtype)[:, :, None, None]
+            attn_g *= tf.cast(query_valid, dtype)[:, None, :, None]
         return h_out, self._post_attention(g, attn_g, training)
 
     def get_config(self) -> dict:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from trainer.layers.dropout import HashDropout
+
 from trainer.layers.attention import LAYER_NORM_EPSILON
 
 
@@ -33,8 +35,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
                                           name="layer_1", dtype=self.dtype_policy)
         self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=init, name="layer_2",
                                           dtype=self.dtype_policy)
-        self.inner_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-        self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.inner_dropout = HashDropout(dropout, dtype=self.dtype_policy)
+        self.output_dropout = HashDropout(dropout, dtype=self.dtype_policy)
         self.layer_norm = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="layer_norm",
                                                           dtype=self.dtype_policy)
         self.build()

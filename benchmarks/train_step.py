@@ -1,0 +1,181 @@
+"""Times one full XLNet pretraining step (forward, backward, clip, AdamW) and the TF Model Garden peer.
+
+Prints one JSON line per measurement: ours for each precision x XLA setting, the matmul peak
+of this machine measured in the same run (per dtype), and the Model Garden XLNetBase step on the
+same shapes (run in its own venv, see /work/shared/peers/README.md). Default shapes are the
+peer's: 6 layers, d_model 512, 8 heads, d_inner 2048, seq_len 256, mem_len 192, num_predict 42,
+batch 8, vocab 32000, bi_data, untied biases.
+
+    .venv/bin/python benchmarks/train_step.py                  # everything, peer included
+    .venv/bin/python benchmarks/train_step.py --modes fp32:xla --no-peer --steps 3
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+PEER_DIR = Path("/work/shared/peers")
+PEER_VENV = Path("/tmp/peer-model-garden")
+SHAPES = dict(n_layer=6, d_model=512, n_head=8, d_inner=2048, seq_len=256, mem_len=192, num_predict=42, batch=8,
+              vocab=32000)
+
+
+def model_flops_per_step(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, batch, vocab, **_) -> float:
+    """Matmul FLOPs of one training step (3x forward): content stream on every position, query stream
+    on the num_predict target rows only, relative-position projection on the 2 bi_data directions."""
+    B, L, M, P, D, Di, V = batch, seq_len, mem_len, num_predict, d_model, d_inner, vocab
+    K, R = M + L, M + 2 * L
+    content = 2 * B * L * D * D * 2 + 2 * B * K * D * D * 2 + 2 * 2 * R * D * D + 2 * B * L * D * (2 * K + R) \
+        + 4 * B * L * D * Di
+    query = 2 * B * P * D * D * 2 + 2 * B * P * D * (2 * K + R) + 4 * B * P * D * Di
+    return 3.0 * (n_layer * (content + query) + 2 * B * P * D * V)
+
+
+def matmul_peak(dtype_name: str, size: int = 2048, repeats: int = 6) -> float:
+    """Best FLOP/s of a [size, size] x [size, size] matmul in ``dtype_name`` on this machine now."""
+    import tensorflow as tf
+
+    dtype = tf.bfloat16 if dtype_name == "bfloat16" else tf.float32
+    a = tf.random.normal([size, size], dtype=tf.float32)
+    a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
+    matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[:1, :1], tf.float32)))
+    matmul(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        float(matmul(a, b))
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size ** 3 / best
+
+
+def time_ours(precision: str, jit: bool, steps: int, query_rows: str = "targets") -> dict:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from trainer.config import ModelConfig
+    from trainer.pretraining import XLNetPretrainer
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
+    keras.utils.set_random_seed(0)
+    s = SHAPES
+    config = ModelConfig(vocab_size=s["vocab"], n_layer=s["n_layer"], d_model=s["d_model"], n_head=s["n_head"],
+                         d_head=s["d_model"] // s["n_head"], d_inner=s["d_inner"], untie_r=True, bi_data=True,
+                         mem_len=s["mem_len"], reuse_len=s["seq_len"] // 2, dropout=0.1, dropatt=0.1)
+    B, L = s["batch"], s["seq_len"]
+    pretrainer = XLNetPretrainer(config, L, s["num_predict"], perm_size=L // 2, special_ids={"sep": 4, "cls": 3})
+    variables = pretrainer.network.trainable_variables
+    optimizer = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01, epsilon=1e-6)
+    optimizer.build(variables)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(10, s["vocab"], [B, L])
+    ids[:, L - 3], ids[:, L - 1] = 4, 3
+    features = {"input_ids": tf.constant(ids, tf.int32),
+                "segment_ids": tf.constant(np.repeat([[0] * (L // 2 + 40) + [1] * (L // 2 - 41) + [2]], B, 0),
+                                           tf.int32),
+                "is_masked": tf.constant(rng.random([B, L]) < s["num_predict"] / L * 0.95),
+                "perm_seed": tf.constant(rng.integers(0, 2 ** 30, [B, 2]), tf.int32)}
+    mems = pretrainer.network.initial_mems(B)
+
+    def step(features, mems):
+        with tf.GradientTape() as tape:
+            out = pretrainer.compute(features, mems, training=True)
+        grads = tape.gradient(out["loss"], variables)
+        grads, _ = tf.clip_by_global_norm(grads, 1.0)
+        optimizer.apply_gradients(zip(grads, variables))
+        return out["loss"], out["new_mems"]
+
+    compiled = tf.function(step, jit_compile=jit)
+    for _ in range(2):
+        loss, mems = compiled(features, mems)
+    float(loss)
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss, mems = compiled(features, mems)
+    float(loss)
+    step_s = (time.perf_counter() - start) / steps
+    return {"impl": "ours", "precision": precision, "jit": jit, "step_s": round(step_s, 4),
+            "tokens_per_s": round(B * L / step_s, 1), "loss": round(float(loss), 4),
+            "params": int(sum(np.prod(v.shape) for v in variables))}
+
+
+def run_isolated(args: list[str]) -> list[dict]:
+    """Runs this script in a fresh process (one precision policy / XLA setting per process)."""
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise RuntimeError(f"benchmark child failed: {out.stderr[-3000:]}")
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def peer_python() -> Path:
+    python = PEER_VENV / "bin" / "python"
+    if not python.exists():
+        print(json.dumps({"note": f"peer venv missing at {PEER_VENV}; running setup_model_garden.sh"}), flush=True)
+        venv = subprocess.run([str(PEER_DIR / "setup_model_garden.sh")], capture_output=True, text=True, check=True)
+        python = Path(venv.stdout.strip().splitlines()[-1]) / "bin" / "python"
+    return python
+
+
+def time_peer(jit: bool, steps: int) -> dict:
+    s = SHAPES
+    env = dict(os.environ, NL=str(s["n_layer"]), DM=str(s["d_model"]), DI=str(s["d_inner"]), SEQ=str(s["seq_len"]),
+               MEM=str(s["mem_len"]), NP=str(s["num_predict"]), BSZ=str(s["batch"]), STEPS=str(steps),
+               JIT="1" if jit else "0", TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([str(peer_python()), str(PEER_DIR / "model_garden_step.py")], capture_output=True, text=True,
+                         env=env, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode or not lines:
+        raise RuntimeError(f"peer failed: {out.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", default="fp32:eager,fp32:xla,bf16:eager,bf16:xla",
+                        help="comma-separated precision:compile pairs (precision fp32|bf16, compile eager|xla); "
+                             "'eager' means tf.function without XLA")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (after 2 warm-up steps)")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat ours/peer interleaved this many times")
+    parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the TF Model Garden XLNetBase (fp32, without and with XLA)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.child:  # one measurement in this process
+        precision, compile_mode = args.child.split(":")
+        result = time_ours(precision, compile_mode == "xla", args.steps)
+        flops = model_flops_per_step(**SHAPES)
+        peak = matmul_peak("bfloat16" if precision == "bf16" else "float32")
+        result.update(model_tflops_per_step=round(flops / 1e12, 4), matmul_peak_gflops=round(peak / 1e9, 1),
+                      achieved_gflops=round(flops / result["step_s"] / 1e9, 1),
+                      mfu=round(flops / result["step_s"] / peak, 3))
+        print(json.dumps(result), flush=True)
+        return 0
+
+    for _ in range(args.rounds):
+        peers = {}
+        if args.peer:
+            for jit in (False, True):
+                peers[jit] = time_peer(jit, args.steps)
+                print(json.dumps(peers[jit]), flush=True)
+        for mode in args.modes.split(","):
+            for result in run_isolated(["--child", mode, "--steps", str(args.steps)]):
+                if peers:
+                    best_peer = max(p["tokens_per_s"] for p in peers.values())
+                    result["peer_best_tokens_per_s"] = best_peer
+                    result["speedup_vs_peer_best"] = round(result["tokens_per_s"] / best_peer, 2)
+                print(json.dumps({**SHAPES, **result}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
