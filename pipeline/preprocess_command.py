@@ -68,8 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group = parser.add_argument_group("runner (other flags go to Beam, e.g. --project, --region)")
     run_group.add_argument("--runner", default="FnApiRunner",
                            help="FnApiRunner (local), DataflowRunner, FlinkRunner, SparkRunner, PortableRunner")
-    run_group.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                           help="local worker processes (FnApiRunner)")
+    run_group.add_argument("--workers", type=int, default=1,
+                           help="FnApiRunner workers: 1 runs in this process (fastest for small corpora, see "
+                                "benchmarks/preprocess.py); N > 1 runs N worker processes")
 
 
 def config_from_args(args: argparse.Namespace) -> PreprocessConfig:

@@ -23,7 +23,7 @@ import io
 import unicodedata
 from collections import Counter
 from dataclasses import asdict, dataclass, fields
-from typing import Iterator, Sequence
+from typing import Iterator
 
 import numpy as np
 
@@ -233,7 +233,3 @@ def _write_atomically(path: str, data: bytes) -> None:
         handle.write(data)
     os.replace(scratch, path)
 
-
-def encode_lines(processor, lines: Sequence[str]) -> list[list[int]]:
-    """Token ids of each line (one batched SentencePiece call)."""
-    return processor.encode(list(lines), out_type=int)
