@@ -257,3 +257,17 @@ def test_flink_and_spark_options_pass_through_to_beam():
     local = pipeline_options("FnApiRunner", 2, [])
     assert local.get_all_options()["direct_num_workers"] == 2
     assert local.get_all_options()["direct_running_mode"] == "multi_processing"
+
+
+def test_dataflow_refuses_local_paths_its_workers_cannot_read(tmp_path, corpus_sample, spm_model):
+    from pipeline.corpus import expand_inputs
+    from pipeline.preprocess_command import check_paths
+
+    local = PreprocessConfig(inputs=(corpus_sample,), output="gs://bucket/data", vocab="gs://bucket/spiece.model")
+    with pytest.raises(ConfigError, match="--input"):
+        check_paths(local, "DataflowRunner", expand_inputs(local.inputs))
+    for changes, flag in ((dict(output=str(tmp_path / "out")), "--output"), (dict(vocab=spm_model), "--vocab")):
+        config = PreprocessConfig(**{**dict(inputs=("gs://bucket/corpus/*.txt",), output="gs://bucket/data",
+                                            vocab="gs://bucket/spiece.model"), **changes})
+        with pytest.raises(ConfigError, match=flag):
+            check_paths(config, "DataflowRunner", [])
