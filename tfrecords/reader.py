@@ -215,7 +215,7 @@ class StreamReader:
             def segment_records(k):
                 skip = tf.where(k == first_segment, first_record, tf.constant(0, tf.int64))
                 reader = tf.data.TFRecordDataset(file_names[seg_file[slot, k]], compression_type=compression,
-                                                 buffer_size=64 << 10)
+                                                 buffer_size=256 << 10)
                 return reader.skip(seg_first[slot, k] + skip).take(seg_records[slot, k] - skip)
 
             segments = tf.data.Dataset.range(first_segment, walk_length[slot])
