@@ -183,27 +183,8 @@ class WriteShard(beam.DoFn):
         start = time.time()
         path = FileSystems.join(c.output, c.shard_name(split, shard))
         compression = CompressionTypes.GZIP if c.compression == "gzip" else CompressionTypes.UNCOMPRESSED
-        streams: list[dict] = []
-        totals = Counter()
         with FileSystems.create(path, mime_type="application/octet-stream", compression_type=compression) as handle:
-            forward = streams_of_shard(shard, c.num_shards_of(split), c.num_streams)
-            texts = {s: concatenate_stream(by_stream.get(s, [])) for s in forward}
-            jobs = [(s, texts[s], False) for s in forward]
-            if c.bi_data:
-                jobs += [(s + c.num_streams, reverse_stream(*texts[s]), True) for s in forward]
-            for stream_id, (ids, starts), reverse in jobs:
-                first = totals["records"]
-                rng = stream_rng(c.seed, split, stream_id)
-                for batch in self._builder.build(ids, starts, stream_id, reverse, rng):
-                    for serialized in encode_batch(batch.__dict__):
-                        _TFRecordUtil.write_record(handle, serialized)
-                    totals["records"] += len(batch)
-                    totals["masked_tokens"] += int(batch.is_masked.sum())
-                count = totals["records"] - first
-                streams.append({"stream_id": stream_id, "records": count, "first_record_index_in_file": first})
-                covered = 0 if count == 0 else (count - 1) * c.reuse_len + c.seq_len
-                self._counters.add("short_streams", int(count == 0 and len(ids) > 0))
-                self._counters.add("uncovered_tokens", max(0, len(ids) - covered))
+            streams, totals = self._write_streams(handle, split, shard, by_stream)
         documents = sum(len(docs) for docs in by_stream.values())
         tokens = sum(d.num_tokens for docs in by_stream.values() for d in docs)
         self._counters.add("records", totals["records"])
@@ -213,6 +194,32 @@ class WriteShard(beam.DoFn):
         yield {"split": split, "shard": shard, "file": c.shard_name(split, shard), "records": totals["records"],
                "tokens": tokens, "masked_tokens": totals["masked_tokens"], "documents": documents,
                "streams": streams}
+
+    def _write_streams(self, handle, split: str, shard: int,
+                       by_stream: dict[int, list[TokenizedDocument]]) -> tuple[list[dict], Counter]:
+        """Writes the shard's streams by ascending id (forward, then reversed); returns their bookkeeping."""
+        c = self._config
+        forward = streams_of_shard(shard, c.num_shards_of(split), c.num_streams)
+        texts = {s: concatenate_stream(by_stream.get(s, [])) for s in forward}
+        jobs = [(s, texts[s], False) for s in forward]
+        if c.bi_data:
+            jobs += [(s + c.num_streams, reverse_stream(*texts[s]), True) for s in forward]
+        streams: list[dict] = []
+        totals: Counter = Counter()
+        for stream_id, (ids, starts), reverse in jobs:
+            first = totals["records"]
+            rng = stream_rng(c.seed, split, stream_id)
+            for batch in self._builder.build(ids, starts, stream_id, reverse, rng):
+                for serialized in encode_batch(batch.__dict__):
+                    _TFRecordUtil.write_record(handle, serialized)
+                totals["records"] += len(batch)
+                totals["masked_tokens"] += int(batch.is_masked.sum())
+            count = totals["records"] - first
+            streams.append({"stream_id": stream_id, "records": count, "first_record_index_in_file": first})
+            covered = 0 if count == 0 else (count - 1) * c.reuse_len + c.seq_len
+            self._counters.add("short_streams", int(count == 0 and len(ids) > 0))
+            self._counters.add("uncovered_tokens", max(0, len(ids) - covered))
+        return streams, totals
 
 
 class WriteManifest(beam.DoFn):
