@@ -129,15 +129,20 @@ def check_paths(config: PreprocessConfig, runner: str, files) -> None:
         raise ConfigError(f"--vocab {config.vocab}: {runner} workers load the model themselves; copy it to gs://")
 
 
-def prepare_output(output: str, overwrite: bool) -> None:
-    """Refuses a non-empty output unless overwrite; then removes old shards and manifest first."""
+def _entries(output: str) -> list[str]:
+    """Paths inside the output directory (hidden ones too), [] when it does not exist."""
     from apache_beam.io.filesystems import FileSystems
 
-    existing = [m.path for m in FileSystems.match([FileSystems.join(output, "*")])[0].metadata_list] \
-        if FileSystems.exists(output) or not _is_local(output) else []
-    hidden = [m.path for m in FileSystems.match([FileSystems.join(output, ".*")])[0].metadata_list] \
-        if _is_local(output) and os.path.isdir(output) else []
-    existing += hidden
+    if _is_local(output):
+        return sorted(os.path.join(output, name) for name in os.listdir(output)) if os.path.isdir(output) else []
+    return [m.path for m in FileSystems.match([FileSystems.join(output, "*")])[0].metadata_list]
+
+
+def prepare_output(output: str, overwrite: bool) -> None:
+    """Refuses a non-empty output unless overwrite; then removes the old manifest (first) and shards."""
+    from apache_beam.io.filesystems import FileSystems
+
+    existing = _entries(output)
     if existing and not overwrite:
         raise OutputError(f"--output {output} is not empty ({len(existing)} entries, e.g. {existing[0]}); "
                           "pass --overwrite to replace its shards and manifest, or choose another directory")
