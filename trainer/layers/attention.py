@@ -115,12 +115,15 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         if segment_diff is not None:
             segment = tf.einsum("bnqh,snh->bnqs", (queries + r_s_bias[:, None]) * self.scale, seg_embed)
             scores += tf.where(segment_diff[:, None], segment[..., 1:], segment[..., :1])
+        # float16 scores are normalised in float32 (softmax sums overflow half precision).
+        softmax_dtype = tf.float32 if scores.dtype == tf.float16 else scores.dtype
+        scores = tf.cast(scores, softmax_dtype)
         if mask is not None:
-            scores = tf.where(mask[:, None], tf.cast(mask_fill_value(scores.dtype), scores.dtype), scores)
-        if scores.dtype == tf.float16:  # softmax sums overflow half precision
-            probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
-        else:
-            probs = tf.nn.softmax(scores, axis=-1)
+            # An additive bias [B, 1, Q, K] (N times smaller than the scores) instead of a select on the
+            # scores: the add joins the sum above and its gradient costs nothing.
+            fill = tf.constant(mask_fill_value(softmax_dtype), softmax_dtype)
+            scores += tf.where(mask, fill, tf.zeros([], softmax_dtype))[:, None]
+        probs = tf.cast(tf.nn.softmax(scores, axis=-1), queries.dtype)
         probs = self.attention_dropout(probs, training=training)
         return tf.matmul(probs, values)
 
