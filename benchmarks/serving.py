@@ -9,7 +9,8 @@ real sentences of the bundled corpus and in one run, side by side:
 * ``python_sentencepiece`` the sentencepiece Python package tokenising the same strings (no model),
   for scale: the host-side tokenisation a client would otherwise run
 
-Prints one JSON line per measurement (median of ``--repeats`` timed batches after one warm-up).
+Prints one JSON line per measurement: the median of ``--repeats`` timed batches after one warm-up,
+the four measurements interleaved round-robin so that noise on a shared machine hits them alike.
 
     .venv/bin/python benchmarks/serving.py --export-dir demo_output/serving/xlnet/1 --batch-size 32
 """
@@ -34,14 +35,17 @@ def sentences(count: int) -> list[str]:
         return [line for line, _ in zip((line for line in lines if line), range(count))]
 
 
-def median_seconds(function, repeats: int) -> float:
-    function()  # warm-up: first call traces / allocates
-    timings = []
+def interleaved_medians(runs: dict, repeats: int) -> dict[str, float]:
+    """Median seconds of each function, timed round-robin so machine noise hits all of them alike."""
+    for function in runs.values():
+        function()  # warm-up: first call traces / allocates
+    timings = {name: [] for name in runs}
     for _ in range(repeats):
-        began = time.perf_counter()
-        function()
-        timings.append(time.perf_counter() - began)
-    return statistics.median(timings)
+        for name, function in runs.items():
+            began = time.perf_counter()
+            function()
+            timings[name].append(time.perf_counter() - began)
+    return {name: statistics.median(values) for name, values in timings.items()}
 
 
 def main() -> None:
@@ -72,8 +76,7 @@ def main() -> None:
         "predict_masked": lambda: model.signatures["predict_masked"](text=masked_tensor)["top_k_ids"].numpy(),
         "python_sentencepiece": lambda: processor.encode(texts),
     }
-    for name, function in runs.items():
-        seconds = median_seconds(function, args.repeats)
+    for name, seconds in interleaved_medians(runs, args.repeats).items():
         print(json.dumps({"benchmark": "serving", "signature": name, "batch_size": args.batch_size,
                           "max_length": config["max_length"], "d_model": config["d_model"],
                           "median_batch_seconds": round(seconds, 5),
