@@ -369,6 +369,6 @@ def test_casing_is_detected_from_the_vocabulary(sp_proto, corpus_sample, tmp_pat
     from pipeline.vocab import VocabConfig, train_vocab
 
     uncased = train_vocab(VocabConfig(inputs=(corpus_sample,), output_prefix=str(tmp_path / "uncased"),
-                                      vocab_size=1000, uncased=True, num_threads=2))
+                                      vocab_size=1000, input_sentence_size=3000, uncased=True, num_threads=2))
     assert vocabulary_is_uncased(sp_proto) is False
     assert vocabulary_is_uncased(uncased.model_proto) is True
