@@ -108,6 +108,58 @@ def time_ours(precision: str, jit: bool, steps: int, query_rows: str = "targets"
             "params": int(sum(np.prod(v.shape) for v in variables))}
 
 
+def time_query_rows(steps: int) -> list[dict]:
+    """Query-stream attention of one layer (forward + backward) on the P target rows (ours) versus
+    on all L positions with the targets picked afterwards (the original's layout)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from trainer.layers import TwoStreamRelativeAttention, RelativePositionEncoding
+
+    s = SHAPES
+    B, L, M, P, D, N = s["batch"], s["seq_len"], s["mem_len"], s["num_predict"], s["d_model"], s["n_head"]
+    H, K = D // N, s["mem_len"] + s["seq_len"]
+    layer = TwoStreamRelativeAttention(D, N, H)
+    rng = np.random.default_rng(0)
+    normal = lambda *shape: tf.constant(rng.normal(0, 1, shape), tf.float32)
+    queries, keys, values = normal(B, N, L, H), normal(B, N, K, H), normal(B, N, K, H)
+    pos_emb = RelativePositionEncoding(D, bi_data=True)(klen=K, qlen=L)
+    k_r = tf.transpose(tf.reshape(tf.einsum("grd,dk->grk", pos_emb, tf.reshape(layer.r_kernel, [D, -1])),
+                                  [2, -1, N, H]), [0, 2, 1, 3])
+    positions = tf.constant(np.sort(np.stack([rng.choice(L, P, replace=False) for _ in range(B)]), 1), tf.int32)
+    mask = tf.constant(rng.random([B, L, K]) < 0.5)
+    segments = tf.constant(rng.random([B, L, K]) < 0.5)
+    biases = tuple(normal(N, H) for _ in range(3)) + (normal(2, N, H),)
+
+    def targets_only(q):
+        rows = tf.gather(q, positions, axis=2, batch_dims=1)
+        return layer._attend(rows, keys, values, k_r, positions, L, tf.gather(segments, positions, batch_dims=1),
+                             tf.gather(mask, positions, batch_dims=1), biases, False)
+
+    def all_positions(q):
+        out = layer._attend(q, keys, values, k_r, None, L, segments, mask, biases, False)
+        return tf.gather(out, positions, axis=2, batch_dims=1)
+
+    results = []
+    for name, fn in (("targets", targets_only), ("all_positions", all_positions)):
+        def step(q, fn=fn):
+            with tf.GradientTape() as tape:
+                tape.watch(q)
+                loss = tf.reduce_sum(tf.square(fn(q)))
+            return tape.gradient(loss, q)
+
+        compiled = tf.function(step)
+        compiled(queries)
+        best = float("inf")
+        for _ in range(max(steps, 3)):
+            start = time.perf_counter()
+            float(tf.reduce_sum(compiled(queries)))
+            best = min(best, time.perf_counter() - start)
+        results.append({"measure": "query_stream_attention_fwd_bwd_one_layer", "rows": name,
+                        "ms": round(best * 1000, 1)})
+    return results
+
+
 def run_isolated(args: list[str]) -> list[dict]:
     """Runs this script in a fresh process (one precision policy / XLA setting per process)."""
     out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
@@ -147,9 +199,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="repeat ours/peer interleaved this many times")
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
                         help="also time the TF Model Garden XLNetBase (fp32, without and with XLA)")
+    parser.add_argument("--query-rows", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time query-stream attention on the target rows vs on all positions")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
+    if args.child == "query-rows":
+        for result in time_query_rows(args.steps):
+            print(json.dumps(result), flush=True)
+        return 0
     if args.child:  # one measurement in this process
         precision, compile_mode = args.child.split(":")
         result = time_ours(precision, compile_mode == "xla", args.steps)
@@ -161,6 +219,9 @@ def main() -> int:
         print(json.dumps(result), flush=True)
         return 0
 
+    if args.query_rows:
+        for result in run_isolated(["--child", "query-rows", "--steps", str(args.steps)]):
+            print(json.dumps(result), flush=True)
     for _ in range(args.rounds):
         peers = {}
         if args.peer:

@@ -68,3 +68,57 @@ def test_pretrainer_step_compiles_with_xla():
 def test_pretrainer_rejects_perm_size_that_does_not_split_the_parts():
     with pytest.raises(ValueError, match="perm_size=3 must divide reuse_len=4"):
         XLNetPretrainer(small_config(), seq_len=8, num_predict=4, perm_size=3, special_ids=SPECIAL)
+
+
+def test_loss_is_mean_cross_entropy_over_real_targets():
+    pretrainer = XLNetPretrainer(small_config(), seq_len=8, num_predict=4, perm_size=4, special_ids=SPECIAL)
+    features = compact_features(seed=3)
+    out = pretrainer.compute(features, None, training=False)
+    logits = out["logits"].numpy().astype(np.float64)
+    targets = pretrainer.targets_from_compact(features)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_probs, targets["target"].numpy()[..., None], -1)[..., 0]
+    valid = targets["target_valid"].numpy()
+    assert valid.sum() < valid.size  # some padding rows, which must not count
+    np.testing.assert_allclose(out["loss"].numpy(), -(picked * valid).sum() / valid.sum(), rtol=1e-5)
+
+
+def test_dense_original_style_features_give_the_same_loss_as_compact_ones():
+    from trainer.permutation import dense_inputs
+
+    pretrainer = XLNetPretrainer(small_config(), seq_len=8, num_predict=4, perm_size=4, special_ids=SPECIAL)
+    features = compact_features(seed=4)
+    dense = dense_inputs(features["input_ids"], features["is_masked"], features["perm_seed"], reuse_len=4, perm_size=4,
+                         num_predict=4, sep_id=SPECIAL["sep"], cls_id=SPECIAL["cls"])
+    dense_features = {"input_ids": features["input_ids"], "segment_ids": features["segment_ids"],
+                      **{k: dense[k] for k in ("perm_mask", "target_mapping", "target_mask", "target")}}
+    np.testing.assert_allclose(pretrainer.compute(dense_features, None)["loss"].numpy(),
+                               pretrainer.compute(features, None)["loss"].numpy(), rtol=1e-6)
+
+
+def test_pretrainer_trains_inside_strategy_run():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        pretrainer = XLNetPretrainer(small_config(dropout=0.1), seq_len=8, num_predict=4, perm_size=4,
+                                     special_ids=SPECIAL)
+    features = compact_features()
+
+    @tf.function
+    def step(batch):
+        def replica_step(batch):
+            with tf.GradientTape() as tape:
+                out = pretrainer.compute(batch, None, training=True)
+            grads = tape.gradient(out["loss"], pretrainer.trainable_variables)
+            return out["loss"], tf.linalg.global_norm(grads)
+        return strategy.run(replica_step, args=(batch,))
+
+    loss, grad_norm = step(features)
+    assert np.isfinite(loss.numpy()) and grad_norm.numpy() > 0
+
+
+def test_missing_compact_feature_is_named():
+    pretrainer = XLNetPretrainer(small_config(), seq_len=8, num_predict=4, perm_size=4, special_ids=SPECIAL)
+    features = compact_features()
+    del features["perm_seed"]
+    with pytest.raises(ValueError, match="features lack perm_seed"):
+        pretrainer.compute(features, None)
