@@ -4,22 +4,30 @@ Stages (each DoFn loads what it needs once per worker in ``setup``: the Sentence
 is read from ``--vocab``, which workers must be able to read, and checked against the
 SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
 
-    matched files (Create redistributes them) -> ReadDocuments (batches of documents) -> Reshuffle
-        -> TokenizeDocuments -> ((split, shard), [documents]) -> GroupByKey (every shard
-           seeded, so empty ones exist too)
-        -> WriteShard: per stream concatenate documents in hash order, build records
-           (forward, then reversed with bi_data), write the shard file
+    matched files (Create redistributes them)
+        -> ReadDocuments: documents, placed by the seeded hash of their key, as compact
+           ((split, shard), RawDocuments) batches
+        -> GroupByKey (every shard seeded, so empty ones exist too): the only shuffle
+        -> WriteShard: normalise + tokenise the shard's documents, per stream concatenate
+           them in hash order, build records (forward, then reversed with bi_data), write the
+           shard file
         -> shard statistics -> combined -> WriteManifest (last, atomic)
+
+Why one shuffle of raw text: a document's split, stream and hence shard depend only on
+its key, so it can go straight to its shard. Everything that costs CPU (tokenising,
+building and encoding records) then runs in the shard stage, spread over the workers, and
+the runner (which, locally, decodes and re-encodes every shuffled element) only moves a
+few large strings and byte arrays per (file, shard) instead of many small objects.
 
 Shard files are written by WriteShard itself through ``apache_beam.io.filesystems``
 (local, gs://, ...) with TFRecord framing, because their content must be in a fixed order:
 streams by ascending id, records by stream_pos. A retried bundle rewrites the same bytes.
 
 Beam metrics (namespace ``xlnet``): files, empty_files, unreadable_files, lines,
-invalid_lines, long_lines, documents, empty_documents, tokens, records, masked_tokens,
-short_streams (streams with tokens but no record), uncovered_tokens (stream tails too short
-for another record). Workers log progress every ``PROGRESS_EVERY`` documents per file and
-for every shard written.
+invalid_lines, long_lines, documents_read, documents, empty_documents, tokens, records,
+masked_tokens, short_streams (streams with tokens but no record), uncovered_tokens (stream
+tails too short for another record). Workers log progress every ``PROGRESS_EVERY``
+documents per file and for every shard tokenised and written.
 """
 from __future__ import annotations
 
@@ -27,7 +35,7 @@ import itertools
 import logging
 import time
 from collections import Counter, defaultdict
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -49,7 +57,8 @@ from tfrecords.manifest import SPLITS
 
 NAMESPACE = "xlnet"
 PROGRESS_EVERY = 20000
-DOCUMENT_BATCH = 256
+# A reader sends its buffered documents on once they hold this many characters (bounds its memory).
+READ_BUFFER_CHARS = 1 << 24
 _LOG = logging.getLogger("xlnet.preprocess")
 
 
@@ -64,39 +73,83 @@ class Counters:
             self._counters[name].inc(value)
 
 
+class RawDocuments(NamedTuple):
+    """Documents of one file bound for one shard, packed into a few flat values.
+
+    The shuffle then moves one string and four byte arrays instead of a Python object per
+    document and line. ``text`` holds every line joined by newlines (corpus lines never
+    contain one); document ``i`` has ``line_counts[i]`` lines and key ``f"{file_key}:{indices[i]}"``.
+    """
+
+    file_key: str
+    indices: bytes  # int64 per document: its index in the file
+    streams: bytes  # int32 per document
+    orders: bytes  # uint64 per document: its sort key inside the stream
+    line_counts: bytes  # int32 per document
+    text: str
+
+    def documents(self) -> Iterator[tuple[str, int, int, list[str]]]:
+        """(key, stream, order, lines) of every document."""
+        lines = self.text.split("\n")
+        ends = np.cumsum(np.frombuffer(self.line_counts, dtype=np.int32)).tolist()
+        rows = zip(np.frombuffer(self.indices, dtype=np.int64).tolist(),
+                   np.frombuffer(self.streams, dtype=np.int32).tolist(),
+                   np.frombuffer(self.orders, dtype=np.uint64).tolist(), [0] + ends[:-1], ends)
+        for index, stream, order, begin, end in rows:
+            yield f"{self.file_key}:{index}", stream, order, lines[begin:end]
+
+
+class _ShardBuffer:
+    """The documents one reader holds for one shard until it sends them on."""
+
+    def __init__(self):
+        self.indices, self.streams, self.orders, self.line_counts, self.lines = [], [], [], [], []
+
+    def add(self, index: int, stream: int, order: int, lines: list[str]) -> None:
+        self.indices.append(index)
+        self.streams.append(stream)
+        self.orders.append(order)
+        self.line_counts.append(len(lines))
+        self.lines += lines
+
+    def pack(self, file_key: str) -> RawDocuments:
+        return RawDocuments(file_key, np.array(self.indices, dtype=np.int64).tobytes(),
+                            np.array(self.streams, dtype=np.int32).tobytes(),
+                            np.array(self.orders, dtype=np.uint64).tobytes(),
+                            np.array(self.line_counts, dtype=np.int32).tobytes(), "\n".join(self.lines))
+
+
 class ReadDocuments(beam.DoFn):
-    """InputFile -> batches of (document key, raw sentence lines).
+    """InputFile -> ((split, shard), RawDocuments): each document placed by its key, batched per shard."""
 
-    Documents travel in batches of up to ``DOCUMENT_BATCH`` because Beam's per-element cost
-    is comparable to tokenising a short document."""
-
-    def __init__(self, input_format: str, text_field: str, max_line_bytes: int):
-        self._input_format = input_format
-        self._text_field = text_field
-        self._max_line_bytes = max_line_bytes
+    def __init__(self, config: PreprocessConfig):
+        self._config = config
         self._counters = Counters("files", "empty_files", "unreadable_files", "lines", "invalid_lines",
                                   "long_lines", "documents_read")
 
-    def process(self, input_file: InputFile) -> Iterator[list[tuple[str, list[str]]]]:
+    def process(self, input_file: InputFile) -> Iterator[tuple[tuple[str, int], RawDocuments]]:
+        c = self._config
         stats: Counter = Counter()
         index = -1
         start = time.time()
-        batch: list[tuple[str, list[str]]] = []
+        buffers: dict[tuple[str, int], _ShardBuffer] = defaultdict(_ShardBuffer)
+        buffered_chars = 0
         try:
-            documents = read_documents(input_file.path, self._input_format, self._text_field,
-                                       self._max_line_bytes, stats)
+            documents = read_documents(input_file.path, c.input_format, c.text_field, c.max_line_bytes, stats)
             for index, lines in enumerate(documents):
-                batch.append((f"{input_file.key}:{index}", lines))
-                if len(batch) == DOCUMENT_BATCH:
-                    yield batch
-                    batch = []
+                place = place_document(f"{input_file.key}:{index}", c.seed, c.valid_fraction, c.num_streams)
+                shard = (place.split, shard_of_stream(place.stream, c.num_shards_of(place.split)))
+                buffers[shard].add(index, place.stream, place.order, lines)
+                buffered_chars += sum(map(len, lines))
+                if buffered_chars >= READ_BUFFER_CHARS:
+                    yield from self._flush(input_file.key, buffers)
+                    buffered_chars = 0
                 if (index + 1) % PROGRESS_EVERY == 0:
                     _LOG.info("%s: read %d documents, %d lines", input_file.path, index + 1, stats["lines"])
         except CorpusError as error:
             _LOG.error("skipping the rest of %s: %s", input_file.path, error)
             stats["unreadable_files"] += 1
-        if batch:
-            yield batch
+        yield from self._flush(input_file.key, buffers)
         stats["files"] += 1
         stats["documents_read"] += index + 1
         for name, value in stats.items():
@@ -107,56 +160,11 @@ class ReadDocuments(beam.DoFn):
             _LOG.warning("%s: skipped %d invalid and %d over-long lines", input_file.path,
                          stats["invalid_lines"], stats["long_lines"])
 
-
-class TokenizeDocuments(beam.DoFn):
-    """A batch of (key, lines) -> ((split, shard), [TokenizedDocument]): normalise, encode, place."""
-
-    def __init__(self, config: PreprocessConfig, vocab_sha256: str):
-        self._config = config
-        self._vocab_sha256 = vocab_sha256
-        self._processor = None
-        self._eod = -1
-        self._counters = Counters("documents", "empty_documents", "tokens")
-
-    def setup(self) -> None:
-        vocab = load_vocab(self._config.vocab, expected_sha256=self._vocab_sha256)
-        self._processor = vocab.processor()
-        self._eod = vocab.special_ids.eod
-
-    def start_bundle(self) -> None:
-        self._bundle_start, self._bundle_documents = time.time(), 0
-
-    def finish_bundle(self) -> None:
-        if self._bundle_documents:
-            _LOG.info("tokenised %d documents in %.1f s", self._bundle_documents, time.time() - self._bundle_start)
-
-    def process(self, batch: list[tuple[str, list[str]]]) -> Iterator[tuple[tuple[str, int], list]]:
-        self._bundle_documents += len(batch)
-        by_shard: dict[tuple[str, int], list[TokenizedDocument]] = defaultdict(list)
-        for key, lines in batch:
-            placed = self._tokenize(key, lines)
-            if placed is not None:
-                split, document = placed
-                shard = shard_of_stream(document.stream, self._config.num_shards_of(split))
-                by_shard[(split, shard)].append(document)
-        yield from by_shard.items()
-
-    def _tokenize(self, key: str, lines: list[str]) -> tuple[str, TokenizedDocument] | None:
-        c = self._config
-        texts = [text for text in (normalize_text(line, c.uncased) for line in lines) if text]
-        sentences = [ids for ids in self._processor.encode(texts, out_type=int, num_threads=1) if ids] if texts else []
-        if not sentences:
-            self._counters.add("empty_documents", 1)
-            return None
-        if c.use_eod:
-            sentences.append([self._eod])
-        lengths = np.fromiter((len(s) for s in sentences), dtype=np.int32, count=len(sentences))
-        ids = np.fromiter(itertools.chain.from_iterable(sentences), dtype=np.int32, count=int(lengths.sum()))
-        place = place_document(key, c.seed, c.valid_fraction, c.num_streams)
-        self._counters.add("documents", 1)
-        self._counters.add("tokens", len(ids))
-        return place.split, TokenizedDocument(key, place.stream, place.order, ids.tobytes(), lengths.tobytes())
-
+    @staticmethod
+    def _flush(file_key: str, buffers: dict) -> Iterator[tuple[tuple[str, int], RawDocuments]]:
+        for shard in sorted(buffers):
+            yield shard, buffers[shard].pack(file_key)
+        buffers.clear()
 
 class WriteShard(beam.DoFn):
     """((split, shard), documents) -> the shard file on disk, and its statistics (a dict)."""
@@ -165,22 +173,29 @@ class WriteShard(beam.DoFn):
         self._config = config
         self._vocab_sha256 = vocab_sha256
         self._builder = None
-        self._counters = Counters("records", "masked_tokens", "short_streams", "uncovered_tokens")
+        self._processor = None
+        self._eod = -1
+        self._counters = Counters("documents", "empty_documents", "tokens", "records", "masked_tokens",
+                                  "short_streams", "uncovered_tokens")
 
     def setup(self) -> None:
         vocab = load_vocab(self._config.vocab, expected_sha256=self._vocab_sha256)
         special = vocab.special_ids
+        self._processor = vocab.processor()
+        self._eod = special.eod
         self._builder = RecordBuilder(self._config.record_config(), vocab.word_start_table(), special.sep, special.cls)
 
-    def process(self, element: tuple[tuple[str, int], Iterable]) -> Iterator[dict]:
-        (split, shard), values = element
+    def process(self, element: tuple[tuple[str, int], Iterable[RawDocuments | None]]) -> Iterator[dict]:
+        (split, shard), batches = element
         c = self._config
         arrival = time.time()
+        raw = [batch for batch in batches if batch is not None]  # None: the empty seed every shard gets
         by_stream: dict[int, list[TokenizedDocument]] = defaultdict(list)
-        for documents in values:
-            for document in documents or ():  # None: the empty seed every shard gets
-                by_stream[document.stream].append(document)
+        for document in self._tokenize(raw):
+            by_stream[document.stream].append(document)
         start = time.time()
+        _LOG.info("tokenised %d documents for %s in %.1f s", sum(len(d) for d in by_stream.values()),
+                  c.shard_name(split, shard), start - arrival)
         path = FileSystems.join(c.output, c.shard_name(split, shard))
         compression = CompressionTypes.GZIP if c.compression == "gzip" else CompressionTypes.UNCOMPRESSED
         with FileSystems.create(path, mime_type="application/octet-stream", compression_type=compression) as handle:
@@ -189,11 +204,33 @@ class WriteShard(beam.DoFn):
         tokens = sum(d.num_tokens for docs in by_stream.values() for d in docs)
         self._counters.add("records", totals["records"])
         self._counters.add("masked_tokens", totals["masked_tokens"])
-        _LOG.info("wrote %s: %d records from %d documents (%d tokens) in %.1f s (+%.1f s receiving documents)",
-                  path, totals["records"], documents, tokens, time.time() - start, start - arrival)
+        _LOG.info("wrote %s: %d records from %d documents (%d tokens) in %.1f s", path, totals["records"],
+                  documents, tokens, time.time() - start)
         yield {"split": split, "shard": shard, "file": c.shard_name(split, shard), "records": totals["records"],
                "tokens": tokens, "masked_tokens": totals["masked_tokens"], "documents": documents,
                "streams": streams}
+
+    def _tokenize(self, batches: list[RawDocuments]) -> Iterator[TokenizedDocument]:
+        """Normalises and tokenises the documents (one SentencePiece call per batch); drops empty ones."""
+        c = self._config
+        for batch in batches:
+            documents = list(batch.documents())
+            texts = [[text for text in (normalize_text(line, c.uncased) for line in lines) if text]
+                     for _, _, _, lines in documents]
+            flat = list(itertools.chain.from_iterable(texts))
+            encoded = iter(self._processor.encode(flat, out_type=int, num_threads=1) if flat else [])
+            for (key, stream, order, _), document_texts in zip(documents, texts):
+                sentences = [ids for ids in itertools.islice(encoded, len(document_texts)) if ids]
+                if not sentences:
+                    self._counters.add("empty_documents", 1)
+                    continue
+                if c.use_eod:
+                    sentences.append([self._eod])
+                lengths = np.fromiter((len(s) for s in sentences), dtype=np.int32, count=len(sentences))
+                ids = np.fromiter(itertools.chain.from_iterable(sentences), dtype=np.int32, count=int(lengths.sum()))
+                self._counters.add("documents", 1)
+                self._counters.add("tokens", len(ids))
+                yield TokenizedDocument(key, stream, order, ids.tobytes(), lengths.tobytes())
 
     def _write_streams(self, handle, split: str, shard: int,
                        by_stream: dict[int, list[TokenizedDocument]]) -> tuple[list[dict], Counter]:
@@ -255,13 +292,11 @@ def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dic
 def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Vocab, files: list[InputFile]) -> None:
     """Adds every stage of the preprocessing to ``pipeline``."""
     shard_keys = [((split, shard), None) for split in SPLITS for shard in range(config.num_shards_of(split))]
+    every_shard = pipeline | "EveryShard" >> beam.Create(shard_keys, reshuffle=False)
     documents = (
         pipeline
         | "MatchedFiles" >> beam.Create(files)  # Create itself redistributes more than one element
-        | "ReadDocuments" >> beam.ParDo(ReadDocuments(config.input_format, config.text_field, config.max_line_bytes))
-        | "SpreadDocuments" >> beam.Reshuffle()
-        | "Tokenize" >> beam.ParDo(TokenizeDocuments(config, vocab.sha256)))
-    every_shard = pipeline | "EveryShard" >> beam.Create(shard_keys, reshuffle=False)
+        | "ReadDocuments" >> beam.ParDo(ReadDocuments(config)))
     _ = (
         (documents, every_shard)
         | "WithEmptyShards" >> beam.Flatten()

@@ -1,7 +1,8 @@
 """`xlnet preprocess`: corpus -> XLNet TFRecord shards + manifest, on any Beam runner.
 
-Locally the default runner is Beam's FnApiRunner (``--workers N`` processes, fully
-offline). Any other flag is handed to Beam as a pipeline option, so Dataflow, Flink and
+Locally the default runner is Beam's FnApiRunner in multi-processing mode with ``--workers N``
+worker processes (default: one per CPU core), fully offline; ``--direct_running_mode in_memory``
+runs everything inside this process instead. Any other flag is handed to Beam as a pipeline option, so Dataflow, Flink and
 Spark are reached with their standard options, e.g.
 ``--runner DataflowRunner --project P --region R --temp_location gs://... --sdk_container_image IMAGE``.
 Unknown flags are an error, never silently dropped.
@@ -68,9 +69,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_group = parser.add_argument_group("runner (other flags go to Beam, e.g. --project, --region)")
     run_group.add_argument("--runner", default="FnApiRunner",
                            help="FnApiRunner (local), DataflowRunner, FlinkRunner, SparkRunner, PortableRunner")
-    run_group.add_argument("--workers", type=int, default=1,
-                           help="FnApiRunner workers: 1 runs in this process (fastest for small corpora, see "
-                                "benchmarks/preprocess.py); N > 1 runs N worker processes")
+    run_group.add_argument("--workers", type=int, default=default_workers(),
+                           help="FnApiRunner worker processes (default: the number of CPU cores, here "
+                                "%(default)s); --direct_running_mode in_memory runs in this process instead")
+
+
+def default_workers() -> int:
+    """Local worker processes when --workers is not given: one per CPU core."""
+    return os.cpu_count() or 1
 
 
 def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
@@ -101,7 +107,7 @@ def pipeline_options(runner: str, workers: int, runner_options: list[str]):
     if runner.lower() in LOCAL_RUNNERS:
         extra = {"direct_num_workers": workers}
         if not any(flag.startswith("--direct_running_mode") for flag in runner_options):
-            extra["direct_running_mode"] = "multi_processing" if workers > 1 else "in_memory"
+            extra["direct_running_mode"] = "multi_processing"
     options = PipelineOptions(runner_options, runner=runner, **extra)
     if runner.lower() == "dataflowrunner":
         setup = options.get_all_options()
@@ -187,14 +193,18 @@ def summary(manifest, metrics: dict[str, int], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: int = 1,
+def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: int | None = None,
                runner_options: list[str] | None = None, overwrite: bool = False):
-    """Validates everything, runs the pipeline, returns (manifest, counters). Raises on bad input."""
+    """Validates everything, runs the pipeline, returns (manifest, counters). Raises on bad input.
+
+    Locally (FnApiRunner) ``workers`` worker processes (default: one per CPU core) run the
+    pipeline unless ``runner_options`` choose ``--direct_running_mode=in_memory``."""
     import apache_beam as beam
 
     from pipeline.beam_pipeline import build_pipeline
 
     config.validate()
+    workers = default_workers() if workers is None else workers
     options = pipeline_options(runner, workers, list(runner_options or []))
     vocab = load_vocab(config.vocab)
     files = expand_inputs(config.inputs)

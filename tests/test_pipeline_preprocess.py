@@ -42,11 +42,12 @@ def wiki_documents(corpus_files) -> list[list[str]]:
 
 
 def small_run(tmp_path: Path, inputs, spm_model: str, name: str = "out", **changes):
+    """A small run inside this process (in_memory: no worker processes to start, which costs seconds)."""
     settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1, **changes}
     workers = settings.pop("workers", 1)
     overwrite = settings.pop("overwrite", False)
     config = PreprocessConfig(inputs=tuple(inputs), output=str(tmp_path / name), vocab=spm_model, **settings)
-    return preprocess(config, workers=workers, overwrite=overwrite)
+    return preprocess(config, workers=workers, overwrite=overwrite, runner_options=["--direct_running_mode=in_memory"])
 
 
 def test_manifest_counts_match_the_records_in_every_shard(tiny_data_dir):
@@ -257,6 +258,41 @@ def test_flink_and_spark_options_pass_through_to_beam():
     local = pipeline_options("FnApiRunner", 2, [])
     assert local.get_all_options()["direct_num_workers"] == 2
     assert local.get_all_options()["direct_running_mode"] == "multi_processing"
+
+
+def test_local_default_is_multi_processing_with_one_worker_per_core(tmp_path):
+    import argparse
+    import os
+
+    from pipeline.preprocess_command import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--input", "x", "--output", str(tmp_path), "--vocab", "v"])
+    assert args.workers == os.cpu_count()
+    for workers in (1, args.workers):
+        options = pipeline_options(args.runner, workers, []).get_all_options()
+        assert (options["direct_running_mode"], options["direct_num_workers"]) == ("multi_processing", workers)
+    in_memory = pipeline_options("FnApiRunner", 1, ["--direct_running_mode", "in_memory"]).get_all_options()
+    assert in_memory["direct_running_mode"] == "in_memory"
+
+
+def test_reader_sends_each_document_to_the_shard_of_its_stream(corpus_sample, spm_model):
+    from pipeline.beam_pipeline import ReadDocuments
+    from pipeline.corpus import expand_inputs, read_documents
+    from pipeline.streams import place_document, shard_of_stream
+
+    config = PreprocessConfig(inputs=(corpus_sample,), output="unused", vocab=spm_model, **TINY_DATA)
+    (input_file,) = expand_inputs(config.inputs)
+    received = {}
+    for (split, shard), batch in ReadDocuments(config).process(input_file):
+        for key, stream, order, lines in batch.documents():
+            place = place_document(key, config.seed, config.valid_fraction, config.num_streams)
+            assert (split, shard, stream, order) == (place.split, shard_of_stream(place.stream, config.num_shards_of(
+                split)), place.stream, place.order)
+            received[key] = lines
+    expected = {f"{input_file.key}:{i}": lines for i, lines in enumerate(read_documents(input_file.path))}
+    assert received == expected
 
 
 def test_dataflow_refuses_local_paths_its_workers_cannot_read(tmp_path, corpus_sample, spm_model):
