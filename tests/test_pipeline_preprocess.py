@@ -100,10 +100,12 @@ def test_written_records_have_num_predict_targets_and_no_masked_specials(tiny_da
         assert row["input_ids"][-1] == 3 and row["segment_ids"][-1] == 2
 
 
-def test_two_workers_write_byte_identical_shards(tiny_data_dir, corpus_sample, spm_model, tmp_path):
+@pytest.mark.parametrize("workers, mode", [(2, "multi_processing"), (1, "in_memory")])
+def test_two_workers_or_in_process_write_byte_identical_shards(tiny_data_dir, corpus_sample, spm_model, tmp_path,
+                                                               workers, mode):
     config = PreprocessConfig(inputs=(corpus_sample,), output=str(tmp_path / "two"), vocab=spm_model, **TINY_DATA)
-    preprocess(config, workers=2)
-    one, two = Path(tiny_data_dir), tmp_path / "two"
+    preprocess(config, workers=workers, runner_options=[f"--direct_running_mode={mode}"])
+    one, two = Path(tiny_data_dir), tmp_path / "two"  # one: 1 worker process (the fixture)
     assert sorted(p.name for p in one.iterdir()) == sorted(p.name for p in two.iterdir())
     for shard in one.glob("*.tfrecord"):
         assert shard.read_bytes() == (two / shard.name).read_bytes(), shard.name
