@@ -23,8 +23,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-PEER_DIR = Path("/work/shared/peers")
-PEER_VENV = Path("/tmp/peer-model-garden")
+# The peer lives beside the checkout (the workspace's shared/peers), overridable for other layouts.
+PEER_DIR = Path(os.environ.get("XLNET_PEER_DIR", REPO.parent / "shared" / "peers"))
+PEER_VENV = Path(os.environ.get("XLNET_PEER_VENV", "/tmp/peer-model-garden"))
 SHAPES = dict(n_layer=6, d_model=512, n_head=8, d_inner=2048, seq_len=256, mem_len=192, num_predict=42, batch=8,
               vocab=32000)
 
