@@ -7,8 +7,38 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
+class JsonConfig:
+    """JSON round trip shared by the frozen config dataclasses (saved next to every output).
+
+    Subclasses are frozen dataclasses; ``CONFIG_KIND`` names them in error messages.
+    """
+
+    CONFIG_KIND = "config"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.CONFIG_KIND} config keys: {', '.join(unknown)}")
+        return cls(**values)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path):
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def replace(self, **changes: Any):
+        return dataclasses.replace(self, **changes)
+
+
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(JsonConfig):
     """Architecture of an XLNet network (everything needed to build its variables and graph).
 
     Sequence shapes that belong to the data (seq_len, num_predict, perm_size) live in the
@@ -33,6 +63,8 @@ class ModelConfig:
     reuse_len: int = 256
     initializer_range: float = 0.02
 
+    CONFIG_KIND = "model"
+
     def __post_init__(self) -> None:
         problems = []
         for name in ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner"):
@@ -49,27 +81,6 @@ class ModelConfig:
             problems.append("mem_len and reuse_len must be >= 0")
         if problems:
             raise ValueError("invalid model config: " + "; ".join(problems))
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "ModelConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown model config keys: {', '.join(unknown)}")
-        return cls(**values)
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> "ModelConfig":
-        return cls.from_dict(json.loads(Path(path).read_text()))
-
-    def replace(self, **changes: Any) -> "ModelConfig":
-        return dataclasses.replace(self, **changes)
 
 
 # The reference table (XLNet paper / released models) for base and large; tiny is ours,

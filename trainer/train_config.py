@@ -14,16 +14,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
-from trainer.config import MODEL_PRESETS, ModelConfig, model_preset
+from trainer.config import MODEL_PRESETS, JsonConfig, ModelConfig, model_preset
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 DECAYS = ("linear", "cosine")
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(JsonConfig):
     """How to train: data shapes, batch, steps, optimizer, precision, cadence, seed.
 
     Batch sizes are GLOBAL (summed over replicas and workers) and count rows of one
@@ -57,6 +57,8 @@ class TrainConfig:
     eval_steps: int = 100
     resample_masks: bool = False  # new span masks each epoch from the stored word-start flags
     seed: int = 0
+
+    CONFIG_KIND = "training"
 
     def __post_init__(self) -> None:
         problems = []
@@ -96,27 +98,6 @@ class TrainConfig:
     def examples_per_step(self) -> int:
         """Records consumed by one optimizer step (all replicas, all micro-steps)."""
         return self.train_batch_size * self.accumulation_steps
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown training config keys: {', '.join(unknown)}")
-        return cls(**values)
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> "TrainConfig":
-        return cls.from_dict(json.loads(Path(path).read_text()))
-
-    def replace(self, **changes: Any) -> "TrainConfig":
-        return dataclasses.replace(self, **changes)
 
 
 # Same names as MODEL_PRESETS. tiny matches the bundled corpus (seq_len 128, reuse_len 64,
