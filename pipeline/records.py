@@ -163,6 +163,23 @@ class SpanMasker:
         """bool mask [L] with exactly ``goal`` maskable positions set (``goal`` <= maskable count)."""
         return self.sample_batch(word_start[None], maskable[None], goal, rng)[0]
 
+    def mask_records(self, word_start: np.ndarray, maskable: np.ndarray, reverse: bool,
+                     rng: np.random.Generator) -> np.ndarray:
+        """bool masks [R, seq_len] of whole records: num_predict split between the context part
+        (first reuse_len positions) and the A/B part; reversed streams are masked right to left,
+        so their spans start at word starts of the reversed text as the forward ones do."""
+        c, reuse = self._config, self._config.reuse_len
+        word_start = np.asarray(word_start, dtype=bool)
+        return np.concatenate([
+            self._mask_part(word_start[:, :reuse], maskable[:, :reuse], c.context_budget, reverse, rng),
+            self._mask_part(word_start[:, reuse:], maskable[:, reuse:], c.ab_budget, reverse, rng)], axis=1)
+
+    def _mask_part(self, word_start: np.ndarray, maskable: np.ndarray, goal: int, reverse: bool,
+                   rng: np.random.Generator) -> np.ndarray:
+        if reverse:
+            return self.sample_batch(word_start[:, ::-1], maskable[:, ::-1], goal, rng)[:, ::-1]
+        return self.sample_batch(word_start, maskable, goal, rng)
+
     def sample_batch(self, word_start: np.ndarray, maskable: np.ndarray, goal: int,
                      rng: np.random.Generator) -> np.ndarray:
         """bool masks [R, L]: each row gets exactly ``goal`` targets among its maskable positions."""
@@ -330,16 +347,9 @@ class RecordBuilder:
         segment_ids = np.where(col <= sep_at, SEG_A, np.where(col < c.seq_len - 1, SEG_B, SEG_CLS))
         word_start = self._word_start_table[input_ids]
         maskable = (input_ids != self._sep) & (input_ids != self._cls)
-        is_masked = np.concatenate([
-            self._mask(word_start[:, :c.reuse_len], maskable[:, :c.reuse_len], c.context_budget, reverse, rng),
-            self._mask(word_start[:, c.reuse_len:], maskable[:, c.reuse_len:], c.ab_budget, reverse, rng)], axis=1)
+        is_masked = self._masker.mask_records(word_start, maskable, reverse, rng)
         return RecordBatch(
             input_ids=input_ids, segment_ids=segment_ids.astype(np.int32), is_masked=is_masked.astype(np.int32),
             word_start=word_start.astype(np.int32), label=layout[:, 4].astype(np.int32),
             stream_id=np.full(rows, stream_id, dtype=np.int64), stream_pos=np.arange(first, first + rows))
 
-    def _mask(self, word_start: np.ndarray, maskable: np.ndarray, goal: int, reverse: bool,
-              rng: np.random.Generator) -> np.ndarray:
-        if reverse:
-            return self._masker.sample_batch(word_start[:, ::-1], maskable[:, ::-1], goal, rng)[:, ::-1]
-        return self._masker.sample_batch(word_start, maskable, goal, rng)

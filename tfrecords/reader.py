@@ -281,20 +281,13 @@ class SpanResampler:
         self.num_streams, self.seed = num_streams, seed
 
     def __call__(self, input_ids, word_start, stream_id, stream_pos, epoch, *, sep_id: int, cls_id: int):
-        reuse = self.config.reuse_len
         out = np.zeros(input_ids.shape, np.int32)
+        maskable = (input_ids != sep_id) & (input_ids != cls_id)
         for row in range(input_ids.shape[0]):
+            # One generator per record (not per batch) keeps the masks independent of the batch size.
             rng = np.random.default_rng([self.seed, int(stream_id[row]), int(stream_pos[row]), int(epoch[row])])
             reverse = int(stream_id[row]) >= self.num_streams
-            maskable = (input_ids[row] != sep_id) & (input_ids[row] != cls_id)
-            parts = ((slice(0, reuse), self.config.context_budget),
-                     (slice(reuse, None), self.config.ab_budget))
-            for part, budget in parts:
-                starts, allowed = word_start[row, part].astype(bool), maskable[part]
-                if reverse:
-                    out[row, part] = self.masker.sample(starts[::-1], allowed[::-1], budget, rng)[::-1]
-                else:
-                    out[row, part] = self.masker.sample(starts, allowed, budget, rng)
+            out[row] = self.masker.mask_records(word_start[row:row + 1], maskable[row:row + 1], reverse, rng)[0]
         return out
 
 
