@@ -7,7 +7,6 @@ OUTPUT/checkpoints/ (tf.train.CheckpointManager with tf.train.Checkpoint(model=n
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -41,6 +40,7 @@ def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output
 
     from pipeline.vocab import load_vocab
     from trainer.checkpoint_import import CheckpointImportError, import_original, read_original_config
+    from trainer.model_dir import write_model_files
 
     output_dir = Path(output)
     if (output_dir / "checkpoints").exists() and any((output_dir / "checkpoints").iterdir()):
@@ -51,11 +51,7 @@ def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output
         raise CheckpointImportError(f"--spm {spm_path} has {vocab.vocab_size} pieces but --config {config_path} "
                                     f"has n_token {config.vocab_size}: they are not from the same release")
     network = import_original(checkpoint, config_path, **overrides)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    config.save(output_dir / "model_config.json")
-    (output_dir / "spiece.model").write_bytes(vocab.model_proto)
-    (output_dir / "special_ids.json").write_text(json.dumps(vocab.special_ids.to_dict(), indent=2, sort_keys=True)
-                                                 + "\n")
+    write_model_files(str(output_dir), config, vocab.special_ids.to_dict(), spm_path)
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=network), str(output_dir / "checkpoints"),
                                          max_to_keep=1)
     return Path(manager.save(checkpoint_number=0))

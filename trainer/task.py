@@ -119,6 +119,7 @@ def _prepare_model_dir(model_dir: str, model, train, special_ids: dict, vocab_pa
     import tensorflow as tf
 
     from trainer.config import ModelConfig
+    from trainer.model_dir import write_model_files, write_text
 
     tf.io.gfile.makedirs(model_dir)
     config_path = posixpath.join(model_dir, "model_config.json")
@@ -129,19 +130,9 @@ def _prepare_model_dir(model_dir: str, model, train, special_ids: dict, vocab_pa
             changed = sorted(k for k, v in model.to_dict().items() if existing.to_dict().get(k) != v)
             raise ValueError(f"--model-dir {model_dir} holds a model with different {', '.join(changed)}; "
                              "use a new --model-dir or the same model settings to resume")
-    _write(config_path, json.dumps(model.to_dict(), indent=2, sort_keys=True) + "\n")
-    _write(posixpath.join(model_dir, "train_config.json"), json.dumps(train.to_dict(), indent=2, sort_keys=True) + "\n")
-    _write(posixpath.join(model_dir, "special_ids.json"), json.dumps(dict(special_ids), indent=2, sort_keys=True) + "\n")
-    target = posixpath.join(model_dir, "spiece.model")
-    if vocab_path != target:
-        tf.io.gfile.copy(vocab_path, target, overwrite=True)
-
-
-def _write(path: str, text: str) -> None:
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path, "w") as handle:
-        handle.write(text)
+    write_model_files(model_dir, model, special_ids, vocab_path)
+    write_text(posixpath.join(model_dir, "train_config.json"),
+               json.dumps(train.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
