@@ -4,10 +4,11 @@ Stages (each DoFn loads what it needs once per worker in ``setup``: the Sentence
 is read from ``--vocab``, which workers must be able to read, and checked against the
 SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
 
-    matched files (Create redistributes them)
+    matched files + one EveryShard marker (Create redistributes them)
         -> ReadDocuments: documents, placed by the seeded hash of their key, as compact
-           ((split, shard), RawDocuments) batches
-        -> GroupByKey (every shard seeded, so empty ones exist too): the only shuffle
+           ((split, shard), RawDocuments) batches; the marker seeds every shard with None
+           so that empty shards get their (empty) file too
+        -> GroupByKey: the only shuffle
         -> WriteShard: normalise + tokenise the shard's documents, per stream concatenate
            them in hash order, build records (forward, then reversed with bi_data), write the
            shard file
@@ -119,16 +120,28 @@ class _ShardBuffer:
                             np.array(self.line_counts, dtype=np.int32).tobytes(), "\n".join(self.lines))
 
 
+class EveryShard(NamedTuple):
+    """The marker that travels with the matched files: ReadDocuments seeds every shard key with None.
+
+    A marker rather than a second Create flattened into the shuffle because the local runner
+    runs such a Flatten as a stage of its own that copies all the read text once more."""
+
+
 class ReadDocuments(beam.DoFn):
-    """InputFile -> ((split, shard), RawDocuments): each document placed by its key, batched per shard."""
+    """InputFile -> ((split, shard), RawDocuments): each document placed by its key, batched per shard.
+
+    EveryShard -> ((split, shard), None) for every shard of both splits."""
 
     def __init__(self, config: PreprocessConfig):
         self._config = config
         self._counters = Counters("files", "empty_files", "unreadable_files", "lines", "invalid_lines",
                                   "long_lines", "documents_read")
 
-    def process(self, input_file: InputFile) -> Iterator[tuple[tuple[str, int], RawDocuments]]:
+    def process(self, input_file: InputFile | EveryShard) -> Iterator[tuple[tuple[str, int], RawDocuments | None]]:
         c = self._config
+        if isinstance(input_file, EveryShard):
+            yield from (((split, shard), None) for split in SPLITS for shard in range(c.num_shards_of(split)))
+            return
         stats: Counter = Counter()
         index = -1
         start = time.time()
@@ -291,15 +304,10 @@ def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dic
 
 def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Vocab, files: list[InputFile]) -> None:
     """Adds every stage of the preprocessing to ``pipeline``."""
-    shard_keys = [((split, shard), None) for split in SPLITS for shard in range(config.num_shards_of(split))]
-    every_shard = pipeline | "EveryShard" >> beam.Create(shard_keys, reshuffle=False)
-    documents = (
-        pipeline
-        | "MatchedFiles" >> beam.Create(files)  # Create itself redistributes more than one element
-        | "ReadDocuments" >> beam.ParDo(ReadDocuments(config)))
     _ = (
-        (documents, every_shard)
-        | "WithEmptyShards" >> beam.Flatten()
+        pipeline
+        | "MatchedFiles" >> beam.Create([EveryShard()] + files)  # Create itself redistributes them
+        | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
         | "GroupByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShard(config, vocab.sha256))
         | "AllShards" >> beam.combiners.ToList()

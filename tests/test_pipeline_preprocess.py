@@ -192,6 +192,19 @@ def test_corpus_too_short_for_one_record_fails_clearly(tmp_path, wiki_documents,
     assert "short_streams=2" in captured.out  # the stream and its reversed copy
 
 
+def test_shards_without_documents_still_get_an_empty_file_and_manifest_entry(tmp_path, wiki_documents, spm_model):
+    source = write_documents(tmp_path / "two.txt", wiki_documents[:2])  # two documents: at most 2 busy streams
+    manifest, _ = small_run(tmp_path, [source], spm_model, num_streams=8, num_shards=8, valid_shards=2,
+                            valid_fraction=0.0)
+    train = manifest.split("train")
+    assert [shard.file for shard in train.shards] == [f"train-{i:05d}-of-00008.tfrecord" for i in range(8)]
+    empty = [shard for shard in train.shards if shard.documents == 0]
+    assert len(empty) >= 6
+    for shard in empty + list(manifest.split("valid").shards):
+        assert shard.records == 0 and Path(manifest.shard_path(shard)).stat().st_size == 0
+        assert [s.records for s in shard.streams] == [0] * len(shard.streams)
+
+
 def test_jsonl_input_gives_the_same_documents_and_tokens_as_text(tmp_path, wiki_documents, spm_model):
     documents = wiki_documents[:50]
     text = write_documents(tmp_path / "docs.txt", documents)
