@@ -372,3 +372,15 @@ def test_casing_is_detected_from_the_vocabulary(sp_proto, corpus_sample, tmp_pat
                                       vocab_size=1000, input_sentence_size=3000, uncased=True, num_threads=2))
     assert vocabulary_is_uncased(sp_proto) is False
     assert vocabulary_is_uncased(uncased.model_proto) is True
+
+
+def test_casing_recorded_by_training_is_used_unless_a_flag_overrides_it(tmp_path, sp_proto):
+    from trainer.export import resolve_uncased
+
+    assert resolve_uncased(tmp_path, sp_proto) == (False, "detected from the vocabulary")
+    (tmp_path / "text_normalization.json").write_text('{"uncased": true}')
+    assert resolve_uncased(tmp_path, sp_proto) == (True, "text_normalization.json")
+    assert resolve_uncased(tmp_path, sp_proto, flag=False) == (False, "--cased")
+    (tmp_path / "text_normalization.json").write_text('{"uncased": "yes"}')
+    with pytest.raises(ExportError, match="text_normalization.json"):
+        resolve_uncased(tmp_path, sp_proto)

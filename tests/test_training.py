@@ -152,6 +152,7 @@ def test_cli_train_writes_a_model_directory_export_can_use(straight_run):
         assert (model_dir / name).exists(), name
     assert json.loads((model_dir / "train_config.json").read_text())["train_steps"] == 12
     assert json.loads((model_dir / "model_config.json").read_text())["n_layer"] == 2
+    assert json.loads((model_dir / "text_normalization.json").read_text()) == {"uncased": False}  # as the data
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")).endswith("ckpt-12")
     assert sorted(step_losses(model_dir / STEP_LOG)) == list(range(1, 13))
     tags = set()

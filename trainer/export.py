@@ -122,6 +122,22 @@ def check_vocabulary(source: ModelDirectory) -> None:
                           f"{ {name: from_vocab[name] for name in differing} }")
 
 
+def resolve_uncased(model_dir: str | os.PathLike, sp_model_proto: bytes, flag: bool | None = None) -> tuple[bool, str]:
+    """Whether serving lower-cases input text, and why: the --uncased/--cased flag, else what
+    training recorded in text_normalization.json, else a guess from the vocabulary."""
+    from trainer.model_dir import TEXT_NORMALIZATION, read_uncased
+
+    if flag is not None:
+        return flag, "--uncased" if flag else "--cased"
+    try:
+        recorded = read_uncased(str(model_dir))
+    except ValueError as error:
+        raise ExportError(str(error)) from error
+    if recorded is not None:
+        return recorded, TEXT_NORMALIZATION
+    return vocabulary_is_uncased(sp_model_proto), "detected from the vocabulary"
+
+
 def vocabulary_is_uncased(sp_model_proto: bytes) -> bool:
     """True when no piece of the vocabulary has an upper-case letter (it was trained on lower-cased text)."""
     import sentencepiece as spm

@@ -25,23 +25,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint prefix to export (default: the latest in MODEL_DIR/checkpoints)")
     casing = parser.add_mutually_exclusive_group()
     casing.add_argument("--uncased", dest="uncased", action="store_true", default=None,
-                        help="lower-case input text (default: detected from the vocabulary)")
+                        help="lower-case input text (default: as training recorded, else from the vocabulary)")
     casing.add_argument("--cased", dest="uncased", action="store_false",
-                        help="keep the case of input text (default: detected from the vocabulary)")
+                        help="keep the case of input text (default: as training recorded, else from the vocabulary)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Exports and prints where the SavedModel went; returns 2 with a message on bad input."""
-    from trainer.export import export_saved_model, read_model_directory, vocabulary_is_uncased
+    from trainer.export import export_saved_model, read_model_directory, resolve_uncased
 
     started = time.time()
     try:
-        uncased = args.uncased
-        if uncased is None:
-            uncased = vocabulary_is_uncased(read_model_directory(args.model_dir, args.checkpoint).sp_model_proto)
+        source = read_model_directory(args.model_dir, args.checkpoint)
+        uncased, why = resolve_uncased(args.model_dir, source.sp_model_proto, args.uncased)
         config = ExportConfig(max_length=args.max_length, top_k=args.top_k, uncased=uncased)
         print(f"exporting {args.model_dir} (max_length={config.max_length}, top_k={config.top_k}, "
-              f"{'uncased' if uncased else 'cased'} text)", flush=True)
+              f"{'uncased' if uncased else 'cased'} text: {why})", flush=True)
         target = export_saved_model(args.model_dir, args.output, config, version=args.version,
                                     checkpoint=args.checkpoint)
     except ExportError as error:

@@ -86,7 +86,8 @@ def _build_trainer(args: argparse.Namespace):
                       vocab_sha256=file_sha256(vocab_path), source=posixpath.join(args.data, "manifest.json"))
     strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
     if is_chief(strategy):
-        _prepare_model_dir(args.model_dir, model, train, manifest.special_ids, vocab_path)
+        _prepare_model_dir(args.model_dir, model, train, manifest.special_ids, vocab_path,
+                           uncased=bool(manifest.config.get("uncased", False)))
     return Trainer(model, train, manifest=manifest, model_dir=args.model_dir, strategy=strategy,
                    init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True))
 
@@ -110,7 +111,7 @@ def _vocab_path(manifest, init_checkpoint: str | None) -> str:
                      "put the SentencePiece model there or next to manifest.json")
 
 
-def _prepare_model_dir(model_dir: str, model, train, special_ids: dict, vocab_path: str) -> None:
+def _prepare_model_dir(model_dir: str, model, train, special_ids: dict, vocab_path: str, uncased: bool) -> None:
     """Writes the resolved configs, spiece.model and special_ids.json (contract 5).
 
     An existing model directory must hold the same architecture: resuming with another one
@@ -130,7 +131,7 @@ def _prepare_model_dir(model_dir: str, model, train, special_ids: dict, vocab_pa
             changed = sorted(k for k, v in model.to_dict().items() if existing.to_dict().get(k) != v)
             raise ValueError(f"--model-dir {model_dir} holds a model with different {', '.join(changed)}; "
                              "use a new --model-dir or the same model settings to resume")
-    write_model_files(model_dir, model, special_ids, vocab_path)
+    write_model_files(model_dir, model, special_ids, vocab_path, uncased=uncased)
     write_text(posixpath.join(model_dir, "train_config.json"),
                json.dumps(train.to_dict(), indent=2, sort_keys=True) + "\n")
 
