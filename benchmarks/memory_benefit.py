@@ -3,8 +3,9 @@
 For every seed, two runs that are identical (data, seed, steps, schedule) except mem_len: the
 preset's 64 versus 0. Prints one JSON line per run (train loss per 100 steps, the first step
 whose 100-step mean falls below the unigram plateau, valid loss / accuracy / perplexity on the
-valid split with memory carried across eval steps from zero) and a summary line with the
-difference per seed.
+valid split with memory carried across eval steps from zero; for the run with memory also the
+valid loss of its weights evaluated with mem_len=0) and a summary line with the difference
+per seed.
 
 Why 3000 steps: the tiny model first sits at the unigram loss (about 6.4) and leaves that
 plateau after 500 to 1200 steps, at a step that varies with the seed and with mem_len. Runs
@@ -32,12 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 PLATEAU = 6.0  # below the unigram loss (~6.4): the model has started to use its context
 
 
-def train_once(data_dir: str, model_dir: str, mem_len: int, steps: int, eval_steps: int, batch: int,
-               learning_rate: float, seed: int) -> dict:
+def make_trainer(data_dir: str, model_dir: str, mem_len: int, steps: int, eval_steps: int, batch: int,
+                 learning_rate: float, seed: int, init_checkpoint: str | None = None):
+    """A Trainer of the tiny preset on the bundled data with this benchmark's schedule."""
     from tfrecords.manifest import load_manifest
     from trainer.train_config import resolve_configs
-    from trainer.training_loop import STEP_LOG, Trainer
-    import numpy as np
+    from trainer.training_loop import Trainer
     import tensorflow as tf
 
     manifest = load_manifest(data_dir)
@@ -46,8 +47,16 @@ def train_once(data_dir: str, model_dir: str, mem_len: int, steps: int, eval_ste
         f"train_batch_size={batch}", f"learning_rate={learning_rate}",
         f"checkpoint_every={steps}", "eval_every=0", f"eval_steps={eval_steps}", f"seed={seed}"])
     model = model.replace(vocab_size=int(manifest.vocab["vocab_size"]))
-    trainer = Trainer(model, train, manifest=manifest, model_dir=model_dir,
-                      strategy=tf.distribute.get_strategy(), log=lambda line: None)
+    return Trainer(model, train, manifest=manifest, model_dir=model_dir, strategy=tf.distribute.get_strategy(),
+                   init_checkpoint=init_checkpoint, log=lambda line: None)
+
+
+def train_once(data_dir: str, model_dir: str, mem_len: int, steps: int, eval_steps: int, batch: int,
+               learning_rate: float, seed: int) -> dict:
+    from trainer.training_loop import STEP_LOG
+    import numpy as np
+
+    trainer = make_trainer(data_dir, model_dir, mem_len, steps, eval_steps, batch, learning_rate, seed)
     began = time.time()
     trainer.train()
     seconds = time.time() - began
@@ -57,7 +66,7 @@ def train_once(data_dir: str, model_dir: str, mem_len: int, steps: int, eval_ste
     per_100 = [round(float(np.mean(losses[i:i + 100])), 3) for i in range(0, len(losses), 100)]
     below = [100 * (i + 1) for i, loss in enumerate(per_100) if loss < PLATEAU]
     return {"benchmark": "memory_benefit", "seed": seed, "mem_len": mem_len, "steps": steps,
-            "train_batch_size": train.train_batch_size, "seq_len": train.seq_len,
+            "train_batch_size": trainer.config.train_batch_size, "seq_len": trainer.config.seq_len,
             "train_loss_first_20": round(float(np.mean(losses[:window])), 4),
             "train_loss_last_20": round(float(np.mean(losses[-window:])), 4),
             "train_loss_per_100_steps": per_100, f"first_step_below_{PLATEAU}": below[0] if below else None,
@@ -87,8 +96,15 @@ def main() -> None:
             model_dir = tempfile.mkdtemp(prefix=f"mem{mem_len}-seed{seed}-", dir=args.workdir)
             results[mem_len] = train_once(data_dir, model_dir, mem_len, args.steps, args.eval_steps, args.batch,
                                           args.learning_rate, seed)
+            if mem_len:
+                # The same weights evaluated without memory: does the model use what memory carries?
+                blind = make_trainer(data_dir, tempfile.mkdtemp(prefix="blind-", dir=args.workdir), 0, args.steps,
+                                     args.eval_steps, args.batch, args.learning_rate, seed, init_checkpoint=model_dir)
+                results[mem_len]["valid_loss_same_weights_without_memory"] = round(blind.evaluate()["loss"], 4)
             print(json.dumps(results[mem_len]), flush=True)
         differences[seed] = {"valid_loss_with_memory": results[args.mem_len]["valid_loss"],
+                             "valid_loss_same_weights_without_memory":
+                                 results[args.mem_len]["valid_loss_same_weights_without_memory"],
                              "valid_loss_without_memory": results[0]["valid_loss"],
                              "difference": round(results[0]["valid_loss"] - results[args.mem_len]["valid_loss"], 4)}
     print(json.dumps({"benchmark": "memory_benefit_summary", "steps": args.steps, "per_seed": differences,
