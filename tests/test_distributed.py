@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -51,28 +53,40 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-@pytest.mark.slow
-def test_two_worker_processes_train_in_lockstep_and_agree(tiny_data_dir, tmp_path):
+def start_two_workers(data_dir, model_dir, *overrides: str) -> list[subprocess.Popen]:
+    """`python -m trainer.task --strategy multi-worker` as worker 0 (chief) and worker 1 on 127.0.0.1."""
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    model_dir = tmp_path / "model"
-    args = [sys.executable, "-m", "trainer.task", "--data", str(tiny_data_dir), "--model-dir", str(model_dir),
+    args = [sys.executable, "-m", "trainer.task", "--data", str(data_dir), "--model-dir", str(model_dir),
             "--preset", "tiny", "--strategy", "multi-worker"]
-    for item in SMALL + ["train_steps=4", "checkpoint_every=4", "eval_every=0"]:
+    for item in SMALL + list(overrides):
         args += ["--set", item]
     processes = []
     for index in range(2):
         config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, TF_CONFIG=json.dumps(config), TF_CPP_MIN_LOG_LEVEL="2")
+        env = dict(os.environ, TF_CONFIG=json.dumps(config), TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
         processes.append(subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))
+    return processes
+
+
+def outputs_of(processes: list[subprocess.Popen], timeout: float = 300) -> list[str]:
+    """Each process's output once it exits; kills them all if one takes longer than ``timeout``."""
     outputs = []
     for process in processes:
         try:
-            outputs.append(process.communicate(timeout=300)[0])
+            outputs.append(process.communicate(timeout=timeout)[0])
         except subprocess.TimeoutExpired:
             for p in processes:
                 p.kill()
             raise
+    return outputs
+
+
+@pytest.mark.slow
+def test_two_worker_processes_train_in_lockstep_and_agree(tiny_data_dir, tmp_path):
+    model_dir = tmp_path / "model"
+    processes = start_two_workers(tiny_data_dir, model_dir, "train_steps=4", "checkpoint_every=4", "eval_every=0")
+    outputs = outputs_of(processes)
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output
     logs = [model_dir / STEP_LOG, model_dir / "workers" / "worker-1" / STEP_LOG]
@@ -85,6 +99,27 @@ def test_two_worker_processes_train_in_lockstep_and_agree(tiny_data_dir, tmp_pat
     for name, _ in tf.train.list_variables(checkpoints[0]):
         if name.startswith("model/"):
             np.testing.assert_array_equal(readers[1].get_tensor(name), readers[0].get_tensor(name), err_msg=name)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(tiny_data_dir, tmp_path):
+    model_dir = tmp_path / "model"
+    processes = start_two_workers(tiny_data_dir, model_dir, "train_steps=100000", "checkpoint_every=100000",
+                                  "eval_every=0")
+    log = model_dir / "workers" / "worker-1" / STEP_LOG
+    deadline = time.time() + 240
+    while not (log.exists() and log.read_text().count("\n") >= 2):
+        assert time.time() < deadline and all(p.poll() is None for p in processes), "workers did not start"
+        time.sleep(0.2)
+    processes[1].send_signal(signal.SIGTERM)  # worker 1 only, as when one VM of a pool is preempted
+    outputs = outputs_of(processes)
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output
+    assert "another worker was signalled" in outputs[0]
+    checkpoints = [tf.train.latest_checkpoint(str(directory / "checkpoints"))
+                   for directory in (model_dir, model_dir / "workers" / "worker-1")]
+    steps = {int(path.rsplit("-", 1)[1]) for path in checkpoints}
+    assert len(steps) == 1 and steps.pop() % 2 == 0  # one loop boundary (steps_per_loop=2) for both
 
 
 def test_strategy_flag_selects_the_strategy_and_refuses_what_cannot_run(monkeypatch):

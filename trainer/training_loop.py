@@ -140,6 +140,7 @@ class Trainer:
         self._train_loop = tf.function(self._train_loop_fn)
         self._eval_loop = tf.function(self._eval_loop_fn)
         self._stop_signal: int | None = None
+        self._signals_anywhere = tf.function(self._signals_anywhere_fn)
 
     # ---------------------------------------------------------------------------- set-up
     def reader(self, split: str, batch: int, start_step: int = 0) -> StreamReader:
@@ -279,7 +280,7 @@ class Trainer:
         tokens_per_step = config.examples_per_step * config.seq_len
         step, last_loss, eval_metrics, began = start, float("nan"), {}, time.time()
         try:
-            while step < config.train_steps and self._stop_signal is None:
+            while step < config.train_steps and not self._stopping():
                 count = self._steps_until_event(step)
                 tick = time.time()
                 losses, accuracies, norms = (t.numpy() for t in self._train_loop(iterator, tf.constant(count)))
@@ -302,13 +303,26 @@ class Trainer:
                 signal.signal(sig, handler)
         stopped = "completed" if step >= config.train_steps else "preempted"
         if stopped == "preempted":
-            self.log(f"received signal {self._stop_signal}: saved checkpoint at step {step}, exiting")
+            cause = f"received signal {self._stop_signal}" if self._stop_signal else "another worker was signalled"
+            self.log(f"{cause}: saved checkpoint at step {step}, exiting")
         return TrainResult(step, stopped, last_loss, eval_metrics)
 
     # --------------------------------------------------------------------------- helpers
     def _on_signal(self, signum, frame) -> None:
         del frame
         self._stop_signal = signum  # acted upon after the running loop of steps
+
+    def _stopping(self) -> bool:
+        """Whether to stop at this loop boundary: a signal reached this worker or, with several
+        workers, any of them. Workers decide together (one all-reduce per loop of steps): a worker
+        that went on alone would wait forever in the next step's collectives."""
+        if self.num_workers == 1:
+            return self._stop_signal is not None
+        return bool(self._signals_anywhere(tf.constant(float(self._stop_signal is not None))).numpy() > 0)
+
+    def _signals_anywhere_fn(self, signalled: tf.Tensor) -> tf.Tensor:
+        per_replica = self.strategy.run(lambda: tf.identity(signalled))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     def _steps_until_event(self, step: int) -> int:
         config = self.config
