@@ -208,6 +208,19 @@ def test_sigkill_then_restart_gives_the_same_per_step_losses(tiny_data_dir, stra
     np.testing.assert_allclose([resumed[s] for s in range(1, 13)], [expected[s] for s in range(1, 13)], rtol=1e-5)
 
 
+@pytest.mark.slow
+def test_deterministic_runs_log_byte_identical_losses(tiny_data_dir, tmp_path):
+    settings = ("train_steps=40", "steps_per_loop=10", "checkpoint_every=40", "eval_every=0", "deterministic=true")
+    logs = []
+    for name in ("first", "second"):
+        process = run_subprocess_training(train_command(tiny_data_dir, tmp_path / name, *settings))
+        output = process.communicate(timeout=300)[0]
+        assert process.returncode == 0, output
+        logs.append((tmp_path / name / STEP_LOG).read_bytes())
+    assert logs[0].count(b"\n") == 40
+    assert logs[1] == logs[0]
+
+
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tiny_data_dir, tmp_path):
     model_dir = tmp_path / "preempted"
     process = run_subprocess_training(train_command(tiny_data_dir, model_dir, "train_steps=100000",

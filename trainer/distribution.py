@@ -82,3 +82,17 @@ def worker_info(strategy: tf.distribute.Strategy) -> tuple[int, int]:
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """Whether this process writes the shared outputs (checkpoints, summaries, logs)."""
     return worker_info(strategy)[0] == 0
+
+
+def make_deterministic() -> None:
+    """Deterministic kernels and single-threaded CPU ops (train.deterministic).
+
+    TensorFlow fixes its thread pools when it first runs an op, so this must come before that.
+    """
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError as error:
+        raise RuntimeError("train.deterministic must be applied before TensorFlow runs its first op "
+                           f"(call trainer.distribution.make_deterministic() first): {error}") from error
+    tf.config.experimental.enable_op_determinism()

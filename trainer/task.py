@@ -64,7 +64,7 @@ def _build_trainer(args: argparse.Namespace):
     from tfrecords.manifest import load_manifest
     from tfrecords.reader import file_sha256, validate_manifest
     from trainer.config import ModelConfig
-    from trainer.distribution import create_strategy, is_chief
+    from trainer.distribution import create_strategy, is_chief, make_deterministic
     from trainer.train_config import resolve_configs
     from trainer.training_loop import Trainer
 
@@ -77,6 +77,8 @@ def _build_trainer(args: argparse.Namespace):
         with tf.io.gfile.GFile(config_path) as handle:
             base_model = ModelConfig.from_dict(json.loads(handle.read()))
     model, train, explicit = resolve_configs(args.preset, args.config, args.overrides, base_model)
+    if train.deterministic:
+        make_deterministic()
     data_vocab_size = int(manifest.vocab["vocab_size"])
     if base_model is None and "vocab_size" not in explicit and model.vocab_size != data_vocab_size:
         model = model.replace(vocab_size=data_vocab_size)  # the preset's size is a default, the data's is a fact

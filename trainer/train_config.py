@@ -57,6 +57,10 @@ class TrainConfig(JsonConfig):
     eval_steps: int = 100
     resample_masks: bool = False  # new span masks each epoch from the stored word-start flags
     seed: int = 0
+    # Bit-identical losses from run to run: deterministic kernels and one CPU thread per op and
+    # between ops (multi-threaded kernels add up partial sums in an order that varies with the
+    # scheduling; the differences, ~1e-7 per step, grow over thousands of steps). Slower.
+    deterministic: bool = False
 
     CONFIG_KIND = "training"
 
