@@ -374,13 +374,13 @@ def test_casing_is_detected_from_the_vocabulary(sp_proto, corpus_sample, tmp_pat
     assert vocabulary_is_uncased(uncased.model_proto) is True
 
 
-def test_casing_recorded_by_training_is_used_unless_a_flag_overrides_it(tmp_path, sp_proto):
+def test_casing_recorded_by_training_is_used_unless_a_flag_overrides_it(tmp_path, model_dir):
     from trainer.export import resolve_uncased
 
-    assert resolve_uncased(tmp_path, sp_proto) == (False, "detected from the vocabulary")
+    assert resolve_uncased(model_dir) == (False, "detected from the vocabulary")  # no text_normalization.json
     (tmp_path / "text_normalization.json").write_text('{"uncased": true}')
-    assert resolve_uncased(tmp_path, sp_proto) == (True, "text_normalization.json")
-    assert resolve_uncased(tmp_path, sp_proto, flag=False) == (False, "--cased")
+    assert resolve_uncased(tmp_path) == (True, "text_normalization.json")
+    assert resolve_uncased(tmp_path, flag=False) == (False, "--cased")
     (tmp_path / "text_normalization.json").write_text('{"uncased": "yes"}')
     with pytest.raises(ExportError, match="text_normalization.json"):
-        resolve_uncased(tmp_path, sp_proto)
+        resolve_uncased(tmp_path)

@@ -122,9 +122,11 @@ def check_vocabulary(source: ModelDirectory) -> None:
                           f"{ {name: from_vocab[name] for name in differing} }")
 
 
-def resolve_uncased(model_dir: str | os.PathLike, sp_model_proto: bytes, flag: bool | None = None) -> tuple[bool, str]:
+def resolve_uncased(model_dir: str | os.PathLike, flag: bool | None = None,
+                    checkpoint: str | None = None) -> tuple[bool, str]:
     """Whether serving lower-cases input text, and why: the --uncased/--cased flag, else what
-    training recorded in text_normalization.json, else a guess from the vocabulary."""
+    training recorded in text_normalization.json, else a guess from the vocabulary (the only
+    case that reads the model directory here)."""
     from trainer.model_dir import TEXT_NORMALIZATION, read_uncased
 
     if flag is not None:
@@ -135,7 +137,8 @@ def resolve_uncased(model_dir: str | os.PathLike, sp_model_proto: bytes, flag: b
         raise ExportError(str(error)) from error
     if recorded is not None:
         return recorded, TEXT_NORMALIZATION
-    return vocabulary_is_uncased(sp_model_proto), "detected from the vocabulary"
+    return vocabulary_is_uncased(read_model_directory(model_dir, checkpoint).sp_model_proto), \
+        "detected from the vocabulary"
 
 
 def vocabulary_is_uncased(sp_model_proto: bytes) -> bool:

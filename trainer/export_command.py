@@ -32,12 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exports and prints where the SavedModel went; returns 2 with a message on bad input."""
-    from trainer.export import export_saved_model, read_model_directory, resolve_uncased
+    from trainer.export import export_saved_model, resolve_uncased
 
     started = time.time()
     try:
-        source = read_model_directory(args.model_dir, args.checkpoint)
-        uncased, why = resolve_uncased(args.model_dir, source.sp_model_proto, args.uncased)
+        uncased, why = resolve_uncased(args.model_dir, args.uncased, args.checkpoint)
         config = ExportConfig(max_length=args.max_length, top_k=args.top_k, uncased=uncased)
         print(f"exporting {args.model_dir} (max_length={config.max_length}, top_k={config.top_k}, "
               f"{'uncased' if uncased else 'cased'} text: {why})", flush=True)
