@@ -1,8 +1,9 @@
 """The bundled corpus (data/corpus), turned into a training data directory once and reused.
 
-Runs the real `xlnet vocab` and `xlnet preprocess` (seq_len 128, reuse_len 64, num_predict 21,
-bi_data, 32 streams, vocab 8000: the tiny preset's shapes) into WORKDIR, skipping the work when
-WORKDIR/data/manifest.json already exists.
+Runs the real `xlnet vocab` and `xlnet preprocess` (by default seq_len 128, reuse_len 64,
+num_predict 21, bi_data, 32 streams, vocab 8000: the tiny preset's shapes) into WORKDIR, skipping
+the work when the data directory's manifest.json already exists. Other record shapes get their
+own directory next to it; the vocabulary is shared.
 """
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def prepare(workdir: str | Path, num_streams: int = 32) -> str:
-    """Path of a preprocessed data directory for the whole bundled corpus."""
+def prepare(workdir: str | Path, num_streams: int = 32, seq_len: int = 128, reuse_len: int = 64,
+            num_predict: int = 21) -> str:
+    """Path of a preprocessed data directory for the whole bundled corpus with these record shapes."""
     import xlnet_cli
 
     workdir = Path(workdir)
-    data = workdir / "data"
+    data = workdir / ("data" if (seq_len, reuse_len, num_predict) == (128, 64, 21) else
+                      f"data-seq{seq_len}-reuse{reuse_len}-predict{num_predict}")
     if (data / "manifest.json").exists():
         return str(data)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -26,7 +29,8 @@ def prepare(workdir: str | Path, num_streams: int = 32) -> str:
         assert xlnet_cli.main(["vocab", "--input", corpus, "--output", str(vocab), "--vocab-size", "8000",
                                "--input-sentence-size", "100000", "--seed", "0", "--num-threads", "2"]) == 0
     assert xlnet_cli.main(["preprocess", "--input", corpus, "--output", str(data), "--vocab", f"{vocab}.model",
-                           "--seq-len", "128", "--reuse-len", "64", "--num-predict", "21",
+                           "--seq-len", str(seq_len), "--reuse-len", str(reuse_len),
+                           "--num-predict", str(num_predict),
                            "--num-streams", str(num_streams), "--num-shards", "4", "--valid-shards", "2",
                            "--valid-fraction", "0.05", "--workers", "2"]) == 0
     return str(data)
