@@ -26,6 +26,11 @@ worker processes, from getrusage of reaped children) and ``per_worker_cpu_second
 worker process, sampled from /proc every 0.2 s, so up to 0.2 s short), so a slow run on a
 busy machine can be told apart from a slow pipeline: ``cpu_utilisation`` is CPU seconds per
 wall second (2.0 = both cores of a 2-core machine busy all along).
+Before each repeat, ``machine_parallel_capacity`` measures what this machine gives two
+processes at that moment: SentencePiece encoding of corpus lines for ``--capacity-seconds`` in
+one process, then in two at once (started and synchronised beforehand, so no start-up is
+timed). Their work ratio is the speed-up that perfectly parallel CPU work would get, the
+ceiling for the pipeline's 1 -> 2 worker speed-up on a shared machine.
 The reference figure (the original single-threaded data_utils.py, about 130k corpus tokens/s
 on this machine class, same settings) comes from the project's issue; it is not measured here.
 """
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import resource
 import sys
@@ -139,6 +145,42 @@ def corpus_inputs(scratch: str, copies: int) -> str:
     return str(directory / "*.txt.gz")
 
 
+def _encode_for(vocab: str, lines: list[str], seconds: float, barrier, results) -> None:
+    """Encodes ``lines`` round-robin for ``seconds`` after every process is ready; reports the count."""
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=vocab)
+    barrier.wait()
+    count, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        processor.encode(lines[count % len(lines)])
+        count += 1
+    results.put(count)
+
+
+def parallel_capacity(vocab: str, seconds: float) -> dict:
+    """Work done by two processes at once relative to one, on the same CPU-bound task."""
+    import gzip
+
+    with gzip.open(CORPUS_FILES[0], "rt", encoding="utf-8") as handle:
+        lines = [line for line in (next(handle) for _ in range(4000)) if line.strip()]
+    load = os.getloadavg()[0]
+    context = multiprocessing.get_context("spawn")
+    counts = {}
+    for processes in (1, 2):
+        barrier, results = context.Barrier(processes), context.Queue()
+        workers = [context.Process(target=_encode_for, args=(vocab, lines, seconds, barrier, results))
+                   for _ in range(processes)]
+        for worker in workers:
+            worker.start()
+        counts[processes] = sum(results.get() for _ in workers)
+        for worker in workers:
+            worker.join()
+    return {"benchmark": "machine_parallel_capacity", "seconds": seconds, "encodes_1_process": counts[1],
+            "encodes_2_processes": counts[2], "capacity_2_vs_1": round(counts[2] / counts[1], 2),
+            "load_avg_1min_before": round(load, 2)}
+
+
 def run_once(vocab: str, workers: int, mode: str, scratch: str, inputs: str, args) -> dict:
     config = PreprocessConfig(inputs=(inputs,), output=os.path.join(scratch, f"out-{workers}"), vocab=vocab,
                               seq_len=512, reuse_len=256, num_predict=85, bi_data=True,
@@ -179,6 +221,8 @@ def main() -> int:
     parser.add_argument("--num-shards", type=int, default=32)
     parser.add_argument("--valid-shards", type=int, default=2)
     parser.add_argument("--copies", type=int, default=1, help="renamed copies of the corpus to process")
+    parser.add_argument("--capacity-seconds", type=float, default=3.0,
+                        help="length of each machine_parallel_capacity measurement (0: skip it)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="xlnet-bench-") as scratch:
         vocab = args.vocab or train_vocab(VocabConfig(inputs=(CORPUS,), output_prefix=os.path.join(scratch, "spiece"),
@@ -187,7 +231,13 @@ def main() -> int:
         inputs = corpus_inputs(scratch, args.copies)
         best: dict[str, dict] = {}
         pair_speedups = []  # 1 vs 2 worker processes within one repeat: run back to back, under the same load
+        capacities = []
         for repeat in range(args.repeats):
+            if args.capacity_seconds > 0:
+                capacity = parallel_capacity(vocab, args.capacity_seconds)
+                capacity["repeat"] = repeat
+                print(json.dumps(capacity), flush=True)
+                capacities.append(capacity["capacity_2_vs_1"])
             seconds: dict[str, float] = {}
             for run in args.runs:
                 mode, workers = run.split(":")
@@ -211,6 +261,10 @@ def main() -> int:
             summary["speedup_1_to_2_worker_processes"] = round(
                 best["multi_processing:1"]["seconds"] / best["multi_processing:2"]["seconds"], 2)
             summary["speedup_1_to_2_per_repeat"] = pair_speedups
+            if capacities:
+                summary["machine_parallel_capacity_per_repeat"] = capacities
+                summary["speedup_over_capacity_per_repeat"] = [
+                    round(speedup / capacity, 2) for speedup, capacity in zip(pair_speedups, capacities)]
         for run in ("multi_processing:1", "in_memory:1"):
             if run in best:
                 summary[f"{run}_vs_original_130k_per_core"] = round(
