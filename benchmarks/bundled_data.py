@@ -2,8 +2,8 @@
 
 Runs the real `xlnet vocab` and `xlnet preprocess` (by default seq_len 128, reuse_len 64,
 num_predict 21, bi_data, 32 streams, vocab 8000: the tiny preset's shapes) into WORKDIR, skipping
-the work when the data directory's manifest.json already exists. Other record shapes get their
-own directory next to it; the vocabulary is shared.
+the work when the data directory's manifest.json already exists. Each record shape gets a
+directory of its own (WORKDIR/data-seqS-reuseR-predictP); the vocabulary is shared.
 """
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ def prepare(workdir: str | Path, num_streams: int = 32, seq_len: int = 128, reus
     import xlnet_cli
 
     workdir = Path(workdir)
-    data = workdir / ("data" if (seq_len, reuse_len, num_predict) == (128, 64, 21) else
-                      f"data-seq{seq_len}-reuse{reuse_len}-predict{num_predict}")
+    data = workdir / f"data-seq{seq_len}-reuse{reuse_len}-predict{num_predict}"
     if (data / "manifest.json").exists():
         return str(data)
     workdir.mkdir(parents=True, exist_ok=True)

@@ -75,11 +75,8 @@ def loss_by_position(trainer, steps: int) -> dict:
 
     @tf.function
     def step(features, mems):
-        targets = pretrainer.targets_from_compact(features)
         out = pretrainer.compute(features, mems, training=False)
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets["target"], logits=out["logits"])
-        correct = tf.cast(tf.equal(tf.argmax(out["logits"], -1, output_type=tf.int32), targets["target"]), tf.float32)
-        return loss, correct, targets["target_positions"], targets["target_valid"], out["new_mems"]
+        return out["cross_entropy"], out["correct"], out["target_positions"], out["target_valid"], out["new_mems"]
 
     mems = [tf.zeros([batch, model.mem_len, model.d_model]) for _ in range(model.n_layer)] if model.mem_len else None
     loss_sums, correct_sums, counts = np.zeros(seq_len), np.zeros(seq_len), np.zeros(seq_len)

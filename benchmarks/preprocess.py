@@ -37,6 +37,8 @@ on this machine class, same settings) comes from the project's issue; it is not 
 from __future__ import annotations
 
 import argparse
+import gzip
+import itertools
 import json
 import multiprocessing
 import os
@@ -128,8 +130,6 @@ class ChildCpuSampler:
 
 
 def corpus_bytes() -> int:
-    import gzip
-
     return sum(len(gzip.open(p).read()) for p in CORPUS_FILES)
 
 
@@ -176,10 +176,8 @@ def parallel_capacity(vocab: str, seconds: float) -> dict:
     One process is timed before and after the two (their mean is the reference), so that a
     change of machine load during the measurement shows as a gap between the two single runs.
     """
-    import gzip
-
     with gzip.open(CORPUS_FILES[0], "rt", encoding="utf-8") as handle:
-        lines = [line for line in (next(handle) for _ in range(4000)) if line.strip()]
+        lines = [line for line in itertools.islice(handle, 4000) if line.strip()]
     load = os.getloadavg()[0]
     context = multiprocessing.get_context("spawn")
     before = _encodes(context, 1, vocab, lines, seconds)

@@ -36,6 +36,7 @@ from typing import Any
 import tensorflow as tf
 
 from trainer.config import ModelConfig
+from trainer.model_dir import TEXT_NORMALIZATION, read_uncased
 from trainer.network import XLNetNetwork, build_network
 from trainer.text_encoding import XLNetTextEncoder
 
@@ -127,8 +128,6 @@ def resolve_uncased(model_dir: str | os.PathLike, flag: bool | None = None,
     """Whether serving lower-cases input text, and why: the --uncased/--cased flag, else what
     training recorded in text_normalization.json, else a guess from the vocabulary (the only
     case that reads the model directory here)."""
-    from trainer.model_dir import TEXT_NORMALIZATION, read_uncased
-
     if flag is not None:
         return flag, "--uncased" if flag else "--cased"
     try:

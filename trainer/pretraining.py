@@ -84,7 +84,8 @@ class XLNetPretrainer(keras.Model):
         """Loss of one batch.
 
         Returns loss (mean CE over real targets, float32 scalar), accuracy, num_targets (float32),
-        loss_sum and num_correct (for aggregating over replicas), logits [B, P, vocab], new_mems.
+        loss_sum and num_correct (for aggregating over replicas), logits [B, P, vocab], new_mems, and
+        per target [B, P]: cross_entropy, correct, target_positions and target_valid.
         """
         dense = "perm_mask" in features
         self._check_features(features, DENSE_FEATURES if dense else COMPACT_FEATURES)
@@ -100,7 +101,9 @@ class XLNetPretrainer(keras.Model):
         loss_sum = tf.reduce_sum(cross_entropy * valid)
         num_correct = tf.reduce_sum(correct * valid)
         return {"loss": loss_sum / denominator, "accuracy": num_correct / denominator, "num_targets": num_targets,
-                "loss_sum": loss_sum, "num_correct": num_correct, "logits": logits, "new_mems": new_mems}
+                "loss_sum": loss_sum, "num_correct": num_correct, "logits": logits, "new_mems": new_mems,
+                "cross_entropy": cross_entropy, "correct": correct,
+                "target_positions": inputs["target_positions"], "target_valid": valid}
 
     def call(self, features, mems=None, training=False):
         return self.compute(features, mems, training)
