@@ -46,15 +46,15 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from pipeline.corpus import CorpusError, InputFile, read_documents
-from pipeline.normalization import normalize_text
+from pipeline.data_directory import save_manifest
 from pipeline.preprocess_config import PreprocessConfig
 from pipeline.records import RecordBuilder
 from pipeline.streams import (TokenizedDocument, concatenate_stream, place_document, reverse_stream,
                               shard_of_stream, stream_rng, streams_of_shard)
 from pipeline.vocab import Vocab, load_vocab
 from tfrecords.example_codec import encode_batch
-from tfrecords.manifest import Manifest, ShardEntry, SplitEntry, StreamEntry
-from tfrecords.manifest import SPLITS
+from tfrecords.manifest import SPLITS, Manifest, ShardEntry, SplitEntry, StreamEntry
+from tfrecords.text_normalization import normalize_text
 
 NAMESPACE = "xlnet"
 PROGRESS_EVERY = 20000
@@ -285,7 +285,7 @@ class WriteManifest(beam.DoFn):
         problems = manifest.validate()
         if problems:
             raise RuntimeError("inconsistent shard statistics: " + "; ".join(problems))
-        yield manifest.save(self._config.output)
+        yield save_manifest(manifest, self._config.output)
 
 
 def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dict, shard_stats: list[dict]) -> Manifest:

@@ -16,11 +16,12 @@ import re
 import sys
 import time
 
-from pipeline.corpus import CorpusError, expand_inputs
+from pipeline.corpus import INPUT_FORMATS, CorpusError, expand_inputs
+from pipeline.data_directory import OutputError, is_local_path, prepare_output, read_manifest
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
-from pipeline.records import ConfigError
 from pipeline.vocab import VocabError, load_vocab
-from tfrecords.manifest import MANIFEST_NAME, ManifestError, load_manifest
+from tfrecords.manifest import MANIFEST_NAME, ManifestError
+from tfrecords.record_config import ConfigError
 
 # xlnet_cli hands flags this command does not define to run() as args.runner_options.
 ACCEPTS_RUNNER_OPTIONS = True
@@ -28,16 +29,12 @@ LOCAL_RUNNERS = ("fnapirunner",)
 _LOG = logging.getLogger("xlnet.preprocess")
 
 
-class OutputError(ValueError):
-    """The output directory cannot be used as asked."""
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = PreprocessConfig(inputs=(), output="", vocab="")
     io = parser.add_argument_group("input and output")
     io.add_argument("--input", action="append", required=True, metavar="GLOB",
                     help="corpus files (local or gs://; plain, .gz, .bz2); repeat for several globs")
-    io.add_argument("--input-format", choices=("auto", "text", "jsonl"), default=d.input_format,
+    io.add_argument("--input-format", choices=INPUT_FORMATS, default=d.input_format,
                     help="text: one sentence per line, blank line between documents; jsonl: one JSON document "
                          "per line; auto: jsonl for *.jsonl/*.ndjson")
     io.add_argument("--text-field", default=d.text_field, help="JSON-lines field holding a document's text")
@@ -117,49 +114,18 @@ def pipeline_options(runner: str, workers: int, runner_options: list[str]):
     return options
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in path
-
-
 def check_paths(config: PreprocessConfig, runner: str, files) -> None:
     """Remote runners cannot read local inputs or write a local output."""
     if runner.lower() in LOCAL_RUNNERS:
         return
-    local_inputs = [f.path for f in files if _is_local(f.path)]
+    local_inputs = [f.path for f in files if is_local_path(f.path)]
     if local_inputs and runner.lower() == "dataflowrunner":
         raise ConfigError(f"--input: {runner} workers cannot read local files such as {local_inputs[0]}; "
                           "copy the corpus to gs://")
-    if _is_local(config.output) and runner.lower() == "dataflowrunner":
+    if is_local_path(config.output) and runner.lower() == "dataflowrunner":
         raise ConfigError(f"--output {config.output}: {runner} workers cannot write a local directory; use gs://")
-    if _is_local(config.vocab) and runner.lower() == "dataflowrunner":
+    if is_local_path(config.vocab) and runner.lower() == "dataflowrunner":
         raise ConfigError(f"--vocab {config.vocab}: {runner} workers load the model themselves; copy it to gs://")
-
-
-def _entries(output: str) -> list[str]:
-    """Paths inside the output directory (hidden ones too), [] when it does not exist."""
-    from apache_beam.io.filesystems import FileSystems
-
-    if _is_local(output):
-        return sorted(os.path.join(output, name) for name in os.listdir(output)) if os.path.isdir(output) else []
-    return [m.path for m in FileSystems.match([FileSystems.join(output, "*")])[0].metadata_list]
-
-
-def prepare_output(output: str, overwrite: bool) -> None:
-    """Refuses a non-empty output unless overwrite; then removes the old manifest (first) and shards."""
-    from apache_beam.io.filesystems import FileSystems
-
-    existing = _entries(output)
-    if existing and not overwrite:
-        raise OutputError(f"--output {output} is not empty ({len(existing)} entries, e.g. {existing[0]}); "
-                          "pass --overwrite to replace its shards and manifest, or choose another directory")
-    manifest = FileSystems.join(output, MANIFEST_NAME)
-    if FileSystems.exists(manifest):
-        FileSystems.delete([manifest])  # first, so a crash below never leaves a stale valid manifest
-    ours = [p for p in existing if os.path.basename(p).startswith(("train-", "valid-", f".{MANIFEST_NAME}"))]
-    if ours:
-        FileSystems.delete(ours)
-    if _is_local(output):
-        os.makedirs(output, exist_ok=True)
 
 
 def counters(result) -> dict[str, int]:
@@ -216,7 +182,7 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
     build_pipeline(pipeline, config, vocab, files)
     result = pipeline.run()
     result.wait_until_finish()
-    manifest = load_manifest(config.output)
+    manifest = read_manifest(config.output)
     return manifest, counters(result)
 
 

@@ -1,29 +1,26 @@
 """The configuration of `xlnet preprocess`: one frozen dataclass, stored whole in the manifest."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from pipeline.corpus import INPUT_FORMATS
-from pipeline.records import ConfigError, RecordConfig
+from tfrecords.record_config import ConfigError, RecordConfig
 
 COMPRESSIONS = ("none", "gzip")
 
 
-@dataclass(frozen=True)
-class PreprocessConfig:
-    """Everything that determines the bytes written (plus where to read and write)."""
+@dataclass(frozen=True, kw_only=True)
+class PreprocessConfig(RecordConfig):
+    """Everything that determines the bytes written (plus where to read and write).
+
+    The record and mask fields (seq_len, reuse_len, num_predict, ...) are RecordConfig's
+    (tfrecords/record_config.py); the fields below say where the text comes from, how it is
+    split into streams and shards, and where the records go.
+    """
 
     inputs: tuple[str, ...]
     output: str
     vocab: str
-    seq_len: int = 512
-    reuse_len: int = 256
-    num_predict: int = 85
-    perm_size: int | None = None
-    mask_alpha: int = 6
-    mask_beta: int = 1
-    max_gram: int = 5
-    subword_spans: bool = False
     bi_data: bool = True
     use_eod: bool = True
     uncased: bool = False
@@ -38,15 +35,15 @@ class PreprocessConfig:
     max_line_bytes: int = 1 << 20
 
     def record_config(self) -> RecordConfig:
-        names = {f.name for f in fields(RecordConfig)}
-        return RecordConfig(**{name: getattr(self, name) for name in names})
+        """The record and mask fields alone."""
+        return RecordConfig(**{f.name: getattr(self, f.name) for f in fields(RecordConfig)})
 
     def num_shards_of(self, split: str) -> int:
         return self.num_shards if split == "train" else self.valid_shards
 
     def validate(self) -> None:
         """Raises ConfigError naming the flag; called before any work is done."""
-        self.record_config().validate()
+        super().validate()
         if not self.inputs:
             raise ConfigError("--input: give at least one corpus glob")
         if self.num_streams < 1:
@@ -72,7 +69,4 @@ class PreprocessConfig:
         return f"{split}-{shard:05d}-of-{self.num_shards_of(split):05d}{self.file_suffix}"
 
     def to_dict(self) -> dict:
-        values = asdict(self)
-        values["inputs"] = list(self.inputs)
-        values["perm_size"] = self.record_config().effective_perm_size
-        return values
+        return {**super().to_dict(), "inputs": list(self.inputs)}

@@ -6,7 +6,7 @@ import logging
 import sys
 import time
 
-from pipeline.corpus import CorpusError
+from pipeline.corpus import INPUT_FORMATS, CorpusError
 from pipeline.vocab import VocabConfig, VocabError, train_vocab
 
 _LOG = logging.getLogger("xlnet.vocab")
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--character-coverage", type=float, default=defaults.character_coverage)
     parser.add_argument("--num-threads", type=int, default=defaults.num_threads,
                         help="SentencePiece trainer threads (part of the config: keep it fixed for identical output)")
-    parser.add_argument("--input-format", choices=("auto", "text", "jsonl"), default=defaults.input_format)
+    parser.add_argument("--input-format", choices=INPUT_FORMATS, default=defaults.input_format)
     parser.add_argument("--text-field", default=defaults.text_field, help="JSON-lines field holding the text")
 
 

@@ -52,7 +52,7 @@ def special_ids(vocab) -> dict[str, int]:
 
 
 def write_model_dir(path: Path, sp_proto: bytes, special_ids: dict[str, int]) -> Path:
-    """A model directory (contract 5) holding the tiny preset with random weights (seeded)."""
+    """A model directory (trainer/model_dir.py) holding the tiny preset with random weights (seeded)."""
     path.mkdir(parents=True)
     (path / "spiece.model").write_bytes(sp_proto)
     (path / "special_ids.json").write_text(json.dumps(special_ids))
@@ -87,9 +87,10 @@ def loaded(export_base):
 @pytest.fixture(scope="module")
 def reference(model_dir, sp_proto, special_ids):
     """The in-process model the export must reproduce: restored network + in-graph encoder."""
-    from trainer.export import read_model_directory, restore_network
+    from trainer.export import export_checkpoint, open_model_directory, restore_network
 
-    network = restore_network(read_model_directory(model_dir))
+    directory = open_model_directory(model_dir)
+    network = restore_network(directory, export_checkpoint(directory))
     encoder = XLNetTextEncoder(sp_proto, special_ids, MAX_LENGTH, uncased=False)
     return network, encoder
 

@@ -1,4 +1,4 @@
-"""tfrecords/manifest.py: loading, validation and atomic saving."""
+"""tfrecords/manifest.py: loading and validation; pipeline/data_directory.py: atomic saving."""
 from __future__ import annotations
 
 import json
@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.data_directory import read_manifest, save_manifest
 from tfrecords.manifest import Manifest, ManifestError, load_manifest
 
 
@@ -46,8 +47,8 @@ def test_other_format_version_is_refused(tiny_data_dir, tmp_path):
 
 def test_save_replaces_atomically_and_leaves_no_temporary_file(tiny_data_dir, tmp_path):
     manifest = load_manifest(tiny_data_dir)
-    manifest.save(str(tmp_path))
-    manifest.save(str(tmp_path))
+    save_manifest(manifest, str(tmp_path))
+    save_manifest(manifest, str(tmp_path))
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
     reloaded = Manifest.from_dict(json.loads((tmp_path / "manifest.json").read_text()))
     assert reloaded == manifest

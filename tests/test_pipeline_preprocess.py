@@ -13,8 +13,8 @@ from conftest import TINY_DATA, read_corpus_documents
 from pipeline.corpus import CorpusError
 from pipeline.preprocess_command import OutputError, pipeline_options, preprocess, summary
 from pipeline.preprocess_config import PreprocessConfig
-from pipeline.records import ConfigError
 from tfrecords.manifest import load_manifest
+from tfrecords.record_config import ConfigError
 import xlnet_cli
 
 

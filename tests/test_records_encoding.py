@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.records import RecordBuilder, RecordConfig
+from pipeline.records import RecordBuilder
+from tfrecords.record_config import RecordConfig
 from tfrecords.example_codec import encode_batch, encode_record, encode_varints
 from tfrecords.schema import ALL_FEATURES, parse_records, serialize_record
 

@@ -9,9 +9,9 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
-from pipeline.normalization import normalize_text as normalize_for_records
-from pipeline.records import trim_a_b
-from trainer.text_encoding import XLNetTextEncoder, pair_lengths
+from tfrecords.pair_lengths import pair_lengths, trim_a_b
+from tfrecords.text_normalization import normalize_text as normalize_for_records
+from trainer.text_encoding import XLNetTextEncoder
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "wiki_summaries_en.txt.gz"
 # XLNet's ids, which the vocabulary fixture must reproduce (checked in `encoder`).

@@ -1,4 +1,4 @@
-"""The in-graph normalisation (serving) equals pipeline/normalization.py (preprocessing) on real text."""
+"""The in-graph normalisation (serving) equals the Python one (preprocessing) on real text."""
 from __future__ import annotations
 
 import gzip
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from pipeline.normalization import normalize_text as pipeline_normalize
-from trainer.text_encoding import normalize_text as graph_normalize
+from tfrecords.text_normalization import normalize_text as pipeline_normalize
+from tfrecords.text_normalization import normalize_text_graph as graph_normalize
 
 CORPUS_DIR = Path(__file__).resolve().parents[1] / "data" / "corpus"
 

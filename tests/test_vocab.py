@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 import xlnet_cli
-from pipeline.vocab import SpecialIds, VocabConfig, VocabError, is_word_start_piece, load_vocab, train_vocab
+from pipeline.vocab import VocabConfig, load_vocab, train_vocab
+from tfrecords.vocabulary import SpecialIds, VocabError, is_word_start_piece
 
 
 def small_config(corpus_sample: str, prefix: Path, **changes) -> VocabConfig:

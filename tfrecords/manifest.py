@@ -1,7 +1,9 @@
 """The manifest of a preprocessed data directory: what `xlnet preprocess` wrote, and where.
 
-``DIR/manifest.json`` is written last and atomically, so its presence means the shards are
-complete. Layout::
+``DIR/manifest.json`` is written last and atomically (pipeline/data_directory.py), so its
+presence means the shards are complete. This module holds the format and its validation;
+``load_manifest`` reads it through tf.io.gfile for the trainer, the pipeline reads and writes
+it through Beam's FileSystems. Layout::
 
     {
       "format_version": 1,
@@ -31,8 +33,8 @@ from __future__ import annotations
 
 import json
 import posixpath
-import uuid
 from dataclasses import asdict, dataclass, field
+
 from tfrecords.schema import FORMAT_VERSION
 
 MANIFEST_NAME = "manifest.json"
@@ -138,8 +140,10 @@ class Manifest:
                                 f"(has {', '.join(sorted(self.splits))})")
         return self.splits[name]
 
-    def shard_path(self, shard: ShardEntry) -> str:
-        return posixpath.join(self.directory, shard.file) if self.directory else shard.file
+    def shard_path(self, shard: ShardEntry | str) -> str:
+        """Where a shard (an entry, or its file name as listed) lives: next to the manifest."""
+        file = shard if isinstance(shard, str) else shard.file
+        return posixpath.join(self.directory, file) if self.directory else file
 
     def to_dict(self) -> dict:
         return {"format_version": self.format_version, "config": self.config, "vocab": self.vocab,
@@ -182,32 +186,26 @@ class Manifest:
                 problems.append(f"{name}: streams listed {len(seen)}, expected ids 0..{expected_streams - 1}")
         return problems
 
-    def save(self, directory: str) -> str:
-        """Writes DIR/manifest.json atomically (temp file then rename; on GCS copy then delete)."""
-        from apache_beam.io.filesystems import FileSystems
-
-        target = FileSystems.join(directory, MANIFEST_NAME)
-        scratch = FileSystems.join(directory, f".{MANIFEST_NAME}.{uuid.uuid4().hex}.tmp")
-        with FileSystems.create(scratch) as handle:
-            handle.write(json.dumps(self.to_dict(), indent=1, sort_keys=True).encode("utf-8") + b"\n")
-        if FileSystems.exists(target):
-            FileSystems.delete([target])
-        FileSystems.rename([scratch], [target])
-        return target
+    def to_json(self) -> str:
+        """The manifest file's text (sorted keys, so the same run gives the same bytes)."""
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
 
 
-def load_manifest(path: str) -> Manifest:
-    """Loads DIR/manifest.json (``path`` is the directory or the file itself) and validates it."""
-    from apache_beam.io.filesystems import FileSystems
+def manifest_location(path: str) -> tuple[str, str]:
+    """(manifest file, data directory) for a data directory or the manifest file itself.
 
-    file_path = path if path.endswith(".json") else FileSystems.join(path, MANIFEST_NAME)
-    directory = posixpath.dirname(file_path) if "://" in file_path else file_path.rsplit("/", 1)[0] if "/" in file_path else "."
-    if not FileSystems.exists(file_path):
-        raise ManifestError(f"{file_path} not found: not a preprocessed data directory "
-                            "(run `xlnet preprocess --output DIR` first, and let it finish)")
+    Plain string joins: ``path`` may be gs://..., which pathlib would mangle."""
+    path = path.rstrip("/")
+    if path.endswith(".json"):
+        return path, posixpath.dirname(path) or "."
+    return posixpath.join(path, MANIFEST_NAME), path
+
+
+def parse_manifest(text: str, file_path: str) -> Manifest:
+    """The validated manifest in ``text``, read from ``file_path`` (named in every error)."""
+    _, directory = manifest_location(file_path)
     try:
-        with FileSystems.open(file_path, compression_type="uncompressed") as handle:
-            manifest = Manifest.from_dict(json.loads(handle.read().decode("utf-8")), directory=directory)
+        manifest = Manifest.from_dict(json.loads(text), directory=directory)
     except (ValueError, KeyError, TypeError) as error:
         raise ManifestError(f"{file_path} is not a valid manifest: {error}") from error
     problems = manifest.validate()
@@ -215,3 +213,20 @@ def load_manifest(path: str) -> Manifest:
         raise ManifestError(f"{file_path}: " + "; ".join(problems))
     return manifest
 
+
+def missing_manifest_error(file_path: str) -> ManifestError:
+    """The error for a data directory without a manifest (never written, or the run did not finish)."""
+    return ManifestError(f"{file_path} not found: not a preprocessed data directory "
+                         "(run `xlnet preprocess --output DIR` first, and let it finish)")
+
+
+def load_manifest(path: str) -> Manifest:
+    """Loads DIR/manifest.json (``path`` is the directory or the file itself) through tf.io.gfile,
+    so any filesystem TensorFlow reads (local, gs://) works, and validates it."""
+    import tensorflow as tf
+
+    file_path, _ = manifest_location(path)
+    if not tf.io.gfile.exists(file_path):
+        raise missing_manifest_error(file_path)
+    with tf.io.gfile.GFile(file_path, "rb") as handle:
+        return parse_manifest(handle.read().decode("utf-8"), file_path)

@@ -11,8 +11,8 @@ the per-replica batches, so successive batches of a slot continue its stream and
 is ever shuffled, cached or dropped.
 
 Each element is one replica's input for one optimizer step: int32 features shaped
-[accumulation_steps, B, ...] (contract 3: input_ids, segment_ids, is_masked [.., seq_len],
-perm_seed [.., 2], stream_id, stream_pos [..]), so gradient accumulation reads consecutive
+[accumulation_steps, B, ...] (tfrecords.schema.COMPACT_FEATURES: input_ids, segment_ids,
+is_masked [.., seq_len], perm_seed [.., 2], stream_id, stream_pos [..]), so gradient accumulation reads consecutive
 records of every row. The reader can start at any step (exact resume) without reading the
 records before it.
 """
@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import posixpath
 from typing import Any, Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
 
 from tfrecords import schema
-from tfrecords.manifest import Manifest, load_manifest  # noqa: F401  (load_manifest: the one loader)
-
-COMPACT_FEATURES = ("input_ids", "segment_ids", "is_masked", "perm_seed", "stream_id", "stream_pos")
+from tfrecords.manifest import Manifest
+from tfrecords.record_config import RecordConfig
+from tfrecords.span_masking import SpanMasker
 
 
 class ManifestMismatchError(ValueError):
@@ -55,10 +54,10 @@ class SlotStart:
     record: int
 
 
-def file_sha256(path: str | Path) -> str:
+def file_sha256(path: str) -> str:
     """Hex SHA-256 of a file (the manifest's vocabulary checksum)."""
     digest = hashlib.sha256()
-    with tf.io.gfile.GFile(str(path), "rb") as handle:
+    with tf.io.gfile.GFile(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -69,10 +68,7 @@ def validate_manifest(manifest: Manifest, *, seq_len: int, reuse_len: int, bi_da
                       source: str = "manifest.json") -> None:
     """Raises ManifestMismatchError naming every field where the data and the training config disagree."""
     config, vocab = manifest.config, manifest.vocab
-    problems = []
-    if manifest.format_version != schema.FORMAT_VERSION:
-        problems.append(f"format_version is {manifest.format_version}, this reader reads "
-                        f"{schema.FORMAT_VERSION} (re-run `xlnet preprocess`)")
+    problems = manifest.validate()
     checks = (("seq_len", config.get("seq_len"), seq_len, "train.seq_len"),
               ("reuse_len", config.get("reuse_len"), reuse_len, "model.reuse_len"),
               ("bi_data", config.get("bi_data"), bi_data, "model.bi_data"),
@@ -96,8 +92,7 @@ def split_segments(manifest: Manifest, split: str) -> dict[int, Segment]:
     segments = {}
     for stream_id, (file, first, records) in manifest.split(split).stream_locations().items():
         if records > 0:
-            path = posixpath.join(manifest.directory, file) if manifest.directory else file
-            segments[int(stream_id)] = Segment(path, int(first), int(records), int(stream_id))
+            segments[int(stream_id)] = Segment(manifest.shard_path(file), int(first), int(records), int(stream_id))
     return segments
 
 
@@ -241,7 +236,7 @@ class StreamReader:
             if resample is not None:
                 parsed["is_masked"] = resample(parsed, epoch)
             keys = tf.stack([tf.fill(tf.shape(epoch), seed), parsed["stream_id"], parsed["stream_pos"], epoch], 1)
-            out = {name: parsed[name] for name in COMPACT_FEATURES if name != "perm_seed"}
+            out = {name: parsed[name] for name in schema.COMPACT_FEATURES if name != "perm_seed"}
             out["perm_seed"] = permutation_seeds(keys)
             # records arrive slot-major ([slot0 x steps, slot1 x steps, ...]): make them step-major
             return {name: tf.ensure_shape(tf.transpose(tf.reshape(value, [batch, steps, -1]), [1, 0, 2]),
@@ -268,15 +263,13 @@ class StreamReader:
 
 
 class SpanResampler:
-    """New span masks for a batch of records with the preprocessing's own sampler (pipeline.records),
-    same budget split between the context and A/B parts, reversed streams masked right to left;
-    one NumPy generator per (seed, stream, position, epoch), so resampling is deterministic."""
+    """New span masks for a batch of records with the preprocessing's own sampler
+    (tfrecords/span_masking.py): same budget split between the context and A/B parts, reversed
+    streams masked right to left; one NumPy generator per (seed, stream, position, epoch), so
+    resampling is deterministic."""
 
     def __init__(self, preprocess_config: Mapping[str, Any], num_streams: int, seed: int):
-        from pipeline.records import RecordConfig, SpanMasker
-
-        fields = {f.name for f in dataclasses.fields(RecordConfig)}
-        self.config = RecordConfig(**{k: v for k, v in preprocess_config.items() if k in fields})
+        self.config = RecordConfig.from_mapping(preprocess_config)
         self.masker = SpanMasker(self.config)
         self.num_streams, self.seed = num_streams, seed
 

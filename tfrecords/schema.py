@@ -30,6 +30,12 @@ SEQUENCE_FEATURES = ("input_ids", "segment_ids", "is_masked", "word_start")
 SCALAR_FEATURES = ("label", "stream_id", "stream_pos")
 ALL_FEATURES = SEQUENCE_FEATURES + SCALAR_FEATURES
 
+# What the reader (tfrecords/reader.py) hands the trainer per row: the model's inputs, with
+# ``perm_seed`` [2] (the row's permutation seed) in place of the stored word starts and label...
+MODEL_FEATURES = ("input_ids", "segment_ids", "is_masked", "perm_seed")
+# ...plus where the row sits in its text stream (memory bookkeeping, mask resampling).
+COMPACT_FEATURES = MODEL_FEATURES + ("stream_id", "stream_pos")
+
 SEG_A = 0
 SEG_B = 1
 SEG_CLS = 2

@@ -5,8 +5,7 @@ the network's variables; shapes are identical, so loading is a checked assignmen
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import os
 from typing import Any, Mapping
 
 import numpy as np
@@ -14,6 +13,7 @@ import tensorflow as tf
 
 from trainer.config import ModelConfig
 from trainer.network import XLNetNetwork, build_network
+from trainer.storage import StorageError, read_json
 
 # xlnet_config.json key -> ModelConfig field (the release names the vocabulary size n_token).
 ORIGINAL_CONFIG_KEYS = {"n_layer": "n_layer", "d_model": "d_model", "n_head": "n_head", "d_head": "d_head",
@@ -25,14 +25,14 @@ class CheckpointImportError(ValueError):
     """An original checkpoint or config does not match what the network needs."""
 
 
-def read_original_config(path: str | Path, **overrides: Any) -> ModelConfig:
-    """xlnet_config.json -> ModelConfig. Keys absent from the release (mem_len, dropout, ...) come from
-    ``overrides`` or the ModelConfig defaults."""
-    path = Path(path)
+def read_original_config(path: str | os.PathLike, **overrides: Any) -> ModelConfig:
+    """xlnet_config.json (local or gs://) -> ModelConfig. Keys absent from the release (mem_len,
+    dropout, ...) come from ``overrides`` or the ModelConfig defaults."""
+    path = os.fspath(path)
     try:
-        values = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise CheckpointImportError(f"cannot read original config {path}: {error}") from None
+        values = read_json(path)
+    except StorageError as error:
+        raise CheckpointImportError(f"cannot read original config: {error}") from None
     missing = sorted(set(ORIGINAL_CONFIG_KEYS) - set(values))
     if missing:
         raise CheckpointImportError(f"{path} lacks {', '.join(missing)} (an xlnet_config.json has "
@@ -102,7 +102,7 @@ def load_original_checkpoint(network: XLNetNetwork, prefix: str) -> None:
     assign_original_weights(network, read_original_checkpoint(prefix), source=f"checkpoint {prefix}")
 
 
-def import_original(checkpoint_prefix: str, config_path: str | Path, **config_overrides: Any) -> XLNetNetwork:
+def import_original(checkpoint_prefix: str, config_path: str | os.PathLike, **config_overrides: Any) -> XLNetNetwork:
     """One call: original release -> XLNetNetwork with its weights."""
     network = build_network(read_original_config(config_path, **config_overrides))
     load_original_checkpoint(network, checkpoint_prefix)

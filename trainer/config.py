@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
+import os
 from typing import Any, Mapping
 
 
@@ -26,12 +25,18 @@ class JsonConfig:
             raise ValueError(f"unknown {cls.CONFIG_KIND} config keys: {', '.join(unknown)}")
         return cls(**values)
 
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the config as JSON to a local or gs:// file."""
+        from trainer.storage import write_json
+
+        write_json(path, self.to_dict())
 
     @classmethod
-    def load(cls, path: str | Path):
-        return cls.from_dict(json.loads(Path(path).read_text()))
+    def load(cls, path: str | os.PathLike):
+        """Reads a config written by ``save`` from a local or gs:// file."""
+        from trainer.storage import read_json
+
+        return cls.from_dict(read_json(path))
 
     def replace(self, **changes: Any):
         return dataclasses.replace(self, **changes)

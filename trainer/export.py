@@ -26,18 +26,18 @@ stream, and the permutation mask lets every position see every non-mask token bu
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import shutil
-import tempfile
-from pathlib import Path
+import posixpath
+import uuid
 from typing import Any
 
 import tensorflow as tf
 
+from tfrecords.vocabulary import SpecialIds, VocabError
 from trainer.config import ModelConfig
-from trainer.model_dir import TEXT_NORMALIZATION, read_uncased
+from trainer.model_dir import ModelDirectory
 from trainer.network import XLNetNetwork, build_network
+from trainer.storage import StorageError, write_bytes, write_json
 from trainer.text_encoding import XLNetTextEncoder
 
 EXPORT_FORMAT_VERSION = 1
@@ -63,81 +63,64 @@ class ExportConfig:
             raise ExportError(f"--top-k must be at least 1, got {self.top_k}")
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelDirectory:
-    """The parts of a model directory (contract 5) the export needs."""
-
-    path: Path
-    model_config: ModelConfig
-    sp_model_proto: bytes
-    special_ids: dict[str, int]
-    checkpoint: str
-
-
-def read_model_directory(model_dir: str | os.PathLike, checkpoint: str | None = None) -> ModelDirectory:
-    """Reads model_config.json, spiece.model, special_ids.json and finds the checkpoint to export.
-
-    ``checkpoint`` overrides the latest checkpoint of ``model_dir/checkpoints``.
-    """
-    path = Path(model_dir)
-    if not path.is_dir():
-        raise ExportError(f"--model-dir {str(path)!r} does not exist")
-    files = {name: path / name for name in ("model_config.json", "spiece.model", "special_ids.json")}
-    missing = [name for name, file in files.items() if not file.is_file()]
-    if missing:
-        raise ExportError(f"--model-dir {str(path)!r} lacks {', '.join(missing)} "
-                          "(a model directory is written by `xlnet train` or `xlnet import-checkpoint`)")
+def open_model_directory(model_dir: str | os.PathLike | ModelDirectory) -> ModelDirectory:
+    """The model directory to export, with model_config.json, spiece.model and special_ids.json read
+    (once) and checked to describe one vocabulary; ExportError names what is wrong."""
+    directory = model_dir if isinstance(model_dir, ModelDirectory) else ModelDirectory(model_dir)
     try:
-        model_config = ModelConfig.load(files["model_config.json"])
-    except (ValueError, TypeError) as error:
-        raise ExportError(f"{files['model_config.json']}: {error}") from error
-    special_ids = {name: int(value) for name, value in json.loads(files["special_ids.json"].read_text()).items()}
+        directory.require("--model-dir")
+        check_vocabulary(directory)
+    except StorageError as error:
+        raise ExportError(str(error)) from None
+    return directory
+
+
+def export_checkpoint(directory: ModelDirectory, checkpoint: str | None = None) -> str:
+    """``checkpoint`` (a prefix, --checkpoint) when given, else the latest of ``directory``."""
     if checkpoint is None:
-        checkpoint = tf.train.latest_checkpoint(str(path / "checkpoints"))
+        checkpoint = directory.latest_checkpoint()
         if checkpoint is None:
-            raise ExportError(f"--model-dir {str(path)!r} has no checkpoint under checkpoints/ (train first)")
+            raise ExportError(f"--model-dir {directory.path!r} has no checkpoint under checkpoints/ (train first)")
     elif not tf.io.gfile.exists(checkpoint + ".index"):
         raise ExportError(f"--checkpoint {checkpoint!r} not found (expected {checkpoint}.index)")
-    return ModelDirectory(path, model_config, files["spiece.model"].read_bytes(), special_ids, checkpoint)
+    return checkpoint
 
 
-def check_vocabulary(source: ModelDirectory) -> None:
+def check_vocabulary(directory: ModelDirectory) -> None:
     """spiece.model, special_ids.json and model_config.json must describe the same vocabulary."""
     import sentencepiece as spm
 
-    from pipeline.vocab import SpecialIds, VocabError
-
-    processor = spm.SentencePieceProcessor(model_proto=source.sp_model_proto)
-    where = f"{source.path / 'spiece.model'}"
-    if processor.get_piece_size() != source.model_config.vocab_size:
+    processor = spm.SentencePieceProcessor(model_proto=directory.sp_model_proto)
+    where = directory.join(ModelDirectory.VOCAB)
+    vocab_size = directory.model_config.vocab_size
+    if processor.get_piece_size() != vocab_size:
         raise ExportError(f"{where} has {processor.get_piece_size()} pieces but model_config.json has vocab_size "
-                          f"{source.model_config.vocab_size}: they must describe the same vocabulary")
+                          f"{vocab_size}: they must describe the same vocabulary")
     try:
         from_vocab = SpecialIds.from_processor(processor, source=where).to_dict()
     except VocabError as error:
         raise ExportError(str(error)) from error
-    differing = sorted(name for name, value in source.special_ids.items() if from_vocab.get(name, value) != value)
+    recorded = directory.special_ids
+    differing = sorted(name for name, value in recorded.items() if from_vocab.get(name, value) != value)
     if differing:
         raise ExportError(f"special_ids.json disagrees with {where} on {', '.join(differing)}: "
-                          f"{ {name: source.special_ids[name] for name in differing} } vs "
+                          f"{ {name: recorded[name] for name in differing} } vs "
                           f"{ {name: from_vocab[name] for name in differing} }")
 
 
-def resolve_uncased(model_dir: str | os.PathLike, flag: bool | None = None,
-                    checkpoint: str | None = None) -> tuple[bool, str]:
+def resolve_uncased(model_dir: str | os.PathLike | ModelDirectory, flag: bool | None = None) -> tuple[bool, str]:
     """Whether serving lower-cases input text, and why: the --uncased/--cased flag, else what
-    training recorded in text_normalization.json, else a guess from the vocabulary (the only
-    case that reads the model directory here)."""
+    training recorded in text_normalization.json, else a guess from the vocabulary."""
     if flag is not None:
         return flag, "--uncased" if flag else "--cased"
+    directory = model_dir if isinstance(model_dir, ModelDirectory) else ModelDirectory(model_dir)
     try:
-        recorded = read_uncased(str(model_dir))
-    except ValueError as error:
-        raise ExportError(str(error)) from error
-    if recorded is not None:
-        return recorded, TEXT_NORMALIZATION
-    return vocabulary_is_uncased(read_model_directory(model_dir, checkpoint).sp_model_proto), \
-        "detected from the vocabulary"
+        recorded = directory.uncased
+        if recorded is not None:
+            return recorded, ModelDirectory.TEXT_NORMALIZATION
+        return vocabulary_is_uncased(directory.sp_model_proto), "detected from the vocabulary"
+    except StorageError as error:
+        raise ExportError(str(error)) from None
 
 
 def vocabulary_is_uncased(sp_model_proto: bytes) -> bool:
@@ -159,17 +142,17 @@ def inference_config(config: ModelConfig) -> ModelConfig:
     return config.replace(bi_data=False, mem_len=0)
 
 
-def restore_network(model_dir: ModelDirectory) -> XLNetNetwork:
-    """Builds the serving network of ``model_dir`` and restores its weights (every network variable must match)."""
-    network = build_network(inference_config(model_dir.model_config))
+def restore_network(directory: ModelDirectory, checkpoint: str) -> XLNetNetwork:
+    """Builds the serving network of ``directory`` and restores ``checkpoint`` into it (every network
+    variable must match)."""
+    network = build_network(inference_config(directory.model_config))
     try:
-        status = tf.train.Checkpoint(model=network).restore(model_dir.checkpoint)
+        status = tf.train.Checkpoint(model=network).restore(checkpoint)
         status.assert_existing_objects_matched()
     except (tf.errors.OpError, IndexError) as error:
-        raise ExportError(f"cannot read checkpoint {model_dir.checkpoint!r}: "
-                          f"{getattr(error, 'message', error)}") from error
+        raise ExportError(f"cannot read checkpoint {checkpoint!r}: {getattr(error, 'message', error)}") from error
     except (AssertionError, ValueError) as error:
-        raise ExportError(f"checkpoint {model_dir.checkpoint!r} does not match model_config.json: {error}") from error
+        raise ExportError(f"checkpoint {checkpoint!r} does not match model_config.json: {error}") from error
     status.expect_partial()  # optimizer slots, step, mems and rng state are training-only
     return network
 
@@ -277,61 +260,68 @@ def mask_positions(is_masked: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
     return positions.to_tensor(default_value=-1, shape=tf.stack([batch_size, rows]))
 
 
-def next_version(output: Path) -> int:
+def next_version(output: str | os.PathLike) -> int:
     """One more than the highest numbered version directory in ``output`` (1 when there is none)."""
-    versions = [int(p.name) for p in output.iterdir() if p.is_dir() and p.name.isdigit()] if output.is_dir() else []
+    output = os.fspath(output)
+    names = [name.rstrip("/") for name in tf.io.gfile.listdir(output)] if tf.io.gfile.isdir(output) else []
+    versions = [int(name) for name in names if name.isdigit() and tf.io.gfile.isdir(posixpath.join(output, name))]
     return max(versions, default=0) + 1
 
 
-def export_saved_model(model_dir: str | os.PathLike, output: str | os.PathLike, config: ExportConfig,
-                       version: int | None = None, checkpoint: str | None = None) -> Path:
+def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: str | os.PathLike, config: ExportConfig,
+                       version: int | None = None, checkpoint: str | None = None) -> str:
     """Exports ``model_dir``'s checkpoint as ``output/<version>/`` and returns that directory.
 
-    ``version`` defaults to one more than the highest existing numbered version (1 for a new
-    output); an existing version is never overwritten. The SavedModel is written to a temporary
-    directory next to it and renamed into place, so TF Serving never sees a half-written version.
+    Both paths may be local or gs://. ``version`` defaults to one more than the highest existing
+    numbered version (1 for a new output); an existing version is never overwritten. The
+    SavedModel is written to a staging directory inside ``output`` (same filesystem) and renamed
+    into place: atomic on a local disk, a copy of finished files on an object store, so a
+    half-written SavedModel never appears under a version number either way.
     """
-    source = read_model_directory(model_dir, checkpoint)
-    output = Path(output)
+    directory = open_model_directory(model_dir)
+    checkpoint = export_checkpoint(directory, checkpoint)
+    output = os.fspath(output).rstrip("/")
     version = next_version(output) if version is None else int(version)
     if version < 1:
         raise ExportError(f"--version must be a positive integer, got {version}")
-    target = output / str(version)
-    if target.exists():
-        raise ExportError(f"--output {str(output)!r} already holds version {version}; pick another --version")
-    check_vocabulary(source)
-    if config.top_k > source.model_config.vocab_size:
-        raise ExportError(f"--top-k {config.top_k} exceeds the vocabulary size {source.model_config.vocab_size}")
-    network = restore_network(source)
-    encoder = XLNetTextEncoder(source.sp_model_proto, source.special_ids, config.max_length, config.uncased)
-    output.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".export-{version}-", dir=output))
+    target = posixpath.join(output, str(version))
+    if tf.io.gfile.exists(target):
+        raise ExportError(f"--output {output!r} already holds version {version}; pick another --version")
+    model_config = directory.model_config
+    if config.top_k > model_config.vocab_size:
+        raise ExportError(f"--top-k {config.top_k} exceeds the vocabulary size {model_config.vocab_size}")
+    network = restore_network(directory, checkpoint)
+    encoder = XLNetTextEncoder(directory.sp_model_proto, directory.special_ids, config.max_length, config.uncased)
+    staging = posixpath.join(output, f".export-{version}-{uuid.uuid4().hex[:12]}")
+    tf.io.gfile.makedirs(staging)
     try:
-        assets = _write_assets(staging / "asset_sources", source, config, version)
+        assets = _write_assets(posixpath.join(staging, "asset_sources"), directory, checkpoint, config, version)
         module = XLNetServingModule(network, encoder, config.top_k, assets)
-        saved = staging / "saved_model"
-        tf.saved_model.save(module, str(saved), signatures=module.signatures())
-        os.rename(saved, target)
+        saved = posixpath.join(staging, "saved_model")
+        tf.saved_model.save(module, saved, signatures=module.signatures())
+        tf.io.gfile.rename(saved, target)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        tf.io.gfile.rmtree(staging)
     return target
 
 
-def _write_assets(directory: Path, source: ModelDirectory, config: ExportConfig, version: int) -> dict[str, str]:
+def _write_assets(directory: str, source: ModelDirectory, checkpoint: str, config: ExportConfig,
+                  version: int) -> dict[str, str]:
     """Writes the files shipped under assets/: the vocabulary and the resolved configurations."""
-    directory.mkdir(parents=True)
-    (directory / "spiece.model").write_bytes(source.sp_model_proto)
-    source.model_config.save(directory / "model_config.json")
-    export_config = {
+    tf.io.gfile.makedirs(directory)
+    model_config = source.model_config
+    write_bytes(posixpath.join(directory, ModelDirectory.VOCAB), source.sp_model_proto)
+    model_config.save(posixpath.join(directory, ModelDirectory.MODEL_CONFIG))
+    write_json(posixpath.join(directory, "export_config.json"), {
         "format_version": EXPORT_FORMAT_VERSION,
         "version": version,
         **dataclasses.asdict(config),
         "special_ids": source.special_ids,
-        "vocab_size": source.model_config.vocab_size,
-        "d_model": source.model_config.d_model,
-        "checkpoint": str(source.checkpoint),
+        "vocab_size": model_config.vocab_size,
+        "d_model": model_config.d_model,
+        "checkpoint": checkpoint,
         "signatures": list(SIGNATURES),
         "layout": "left-padded to max_length; A <sep> [B <sep>] <cls>; <cls> is the last position",
-    }
-    (directory / "export_config.json").write_text(json.dumps(export_config, indent=2, sort_keys=True) + "\n")
-    return {name: str(directory / name) for name in ("spiece.model", "model_config.json", "export_config.json")}
+    })
+    return {name: posixpath.join(directory, name)
+            for name in (ModelDirectory.VOCAB, ModelDirectory.MODEL_CONFIG, "export_config.json")}

@@ -11,9 +11,10 @@ from trainer.export import ExportConfig, ExportError, SIGNATURES
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `xlnet export`."""
     parser.add_argument("--model-dir", required=True,
-                        help="model directory written by `xlnet train` or `xlnet import-checkpoint`")
+                        help="model directory written by `xlnet train` or `xlnet import-checkpoint` (local or gs://)")
     parser.add_argument("--output", required=True,
-                        help="base directory of the SavedModel versions (TF Serving's model base path)")
+                        help="base directory of the SavedModel versions (TF Serving's model base path; "
+                             "local or gs://)")
     parser.add_argument("--max-length", type=int, default=ExportConfig.max_length,
                         help="sequence length every signature pads to (left padding, <cls> last); "
                              "longer texts are truncated from the right")
@@ -32,15 +33,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exports and prints where the SavedModel went; returns 2 with a message on bad input."""
-    from trainer.export import export_saved_model, resolve_uncased
+    from trainer.export import export_saved_model, open_model_directory, resolve_uncased
 
     started = time.time()
     try:
-        uncased, why = resolve_uncased(args.model_dir, args.uncased, args.checkpoint)
+        model_dir = open_model_directory(args.model_dir)  # read once, for the casing and the export
+        uncased, why = resolve_uncased(model_dir, args.uncased)
         config = ExportConfig(max_length=args.max_length, top_k=args.top_k, uncased=uncased)
         print(f"exporting {args.model_dir} (max_length={config.max_length}, top_k={config.top_k}, "
               f"{'uncased' if uncased else 'cased'} text: {why})", flush=True)
-        target = export_saved_model(args.model_dir, args.output, config, version=args.version,
+        target = export_saved_model(model_dir, args.output, config, version=args.version,
                                     checkpoint=args.checkpoint)
     except ExportError as error:
         print(f"xlnet export: error: {error}", file=sys.stderr)

@@ -1,14 +1,13 @@
-"""`xlnet import-checkpoint`: an original TF1 XLNet release -> a model directory (contract 5).
+"""`xlnet import-checkpoint`: an original TF1 XLNet release -> a model directory (trainer/model_dir.py).
 
 Writes OUTPUT/model_config.json, OUTPUT/spiece.model, OUTPUT/special_ids.json and
 OUTPUT/checkpoints/ (tf.train.CheckpointManager with tf.train.Checkpoint(model=network)), which
-`xlnet train --init-checkpoint` and `xlnet export` read.
+`xlnet train --init-checkpoint` and `xlnet export` read. Every path may be local or gs://.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from trainer.config import ModelConfig
 
@@ -34,39 +33,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dropatt", type=float, default=DEFAULTS.dropatt, help="attention dropout rate")
 
 
-def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output: str, **overrides) -> Path:
-    """Converts the release and writes the model directory; returns the checkpoint path written."""
+def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output: str, **overrides) -> str:
+    """Converts the release and writes the model directory (local or gs://); returns the checkpoint written."""
     import tensorflow as tf
 
-    from pipeline.vocab import load_vocab
+    from tfrecords.vocabulary import parse_vocab
     from trainer.checkpoint_import import CheckpointImportError, import_original, read_original_config
-    from trainer.model_dir import write_model_files
+    from trainer.model_dir import ModelDirectory
+    from trainer.storage import read_bytes
 
-    output_dir = Path(output)
-    if (output_dir / "checkpoints").exists() and any((output_dir / "checkpoints").iterdir()):
+    target = ModelDirectory(output)
+    if target.latest_checkpoint() is not None:
         raise CheckpointImportError(f"--output {output}: already holds checkpoints; choose a new directory")
     config = read_original_config(config_path, **overrides)
-    vocab = load_vocab(spm_path)
+    vocab = parse_vocab(read_bytes(spm_path), spm_path, source=f"--spm {spm_path!r}")
     if vocab.vocab_size != config.vocab_size:
         raise CheckpointImportError(f"--spm {spm_path} has {vocab.vocab_size} pieces but --config {config_path} "
                                     f"has n_token {config.vocab_size}: they are not from the same release")
     network = import_original(checkpoint, config_path, **overrides)
-    write_model_files(str(output_dir), config, vocab.special_ids.to_dict(), spm_path)
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=network), str(output_dir / "checkpoints"),
-                                         max_to_keep=1)
-    return Path(manager.save(checkpoint_number=0))
+    target.write_model_files(config, vocab.special_ids.to_dict(), spm_path)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=network), target.checkpoints, max_to_keep=1)
+    return manager.save(checkpoint_number=0)
 
 
 def run(args: argparse.Namespace) -> int:
     """Imports and prints where the model directory went; returns 2 with a message on bad input."""
-    from pipeline.vocab import VocabError
+    from tfrecords.vocabulary import VocabError
     from trainer.checkpoint_import import CheckpointImportError
+    from trainer.storage import StorageError
 
     overrides = dict(mem_len=args.mem_len, reuse_len=args.reuse_len, bi_data=args.bi_data, clamp_len=args.clamp_len,
                      dropout=args.dropout, dropatt=args.dropatt)
     try:
         written = import_to_model_dir(args.checkpoint, args.config, args.spm, args.output, **overrides)
-    except (CheckpointImportError, VocabError) as error:
+    except (CheckpointImportError, VocabError, StorageError) as error:
         print(f"xlnet import-checkpoint: error: {error}", file=sys.stderr)
         return 2
     print(f"imported {args.checkpoint} into {args.output} (checkpoint {written})", flush=True)

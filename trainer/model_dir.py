@@ -1,59 +1,161 @@
-"""The model directory (written by `xlnet train` and `xlnet import-checkpoint`, read by training
---init-checkpoint and by `xlnet export`): model_config.json, spiece.model, special_ids.json,
-text_normalization.json (when known) and checkpoints/. Paths go through tf.io.gfile so a
-directory may live on Cloud Storage."""
+"""The model directory: its file names and every read and write of it, through tf.io.gfile.
+
+Written by `xlnet train` and `xlnet import-checkpoint`; read by `xlnet train --init-checkpoint`,
+by a resumed run and by `xlnet export`. Layout::
+
+    MODEL_DIR/model_config.json        the architecture (trainer/config.py ModelConfig)
+              train_config.json        how it was trained (trainer/train_config.py), `xlnet train` only
+              spiece.model             the SentencePiece vocabulary
+              special_ids.json         XLNet's special ids in that vocabulary
+              text_normalization.json  {"uncased": bool}: how the training text was normalised
+                                       (from the data's manifest; an imported release does not say)
+              checkpoints/             tf.train.CheckpointManager checkpoints
+              tensorboard/{train,eval} summaries
+              train_steps.jsonl        one JSON line per optimizer step: step, loss, accuracy, grad_norm
+              workers/worker-N/        multi-worker runs: worker N's own checkpoints and step log
+
+Every path is a plain string joined with posixpath, never a pathlib.Path: ``gs://bucket/m``
+must stay ``gs://bucket/m`` so that TensorFlow's filesystems (local, gs://, ...) resolve it.
+"""
 from __future__ import annotations
 
+import functools
 import json
+import os
 import posixpath
-from typing import Mapping
+from typing import Any, Iterable, Mapping
 
+import tensorflow as tf
+
+from tfrecords.vocabulary import Vocab, parse_vocab
 from trainer.config import ModelConfig
-
-# How the training text was normalised ({"uncased": bool}), so that serving normalises alike.
-# Written by `xlnet train` from the data's manifest; an imported release does not say.
-TEXT_NORMALIZATION = "text_normalization.json"
+from trainer.storage import StorageError, read_bytes, read_json, write_json
 
 
-def write_text(path: str, text: str) -> None:
-    """Writes ``text`` to a local or gs:// path."""
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path, "w") as handle:
-        handle.write(text)
+class ModelDirectoryError(StorageError):
+    """A model directory that cannot be used as asked; the message names the directory or file."""
 
 
-def write_model_files(model_dir: str, model_config: ModelConfig, special_ids: Mapping[str, int],
-                      vocab_path: str, uncased: bool | None = None) -> None:
-    """Writes model_config.json and special_ids.json, copies the SentencePiece model to spiece.model
-    and, when ``uncased`` is known (not None), writes text_normalization.json."""
-    import tensorflow as tf
+class ModelDirectory:
+    """One model directory (local or gs://). Reads are cached: a directory is read once."""
 
-    model_dir = str(model_dir)
-    tf.io.gfile.makedirs(model_dir)
-    write_text(posixpath.join(model_dir, "model_config.json"),
-               json.dumps(model_config.to_dict(), indent=2, sort_keys=True) + "\n")
-    write_text(posixpath.join(model_dir, "special_ids.json"),
-               json.dumps(dict(special_ids), indent=2, sort_keys=True) + "\n")
-    if uncased is not None:
-        write_text(posixpath.join(model_dir, TEXT_NORMALIZATION), json.dumps({"uncased": bool(uncased)}) + "\n")
-    target = posixpath.join(model_dir, "spiece.model")
-    if str(vocab_path) != target:
-        tf.io.gfile.copy(str(vocab_path), target, overwrite=True)
+    MODEL_CONFIG = "model_config.json"
+    TRAIN_CONFIG = "train_config.json"
+    VOCAB = "spiece.model"
+    SPECIAL_IDS = "special_ids.json"
+    TEXT_NORMALIZATION = "text_normalization.json"
+    CHECKPOINTS = "checkpoints"
+    TENSORBOARD = "tensorboard"
+    STEP_LOG = "train_steps.jsonl"
+    # What `xlnet export` and --init-checkpoint need besides a checkpoint.
+    REQUIRED = (MODEL_CONFIG, VOCAB, SPECIAL_IDS)
 
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path).rstrip("/") or "/"
 
-def read_uncased(model_dir: str) -> bool | None:
-    """The casing recorded in ``model_dir``'s text_normalization.json, or None when it has none."""
-    import tensorflow as tf
+    def __repr__(self) -> str:
+        return f"ModelDirectory({self.path!r})"
 
-    path = posixpath.join(str(model_dir), TEXT_NORMALIZATION)
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as handle:
+    def join(self, *names: str) -> str:
+        """The path of ``names`` inside the directory."""
+        return posixpath.join(self.path, *names)
+
+    @property
+    def checkpoints(self) -> str:
+        return self.join(self.CHECKPOINTS)
+
+    @property
+    def step_log(self) -> str:
+        return self.join(self.STEP_LOG)
+
+    def tensorboard(self, name: str) -> str:
+        """The summary directory of one writer ("train" or "eval")."""
+        return self.join(self.TENSORBOARD, name)
+
+    def worker(self, index: int) -> "ModelDirectory":
+        """Worker ``index``'s own directory in a multi-worker run (its replicas' memory differs)."""
+        return ModelDirectory(self.join("workers", f"worker-{index}"))
+
+    # ------------------------------------------------------------------------ checks
+    def exists(self) -> bool:
+        return tf.io.gfile.isdir(self.path)
+
+    def has(self, name: str) -> bool:
+        return tf.io.gfile.exists(self.join(name))
+
+    def require(self, flag: str, names: Iterable[str] = REQUIRED) -> None:
+        """Raises ModelDirectoryError naming ``flag`` and every missing file of ``names``."""
+        if not self.exists():
+            raise ModelDirectoryError(f"{flag} {self.path!r} does not exist")
+        missing = [name for name in names if not self.has(name)]
+        if missing:
+            raise ModelDirectoryError(f"{flag} {self.path!r} lacks {', '.join(missing)} (a model directory is "
+                                      "written by `xlnet train` or `xlnet import-checkpoint`)")
+
+    def latest_checkpoint(self) -> str | None:
+        """The newest checkpoint prefix under checkpoints/, or None."""
+        return tf.train.latest_checkpoint(self.checkpoints)
+
+    # ------------------------------------------------------------------------- reads
+    @functools.cached_property
+    def model_config(self) -> ModelConfig:
         try:
-            value = json.loads(handle.read()).get("uncased")
-        except (ValueError, AttributeError):
-            value = None
-    if not isinstance(value, bool):
-        raise ValueError(f"{path}: expected {{\"uncased\": true|false}}")
-    return value
+            return ModelConfig.load(self.join(self.MODEL_CONFIG))
+        except (ValueError, TypeError) as error:
+            raise ModelDirectoryError(f"{self.join(self.MODEL_CONFIG)}: {error}") from None
+
+    @functools.cached_property
+    def special_ids(self) -> dict[str, int]:
+        values = read_json(self.join(self.SPECIAL_IDS))
+        if not isinstance(values, dict):
+            raise ModelDirectoryError(f"{self.join(self.SPECIAL_IDS)}: expected an object of name -> id")
+        return {name: int(value) for name, value in values.items()}
+
+    @functools.cached_property
+    def sp_model_proto(self) -> bytes:
+        return read_bytes(self.join(self.VOCAB))
+
+    def vocab(self) -> Vocab:
+        """spiece.model, checked to hold XLNet's special symbols."""
+        return parse_vocab(self.sp_model_proto, self.join(self.VOCAB))
+
+    @functools.cached_property
+    def uncased(self) -> bool | None:
+        """The casing recorded in text_normalization.json, or None when the directory has none."""
+        path = self.join(self.TEXT_NORMALIZATION)
+        if not self.has(self.TEXT_NORMALIZATION):
+            return None
+        value = read_json(path)
+        value = value.get("uncased") if isinstance(value, dict) else None
+        if not isinstance(value, bool):
+            raise ModelDirectoryError(f"{path}: expected {{\"uncased\": true|false}}")
+        return value
+
+    # ------------------------------------------------------------------------ writes
+    def write_model_files(self, model_config: ModelConfig, special_ids: Mapping[str, int], vocab_path: str,
+                          uncased: bool | None = None) -> None:
+        """Writes model_config.json and special_ids.json, copies the SentencePiece model to spiece.model
+        and, when ``uncased`` is known (not None), writes text_normalization.json."""
+        tf.io.gfile.makedirs(self.path)
+        model_config.save(self.join(self.MODEL_CONFIG))
+        write_json(self.join(self.SPECIAL_IDS), dict(special_ids))
+        if uncased is not None:
+            write_json(self.join(self.TEXT_NORMALIZATION), {"uncased": bool(uncased)})
+        target = self.join(self.VOCAB)
+        if os.fspath(vocab_path) != target:
+            tf.io.gfile.copy(os.fspath(vocab_path), target, overwrite=True)
+        for name in ("model_config", "special_ids", "sp_model_proto", "uncased"):
+            self.__dict__.pop(name, None)  # drop what was read before this write
+
+    def write_train_config(self, train_config) -> None:
+        """Writes train_config.json (a trainer.train_config.TrainConfig)."""
+        train_config.save(self.join(self.TRAIN_CONFIG))
+
+    def append_steps(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Appends one JSON line per row to train_steps.jsonl.
+
+        On an object store an append rewrites the object (as TensorBoard's event files do on
+        every flush), so rows are appended once per loop of steps, not per step."""
+        text = "".join(json.dumps(dict(row)) + "\n" for row in rows)
+        with tf.io.gfile.GFile(self.step_log, "a") as handle:
+            handle.write(text)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from trainer.counter_hash import GOLDEN_32, mix32
+
 
 def check_permutation_shapes(seq_len: int, reuse_len: int, perm_size: int) -> None:
     """Raises ValueError unless both parts (context, A/B) split into whole perm_size blocks."""
@@ -29,13 +31,6 @@ def check_permutation_shapes(seq_len: int, reuse_len: int, perm_size: int) -> No
             raise ValueError(f"perm_size={perm_size} must divide {name}={length} (each part is permuted in blocks)")
 
 
-def _mix32(x: tf.Tensor) -> tf.Tensor:
-    """lowbias32 integer hash (uint32 -> uint32), a well-mixed bijection."""
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16)) * tf.constant(0x7FEB352D, tf.uint32)
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 15)) * tf.constant(0x846CA68B, tf.uint32)
-    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
-
-
 def _offset_orders(perm_seed: tf.Tensor, num_parts: int, perm_size: int) -> tf.Tensor:
     """[B, 2] seeds -> [B, num_parts, perm_size] int32, one random order of the block offsets per part.
 
@@ -45,8 +40,8 @@ def _offset_orders(perm_seed: tf.Tensor, num_parts: int, perm_size: int) -> tf.T
     """
     seed = tf.bitcast(tf.cast(perm_seed, tf.int32), tf.uint32)
     counter = tf.bitcast(tf.range(num_parts * perm_size, dtype=tf.int32), tf.uint32)[None, :]
-    keys = _mix32(counter + seed[:, :1] * tf.constant(0x9E3779B9, tf.uint32))
-    keys = _mix32(tf.bitwise.bitwise_xor(keys, _mix32(seed[:, 1:])))
+    keys = mix32(counter + seed[:, :1] * tf.constant(GOLDEN_32, tf.uint32))
+    keys = mix32(tf.bitwise.bitwise_xor(keys, mix32(seed[:, 1:])))
     keys = tf.reshape(tf.cast(keys, tf.int64), [-1, num_parts, perm_size])
     return tf.argsort(keys, axis=-1, stable=True)
 

@@ -13,16 +13,16 @@ from typing import Any, Mapping, Optional, Sequence
 import keras
 import tensorflow as tf
 
+from tfrecords.schema import MODEL_FEATURES
 from trainer.config import ModelConfig
 from trainer.network import XLNetNetwork, build_network
 from trainer.permutation import check_permutation_shapes, permutation_mask, sample_ranks, select_targets, target_flags
 
-COMPACT_FEATURES = ("input_ids", "segment_ids", "is_masked", "perm_seed")
 DENSE_FEATURES = ("input_ids", "segment_ids", "perm_mask", "target_mapping")
 
 
 def special_id(special_ids: Any, name: str) -> int:
-    """Reads one id from a pipeline.vocab.SpecialIds or a mapping such as the manifest's special_ids."""
+    """Reads one id from a tfrecords.vocabulary.SpecialIds or a mapping such as the manifest's special_ids."""
     value = special_ids.get(name) if isinstance(special_ids, Mapping) else getattr(special_ids, name, None)
     if value is None:
         raise ValueError(f"special_ids lacks {name!r} (needed to keep <{name}> out of the targets)")
@@ -88,7 +88,7 @@ class XLNetPretrainer(keras.Model):
         per target [B, P]: cross_entropy, correct, target_positions and target_valid.
         """
         dense = "perm_mask" in features
-        self._check_features(features, DENSE_FEATURES if dense else COMPACT_FEATURES)
+        self._check_features(features, DENSE_FEATURES if dense else MODEL_FEATURES)
         inputs = self.targets_from_dense(features) if dense else self.targets_from_compact(features)
         logits, new_mems = self.network(tf.cast(features["input_ids"], tf.int32), features["segment_ids"],
                                         inputs["perm_mask"], None, mems, target_positions=inputs["target_positions"],

@@ -4,9 +4,10 @@ Same flags both ways (the Vertex AI custom-job convention):
   --data DIR --model-dir DIR --preset tiny|base|large [--config FILE] [--set key=value ...]
   [--strategy auto|cpu|gpu|mirrored|multi-worker|tpu] [--tpu NAME] [--init-checkpoint DIR]
 
-The model directory receives model_config.json, train_config.json (the resolved configs),
-spiece.model and special_ids.json (so `xlnet export` works from it), checkpoints/ and
-tensorboard/. Re-running the same command resumes from the latest checkpoint.
+The model directory (trainer/model_dir.py; local or gs://) receives model_config.json,
+train_config.json (the resolved configs), spiece.model and special_ids.json (so `xlnet export`
+works from it), checkpoints/, tensorboard/ and the step log. Re-running the same command
+resumes from the latest checkpoint.
 """
 from __future__ import annotations
 
@@ -59,53 +60,42 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build_trainer(args: argparse.Namespace):
-    import tensorflow as tf
-
-    from tfrecords.manifest import load_manifest
+    from tfrecords.manifest import load_manifest, manifest_location
     from tfrecords.reader import file_sha256, validate_manifest
-    from trainer.config import ModelConfig
     from trainer.distribution import create_strategy, is_chief, make_deterministic
+    from trainer.model_dir import ModelDirectory
     from trainer.train_config import resolve_configs
     from trainer.training_loop import Trainer
 
     manifest = load_manifest(args.data)
-    base_model = None
-    if args.init_checkpoint:
-        config_path = posixpath.join(args.init_checkpoint, "model_config.json")
-        if not tf.io.gfile.exists(config_path):
-            raise ValueError(f"--init-checkpoint {args.init_checkpoint}: no model_config.json (not a model directory)")
-        with tf.io.gfile.GFile(config_path) as handle:
-            base_model = ModelConfig.from_dict(json.loads(handle.read()))
+    init = ModelDirectory(args.init_checkpoint) if args.init_checkpoint else None
+    if init is not None:
+        init.require("--init-checkpoint", (ModelDirectory.MODEL_CONFIG, ModelDirectory.VOCAB))
+    base_model = init.model_config if init is not None else None
     model, train, explicit = resolve_configs(args.preset, args.config, args.overrides, base_model)
     if train.deterministic:
         make_deterministic()
     data_vocab_size = int(manifest.vocab["vocab_size"])
     if base_model is None and "vocab_size" not in explicit and model.vocab_size != data_vocab_size:
         model = model.replace(vocab_size=data_vocab_size)  # the preset's size is a default, the data's is a fact
-    vocab_path = _vocab_path(manifest, args.init_checkpoint)
+    vocab_path = init.join(ModelDirectory.VOCAB) if init is not None else _vocab_path(manifest)
     validate_manifest(manifest, seq_len=train.seq_len, reuse_len=model.reuse_len, bi_data=model.bi_data,
                       num_predict=train.num_predict, vocab_size=model.vocab_size,
-                      vocab_sha256=file_sha256(vocab_path), source=posixpath.join(args.data, "manifest.json"))
+                      vocab_sha256=file_sha256(vocab_path), source=manifest_location(args.data)[0])
     strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
     if is_chief(strategy):
-        _prepare_model_dir(args.model_dir, model, train, manifest.special_ids, vocab_path,
+        _prepare_model_dir(ModelDirectory(args.model_dir), model, train, manifest.special_ids, vocab_path,
                            uncased=bool(manifest.config.get("uncased", False)))
     return Trainer(model, train, manifest=manifest, model_dir=args.model_dir, strategy=strategy,
                    init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True))
 
 
-def _vocab_path(manifest, init_checkpoint: str | None) -> str:
-    """The SentencePiece model training uses: the init checkpoint's, else the one the data names."""
+def _vocab_path(manifest) -> str:
+    """The SentencePiece model the data names: where the manifest says, or next to manifest.json."""
     import tensorflow as tf
 
-    if init_checkpoint:
-        path = posixpath.join(init_checkpoint, "spiece.model")
-        if not tf.io.gfile.exists(path):
-            raise ValueError(f"--init-checkpoint {init_checkpoint}: no spiece.model")
-        return path
     named = str(manifest.vocab.get("path", ""))
-    candidates = [named, posixpath.join(manifest.directory, named),
-                  posixpath.join(manifest.directory, posixpath.basename(named) or "spiece.model")]
+    candidates = [named, manifest.shard_path(named), manifest.shard_path(posixpath.basename(named) or "spiece.model")]
     for candidate in candidates:
         if candidate and tf.io.gfile.exists(candidate) and not tf.io.gfile.isdir(candidate):
             return candidate
@@ -113,29 +103,20 @@ def _vocab_path(manifest, init_checkpoint: str | None) -> str:
                      "put the SentencePiece model there or next to manifest.json")
 
 
-def _prepare_model_dir(model_dir: str, model, train, special_ids: dict, vocab_path: str, uncased: bool) -> None:
-    """Writes the resolved configs, spiece.model and special_ids.json (contract 5).
+def _prepare_model_dir(model_dir, model, train, special_ids: dict, vocab_path: str, uncased: bool) -> None:
+    """Writes the resolved configs, spiece.model and special_ids.json into the model directory.
 
     An existing model directory must hold the same architecture: resuming with another one
     would silently restore mismatched weights.
     """
-    import tensorflow as tf
-
-    from trainer.config import ModelConfig
-    from trainer.model_dir import write_model_files, write_text
-
-    tf.io.gfile.makedirs(model_dir)
-    config_path = posixpath.join(model_dir, "model_config.json")
-    if tf.io.gfile.exists(config_path):
-        with tf.io.gfile.GFile(config_path) as handle:
-            existing = ModelConfig.from_dict(json.loads(handle.read()))
+    if model_dir.has(model_dir.MODEL_CONFIG):
+        existing = model_dir.model_config
         if existing != model:
             changed = sorted(k for k, v in model.to_dict().items() if existing.to_dict().get(k) != v)
-            raise ValueError(f"--model-dir {model_dir} holds a model with different {', '.join(changed)}; "
+            raise ValueError(f"--model-dir {model_dir.path} holds a model with different {', '.join(changed)}; "
                              "use a new --model-dir or the same model settings to resume")
-    write_model_files(model_dir, model, special_ids, vocab_path, uncased=uncased)
-    write_text(posixpath.join(model_dir, "train_config.json"),
-               json.dumps(train.to_dict(), indent=2, sort_keys=True) + "\n")
+    model_dir.write_model_files(model, special_ids, vocab_path, uncased=uncased)
+    model_dir.write_train_config(train)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

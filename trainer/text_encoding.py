@@ -14,7 +14,7 @@ Layout (the one XLNet's own fine-tuning code uses)::
 * ``input_mask``: 1 for real tokens, 0 for padding.
 * Truncation always removes pieces from the END (right) of a text: a single text keeps its first
   ``max_length - 2`` pieces; a pair trims the longer of A and B from the right (B on ties) until
-  both fit in ``max_length - 3`` pieces, exactly like XLNet's ``_truncate_seq_pair``.
+  both fit in ``max_length - 3`` pieces (tfrecords/pair_lengths.py, the rule records are built with).
 * ``<mask>``: SentencePiece treats ``<mask>`` as a control symbol and never produces it from text,
   so :meth:`XLNetTextEncoder.encode_masked` splits the normalised text on the literal ``<mask>``
   and inserts the mask id between the encoded pieces. Each ``<mask>`` stands for exactly one
@@ -22,81 +22,17 @@ Layout (the one XLNet's own fine-tuning code uses)::
 """
 from __future__ import annotations
 
-import functools
-import unicodedata
 from typing import Mapping
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from pipeline.normalization import WHITESPACE_RE2
+from tfrecords.pair_lengths import pair_lengths
 from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
+from tfrecords.text_normalization import normalize_text_graph
 
 MASK_LITERAL = "<mask>"
 REQUIRED_SPECIAL_SYMBOLS = ("sep", "cls", "pad", "mask")
-
-
-def _regex_class(codepoints: list[int]) -> str:
-    """An RE2 character class matching exactly ``codepoints`` (consecutive runs become ranges)."""
-    ranges: list[tuple[int, int]] = []
-    for point in sorted(codepoints):
-        if ranges and point == ranges[-1][1] + 1:
-            ranges[-1] = (ranges[-1][0], point)
-        else:
-            ranges.append((point, point))
-    parts = [f"\\x{{{lo:x}}}" if lo == hi else f"\\x{{{lo:x}}}-\\x{{{hi:x}}}" for lo, hi in ranges]
-    return "[" + "".join(parts) + "]"
-
-
-@functools.lru_cache(maxsize=None)
-def nonspacing_mark_class() -> str:
-    """Characters of general category Mn in the running Python's Unicode tables, as an RE2 class.
-
-    Built from ``unicodedata`` rather than RE2's own ``\\p{Mn}`` so the graph drops exactly the
-    characters preprocessing drops, even where RE2's Unicode version differs from Python's.
-    """
-    return _regex_class([c for c in range(0x110000) if unicodedata.category(chr(c)) == "Mn"])
-
-
-def normalize_text(texts: tf.Tensor, uncased: bool) -> tf.Tensor:
-    """Graph mirror of ``pipeline.normalization.normalize_text`` (the reference; same steps, same order).
-
-    NFKD; drop non-spacing marks (strips accents); two backticks and two single quotes become a
-    double quote; whitespace runs become one space and the ends are stripped; lower-case only
-    when ``uncased``. Invalid UTF-8 bytes (which preprocessing never sees: it reads decoded
-    text) become U+FFFD first instead of failing the request.
-
-    Args:
-      texts: tf.string tensor of any shape.
-      uncased: lower-case the text (the vocabulary was trained on lower-cased text).
-    Returns:
-      tf.string tensor of the same shape.
-    """
-    texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace")
-    texts = tf_text.normalize_utf8(texts, "NFKD")
-    texts = tf.strings.regex_replace(texts, nonspacing_mark_class(), "")
-    texts = tf.strings.regex_replace(texts, "``|''", '"')
-    texts = tf.strings.regex_replace(texts, WHITESPACE_RE2, " ")
-    texts = tf.strings.regex_replace(texts, "^ | $", "")
-    if uncased:
-        texts = tf.strings.lower(texts, encoding="utf-8")
-    return texts
-
-
-def pair_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget: int) -> tuple[tf.Tensor, tf.Tensor]:
-    """Lengths A and B keep when the longer is trimmed from the right (B on ties) to fit ``budget``.
-
-    Tensor version of ``pipeline.records.trim_a_b`` (the rule records are built with), i.e. the
-    closed form of XLNet's ``_truncate_seq_pair`` loop: when the shorter side fits in half the
-    budget it is kept whole and the longer gets the rest; otherwise both end at half the budget,
-    A taking the odd piece.
-    """
-    fits = len_a + len_b <= budget
-    a_is_shorter = len_a <= len_b
-    shorter_fits_half = 2 * tf.minimum(len_a, len_b) <= budget
-    new_a = tf.where(shorter_fits_half, tf.where(a_is_shorter, len_a, budget - len_b), (budget + 1) // 2)
-    new_b = tf.where(shorter_fits_half, tf.where(a_is_shorter, budget - len_a, len_b), budget // 2)
-    return tf.where(fits, len_a, new_a), tf.where(fits, len_b, new_b)
 
 
 def _keep_first(ids: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
@@ -133,7 +69,7 @@ class XLNetTextEncoder(tf.Module):
 
     def normalize(self, texts: tf.Tensor) -> tf.Tensor:
         """Normalises a [batch] string tensor exactly as preprocessing does."""
-        return normalize_text(texts, self.uncased)
+        return normalize_text_graph(texts, self.uncased)
 
     def tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
         """Normalised SentencePiece ids of a [batch] string tensor: RaggedTensor [batch, (pieces)]."""

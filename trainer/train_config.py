@@ -12,8 +12,6 @@ the two configurations.
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 from typing import Any, Iterable
 
 from trainer.config import MODEL_PRESETS, JsonConfig, ModelConfig, model_preset
@@ -170,14 +168,14 @@ def parse_overrides(items: Iterable[str]) -> tuple[dict[str, Any], dict[str, Any
     return model_changes, train_changes
 
 
-def load_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Reads a ``--config`` JSON file ``{"model": {...}, "train": {...}}``."""
+def load_config_file(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Reads a ``--config`` JSON file ``{"model": {...}, "train": {...}}`` (local or gs://)."""
+    from trainer.storage import StorageError, read_json
+
     try:
-        values = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ValueError(f"--config {path}: file not found") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"--config {path}: not valid JSON ({error})") from None
+        values = read_json(path)
+    except StorageError as error:
+        raise ValueError(f"--config {error}") from None
     if not isinstance(values, dict) or set(values) - {"model", "train"}:
         raise ValueError(f"--config {path}: expected a JSON object with keys 'model' and/or 'train'")
     return dict(values.get("model", {})), dict(values.get("train", {}))

@@ -15,11 +15,9 @@ restarts at the same records: resume is exact.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import signal
 import time
-from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import keras
@@ -30,10 +28,11 @@ from tfrecords.manifest import Manifest
 from tfrecords.reader import StreamReader
 from trainer.config import ModelConfig
 from trainer.distribution import is_chief, worker_info
+from trainer.model_dir import ModelDirectory
 from trainer.optimization import build_optimizer, clip_by_global_norm
 from trainer.train_config import TrainConfig
 
-STEP_LOG = "train_steps.jsonl"
+STEP_LOG = ModelDirectory.STEP_LOG
 
 
 class TrainingDivergedError(RuntimeError):
@@ -98,16 +97,16 @@ class Trainer:
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig, *, manifest: Manifest,
                  model_dir: str, strategy: tf.distribute.Strategy, init_checkpoint: str | None = None,
                  log: Callable[[str], None] = print):
-        from trainer.pretraining import XLNetPretrainer  # model team's objective (contract 4)
+        from trainer.pretraining import XLNetPretrainer
 
         self.model_config, self.config = model_config, train_config
         self.manifest, self.strategy, self.log = manifest, strategy, log
         self.worker, self.num_workers = worker_info(strategy)
         self.chief = is_chief(strategy)
         # every worker keeps its own checkpoints: they hold its replicas' memory
-        self.model_dir = Path(model_dir)
-        self.work_dir = self.model_dir if self.chief else self.model_dir / "workers" / f"worker-{self.worker}"
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.model_dir = ModelDirectory(model_dir)
+        self.work_dir = self.model_dir if self.chief else self.model_dir.worker(self.worker)
+        tf.io.gfile.makedirs(self.work_dir.path)
         replicas = strategy.num_replicas_in_sync
         self.train_batch = self.reader("train", train_config.train_batch_size).per_replica_batch_size(replicas)
         self.eval_batch = self.reader("valid", train_config.eval_batch_size).per_replica_batch_size(replicas)
@@ -132,7 +131,7 @@ class Trainer:
         rng = [v for v in self.network.non_trainable_variables if "seed_generator" in v.path]
         self.checkpoint = tf.train.Checkpoint(model=self.network, optimizer=self.optimizer, step=self.step,
                                               mems=self.train_memory.trackable(first_replica), rng=rng)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, str(self.work_dir / "checkpoints"),
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self.work_dir.checkpoints,
                                                   max_to_keep=train_config.keep_checkpoints, step_counter=self.step)
         self._restore(init_checkpoint)
         self._grad_fn = tf.function(self._micro_steps, jit_compile=train_config.jit_compile)
@@ -156,10 +155,10 @@ class Trainer:
             self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
             self.log(f"resumed from {self.manager.latest_checkpoint} at step {int(self.step.numpy())}")
         elif init_checkpoint:
-            latest = tf.train.latest_checkpoint(str(Path(init_checkpoint) / "checkpoints"))
+            source = ModelDirectory(init_checkpoint)
+            latest = source.latest_checkpoint()
             if latest is None:
-                raise ValueError(f"--init-checkpoint {init_checkpoint}: no checkpoint under "
-                                 f"{init_checkpoint}/checkpoints")
+                raise ValueError(f"--init-checkpoint {init_checkpoint}: no checkpoint under {source.checkpoints}")
             tf.train.Checkpoint(model=self.network).restore(latest).expect_partial().assert_existing_objects_matched()
             self.log(f"initialised the model from {latest}")
 
@@ -341,10 +340,9 @@ class Trainer:
                 f"saving. Last good checkpoint: {last}. Lower train.learning_rate or check the data.")
 
     def _record_steps(self, step: int, losses, accuracies, norms) -> None:
-        with open(self.work_dir / STEP_LOG, "a") as handle:
-            for i, (loss, accuracy, norm) in enumerate(zip(losses, accuracies, norms)):
-                handle.write(json.dumps({"step": step + i + 1, "loss": float(loss), "accuracy": float(accuracy),
-                                         "grad_norm": float(norm)}) + "\n")
+        self.work_dir.append_steps({"step": step + i + 1, "loss": float(loss), "accuracy": float(accuracy),
+                                    "grad_norm": float(norm)}
+                                   for i, (loss, accuracy, norm) in enumerate(zip(losses, accuracies, norms)))
 
     def _learning_rate(self, step: int) -> float:
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
@@ -354,8 +352,7 @@ class Trainer:
     def _summary_writers(self) -> dict[str, tf.summary.SummaryWriter]:
         if not self.chief:
             return {"train": tf.summary.create_noop_writer(), "eval": tf.summary.create_noop_writer()}
-        return {name: tf.summary.create_file_writer(str(self.model_dir / "tensorboard" / name))
-                for name in ("train", "eval")}
+        return {name: tf.summary.create_file_writer(self.model_dir.tensorboard(name)) for name in ("train", "eval")}
 
     def _summarise(self, writer, step: int, losses, accuracies, norms, rates: Mapping[str, float]) -> None:
         with writer.as_default(step=step):

@@ -13,14 +13,7 @@ import math
 import keras
 import tensorflow as tf
 
-_GOLDEN = 0x9E3779B9
-
-
-def mix32(x: tf.Tensor) -> tf.Tensor:
-    """lowbias32 integer hash (uint32 -> uint32), a well-mixed bijection."""
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16)) * tf.constant(0x7FEB352D, tf.uint32)
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 15)) * tf.constant(0x846CA68B, tf.uint32)
-    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+from trainer.counter_hash import GOLDEN_32, mix32
 
 
 def hashed_uniform_bits(shape: tf.TensorShape, seed: tf.Tensor) -> tf.Tensor:
@@ -28,8 +21,8 @@ def hashed_uniform_bits(shape: tf.TensorShape, seed: tf.Tensor) -> tf.Tensor:
     size = math.prod(shape)
     counter = tf.bitcast(tf.reshape(tf.range(size, dtype=tf.int32), shape), tf.uint32)
     seed = tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
-    key = mix32(tf.bitwise.bitwise_xor(seed[0], mix32(seed[1] + tf.constant(_GOLDEN, tf.uint32))))
-    return mix32(counter * tf.constant(_GOLDEN, tf.uint32) + key)
+    key = mix32(tf.bitwise.bitwise_xor(seed[0], mix32(seed[1] + tf.constant(GOLDEN_32, tf.uint32))))
+    return mix32(counter * tf.constant(GOLDEN_32, tf.uint32) + key)
 
 
 class HashDropout(keras.layers.Layer):

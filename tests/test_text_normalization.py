@@ -1,9 +1,9 @@
-"""Text normalisation (pipeline/normalization.py): each documented step, exactly."""
+"""Text normalisation (tfrecords/text_normalization.py): each documented step, exactly."""
 from __future__ import annotations
 
 import re
 
-from pipeline.normalization import WHITESPACE_CODEPOINTS, WHITESPACE_RE2, normalize_text
+from tfrecords.text_normalization import WHITESPACE_CODEPOINTS, WHITESPACE_RE2, normalize_text
 
 
 def test_accents_are_stripped_by_nfkd_and_dropping_nonspacing_marks():
