@@ -18,6 +18,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "import-checkpoint": ("trainer.import_command", "convert an original TF1 XLNet release into a model directory"),
     "export": ("trainer.export_command", "export a model directory as a serving SavedModel"),
 }
+# Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/tensorflow_startup.py).
+TENSORFLOW_SUBCOMMANDS = ("train", "import-checkpoint", "export")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every flag's default in --help, except where there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.required or action.default is None or action.default is argparse.SUPPRESS:
+            return action.help or ""
+        return super()._get_help_string(action)
 
 
 def _load(name: str):
@@ -35,8 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv or ["--help"])
         return 2
     name = argv[0]
+    if name in TENSORFLOW_SUBCOMMANDS:
+        from trainer.tensorflow_startup import import_tensorflow_quietly
+
+        import_tensorflow_quietly()
     module = _load(name)
-    sub_parser = argparse.ArgumentParser(prog=f"xlnet {name}", description=SUBCOMMANDS[name][1])
+    sub_parser = argparse.ArgumentParser(prog=f"xlnet {name}", description=SUBCOMMANDS[name][1],
+                                         formatter_class=HelpFormatter)
     module.add_arguments(sub_parser)
     if getattr(module, "ACCEPTS_RUNNER_OPTIONS", False):
         # e.g. `xlnet preprocess` hands unknown flags to Apache Beam (--project, --region, ...)

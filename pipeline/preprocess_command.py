@@ -40,29 +40,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     io.add_argument("--text-field", default=d.text_field, help="JSON-lines field holding a document's text")
     io.add_argument("--output", required=True, metavar="DIR", help="data directory to write (local or gs://)")
     io.add_argument("--vocab", required=True, help="SentencePiece model from `xlnet vocab`")
-    io.add_argument("--overwrite", action="store_true", help="replace shards and manifest in a non-empty --output")
+    io.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=False,
+                    help="replace shards and manifest in a non-empty --output")
     io.add_argument("--compression", choices=COMPRESSIONS, default=d.compression, help="gzip the shard files")
     io.add_argument("--max-line-bytes", type=int, default=d.max_line_bytes, help="longer lines are skipped (counted)")
     rec = parser.add_argument_group("records")
-    rec.add_argument("--seq-len", type=int, default=d.seq_len)
-    rec.add_argument("--reuse-len", type=int, default=d.reuse_len)
+    rec.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per record")
+    rec.add_argument("--reuse-len", type=int, default=d.reuse_len,
+                     help="context tokens per record; consecutive records of a stream start this far apart")
     rec.add_argument("--num-predict", type=int, default=d.num_predict, help="targets per record")
     rec.add_argument("--perm-size", type=int, default=None, help="permutation block size to allow (default reuse-len)")
-    rec.add_argument("--mask-alpha", type=int, default=d.mask_alpha)
-    rec.add_argument("--mask-beta", type=int, default=d.mask_beta)
-    rec.add_argument("--max-gram", type=int, default=d.max_gram)
-    rec.add_argument("--subword-spans", action="store_true",
-                     help="n-gram spans of n pieces, as the original code did (default: n whole words)")
-    rec.add_argument("--no-bi-data", dest="bi_data", action="store_false", help="do not write reversed streams")
-    rec.add_argument("--no-eod", dest="use_eod", action="store_false", help="do not end documents with <eod>")
-    rec.add_argument("--uncased", action="store_true", help="lower-case text (the vocab must be uncased too)")
+    rec.add_argument("--mask-alpha", type=int, default=d.mask_alpha,
+                     help="an n-gram span is placed in a window of n * mask-alpha / mask-beta tokens")
+    rec.add_argument("--mask-beta", type=int, default=d.mask_beta, help="see --mask-alpha")
+    rec.add_argument("--max-gram", type=int, default=d.max_gram, help="longest span, in words")
+    rec.add_argument("--subword-spans", action=argparse.BooleanOptionalAction, default=d.subword_spans,
+                     help="n-gram spans of n pieces, as the original code did, instead of n whole words")
+    rec.add_argument("--bi-data", action=argparse.BooleanOptionalAction, default=d.bi_data,
+                     help="also write every stream reversed (XLNet's bidirectional data)")
+    rec.add_argument("--eod", dest="use_eod", action=argparse.BooleanOptionalAction, default=d.use_eod,
+                     help="end every document with <eod>")
+    rec.add_argument("--uncased", action=argparse.BooleanOptionalAction, default=d.uncased,
+                     help="lower-case text (the vocab must be uncased too)")
     lay = parser.add_argument_group("layout")
     lay.add_argument("--num-streams", type=int, default=d.num_streams,
                      help="text streams per split: the largest batch size (per direction) training can use")
     lay.add_argument("--num-shards", type=int, default=d.num_shards, help="train shard files")
     lay.add_argument("--valid-shards", type=int, default=d.valid_shards, help="valid shard files")
-    lay.add_argument("--valid-fraction", type=float, default=d.valid_fraction)
-    lay.add_argument("--seed", type=int, default=d.seed)
+    lay.add_argument("--valid-fraction", type=float, default=d.valid_fraction,
+                     help="share of documents placed in the valid split (by a seeded hash of their key)")
+    lay.add_argument("--seed", type=int, default=d.seed, help="seeds document placement and span masks")
     run_group = parser.add_argument_group("runner (other flags go to Beam, e.g. --project, --region)")
     run_group.add_argument("--runner", default="FnApiRunner",
                            help="FnApiRunner (local), DataflowRunner, FlinkRunner, SparkRunner, PortableRunner")

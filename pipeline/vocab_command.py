@@ -17,16 +17,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", action="append", required=True, metavar="GLOB",
                         help="corpus files (local or gs://, plain/.gz/.bz2); repeat for several globs")
     parser.add_argument("--output", required=True, metavar="PREFIX",
-                        help="writes PREFIX.model and PREFIX.vocab (e.g. out/spiece)")
-    parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
+                        help="writes PREFIX.model and PREFIX.vocab (e.g. out/spiece or gs://bucket/spiece)")
+    parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size, help="pieces in the vocabulary")
     parser.add_argument("--input-sentence-size", type=int, default=defaults.input_sentence_size,
                         help="number of corpus lines sampled (seeded) for training")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--uncased", action="store_true", help="lower-case the text (as preprocessing must then too)")
-    parser.add_argument("--character-coverage", type=float, default=defaults.character_coverage)
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="seeds the sample and SentencePiece")
+    parser.add_argument("--uncased", action=argparse.BooleanOptionalAction, default=defaults.uncased,
+                        help="lower-case the text (as preprocessing must then too)")
+    parser.add_argument("--character-coverage", type=float, default=defaults.character_coverage,
+                        help="share of characters the vocabulary covers (the rest become <unk>)")
     parser.add_argument("--num-threads", type=int, default=defaults.num_threads,
                         help="SentencePiece trainer threads (part of the config: keep it fixed for identical output)")
-    parser.add_argument("--input-format", choices=INPUT_FORMATS, default=defaults.input_format)
+    parser.add_argument("--input-format", choices=INPUT_FORMATS, default=defaults.input_format,
+                        help="text: one sentence per line, blank line between documents; jsonl: one JSON "
+                             "document per line; auto: jsonl for *.jsonl/*.ndjson")
     parser.add_argument("--text-field", default=defaults.text_field, help="JSON-lines field holding the text")
 
 

@@ -25,10 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", default=None,
                         help="checkpoint prefix to export (default: the latest in MODEL_DIR/checkpoints)")
     casing = parser.add_mutually_exclusive_group()
-    casing.add_argument("--uncased", dest="uncased", action="store_true", default=None,
-                        help="lower-case input text (default: as training recorded, else from the vocabulary)")
+    casing.add_argument("--uncased", action=argparse.BooleanOptionalAction, default=None,
+                        help="lower-case input text, or not (default: as training recorded, else from the vocabulary)")
     casing.add_argument("--cased", dest="uncased", action="store_false",
-                        help="keep the case of input text (default: as training recorded, else from the vocabulary)")
+                        help="keep the case of input text (the same as --no-uncased)")
 
 
 def run(args: argparse.Namespace) -> int:

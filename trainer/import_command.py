@@ -18,9 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `xlnet import-checkpoint`."""
     parser.add_argument("--checkpoint", required=True,
                         help="checkpoint prefix of the release, e.g. xlnet_cased_L-24_H-1024_A-16/xlnet_model.ckpt")
-    parser.add_argument("--config", required=True, help="the release's xlnet_config.json")
-    parser.add_argument("--spm", required=True, help="the release's spiece.model")
-    parser.add_argument("--output", required=True, help="model directory to create")
+    parser.add_argument("--config", required=True, help="the release's xlnet_config.json (local or gs://)")
+    parser.add_argument("--spm", required=True, help="the release's spiece.model (local or gs://)")
+    parser.add_argument("--output", required=True, help="model directory to create (local or gs://)")
     parser.add_argument("--mem-len", type=int, default=DEFAULTS.mem_len,
                         help="Transformer-XL memory length for further training (not in xlnet_config.json)")
     parser.add_argument("--reuse-len", type=int, default=DEFAULTS.reuse_len,

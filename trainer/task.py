@@ -27,9 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from trainer.distribution import STRATEGIES
 
     parser.add_argument("--data", required=True, help="data directory written by `xlnet preprocess` (local or gs://)")
-    parser.add_argument("--model-dir", required=True, help="where configs, checkpoints and summaries go")
+    parser.add_argument("--model-dir", required=True,
+                        help="where configs, checkpoints and summaries go (local or gs://)")
     parser.add_argument("--preset", default="tiny", choices=sorted(MODEL_PRESETS),
-                        help="model + training preset (default: tiny)")
+                        help="model + training preset")
     parser.add_argument("--config", help='JSON file {"model": {...}, "train": {...}} applied over the preset')
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one field: model.NAME=..., train.NAME=... or a bare NAME (repeatable)")
@@ -120,7 +121,12 @@ def _prepare_model_dir(model_dir, model, train, special_ids: dict, vocab_path: s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.task", description=__doc__.splitlines()[0])
+    from trainer.tensorflow_startup import import_tensorflow_quietly
+    from xlnet_cli import HelpFormatter
+
+    import_tensorflow_quietly()
+    parser = argparse.ArgumentParser(prog="python -m trainer.task", description=__doc__.splitlines()[0],
+                                     formatter_class=HelpFormatter)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
