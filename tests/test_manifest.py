@@ -53,3 +53,14 @@ def test_save_replaces_atomically_and_leaves_no_temporary_file(tiny_data_dir, tm
     reloaded = Manifest.from_dict(json.loads((tmp_path / "manifest.json").read_text()))
     assert reloaded == manifest
     assert reloaded.split("valid").totals == manifest.split("valid").totals
+
+
+def test_pipeline_and_trainer_read_the_same_manifest(tiny_data_dir):
+    # The pipeline reads through Beam's FileSystems, the trainer through tf.io.gfile.
+    assert read_manifest(tiny_data_dir) == load_manifest(tiny_data_dir)
+    assert read_manifest(tiny_data_dir).directory == load_manifest(tiny_data_dir).directory == tiny_data_dir
+
+
+def test_pipeline_reports_a_missing_manifest_like_the_trainer(tmp_path):
+    with pytest.raises(ManifestError, match="manifest.json not found"):
+        read_manifest(str(tmp_path))

@@ -1,4 +1,5 @@
-"""The public model API of contract 4: build_network, the two-stream call, encode, the pretrainer."""
+"""The public model API (trainer/network.py, trainer/pretraining.py): build_network, the two-stream
+call, encode, the pretrainer."""
 import numpy as np
 import pytest
 import tensorflow as tf
