@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,plot]"
+	$(PY) -m pip install -q -e ".[pipeline,test,plot]"
 	touch $(STAMP)
 
 # Fast default suite (slow tests are marked and run by test-slow / test-all).

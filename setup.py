@@ -1,4 +1,9 @@
-"""Packaging for the XLNet pretraining system: Beam preprocessing, TF training, export."""
+"""Packaging for the XLNet system: Beam preprocessing, TF training, import and export.
+
+The base install is what training and serving need (TensorFlow, Keras, SentencePiece): a TPU
+VM or a serving image carries no Apache Beam. `xlnet vocab` and `xlnet preprocess` need the
+``pipeline`` extra: ``pip install "xlnet-pretrain[pipeline]"``.
+"""
 from setuptools import setup
 
 # Pinned so that preprocessing and training produce identical bytes and losses across
@@ -8,19 +13,25 @@ INSTALL_REQUIRES = [
     "tensorflow-text==2.21.1",
     "tensorboard==2.21.0",  # tf.summary writers of the training loop
     "keras>=3.12,<4",
-    "apache-beam[gcp,tfrecord]==2.77.0",
     "sentencepiece==0.2.3",
     "numpy>=1.26",
+]
+PIPELINE_REQUIRES = ["apache-beam[gcp,tfrecord]==2.77.0"]
+TEST_REQUIRES = [
+    "pytest>=8",
+    # A Cloud Storage JSON API in memory, for the gs:// tests (tests/gcs_emulator.py).
+    "gcp-storage-emulator==2026.7.19",
 ]
 
 setup(
     name="xlnet-pretrain",
     version="0.1.0",
     description="XLNet pretraining: Apache Beam preprocessing, tf.distribute training, SavedModel export",
-    packages=["pipeline", "tfrecords", "trainer"],
+    packages=["pipeline", "tfrecords", "trainer", "trainer.layers"],
     py_modules=["xlnet_cli"],
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": ["pytest>=8"], "plot": ["matplotlib>=3.8"]},
+    extras_require={"pipeline": PIPELINE_REQUIRES, "test": PIPELINE_REQUIRES + TEST_REQUIRES,
+                    "plot": ["matplotlib>=3.8"]},
     entry_points={"console_scripts": ["xlnet=xlnet_cli:main"]},
 )

@@ -50,7 +50,15 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.tensorflow_startup import import_tensorflow_quietly
 
         import_tensorflow_quietly()
-    module = _load(name)
+    try:
+        module = _load(name)
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] != "apache_beam":
+            raise
+        print(f"xlnet {name}: error: needs Apache Beam, which this installation lacks; install the pipeline "
+              "extra: pip install \"xlnet-pretrain[pipeline]\" (training, import and export do not need it)",
+              file=sys.stderr)
+        return 2
     sub_parser = argparse.ArgumentParser(prog=f"xlnet {name}", description=SUBCOMMANDS[name][1],
                                          formatter_class=HelpFormatter)
     module.add_arguments(sub_parser)

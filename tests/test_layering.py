@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,44 @@ def test_training_and_serving_modules_load_without_apache_beam(modules):
             + "assert not loaded, loaded[:5]\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+# Installed on sys.path through PYTHONPATH: an interpreter in which `import apache_beam` fails,
+# as on a TPU VM or a serving image with the base install only.
+WITHOUT_BEAM = '''
+import importlib.abc, sys
+
+class NoBeam(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "apache_beam":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoBeam())
+'''
+
+
+def run_without_beam(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "site").mkdir(exist_ok=True)
+    (tmp_path / "site" / "sitecustomize.py").write_text(WITHOUT_BEAM)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), str(REPO)]))
+    return subprocess.run([sys.executable, str(REPO / "xlnet_cli.py"), *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_train_and_export_run_where_apache_beam_is_not_installed(tmp_path, tiny_data_dir):
+    model = str(tmp_path / "model")
+    small = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=4",
+             "eval_batch_size=4", "train_steps=2", "steps_per_loop=2", "checkpoint_every=2", "eval_every=0"]
+    trained = run_without_beam(tmp_path, "train", "--data", tiny_data_dir, "--model-dir", model,
+                               *[arg for item in small for arg in ("--set", item)])
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    exported = run_without_beam(tmp_path, "export", "--model-dir", model, "--output", str(tmp_path / "serving"))
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert (tmp_path / "serving" / "1" / "saved_model.pb").is_file()
+
+
+def test_preprocess_without_apache_beam_names_the_extra_to_install(tmp_path):
+    result = run_without_beam(tmp_path, "preprocess", "--input", "x", "--output", "y", "--vocab", "z")
+    assert result.returncode == 2
+    assert 'needs Apache Beam' in result.stderr and 'pip install "xlnet-pretrain[pipeline]"' in result.stderr
