@@ -118,7 +118,7 @@ def time_query_rows(steps: int) -> list[dict]:
     from trainer.layers import TwoStreamRelativeAttention, RelativePositionEncoding
 
     s = SHAPES
-    B, L, M, P, D, N = s["batch"], s["seq_len"], s["mem_len"], s["num_predict"], s["d_model"], s["n_head"]
+    B, L, P, D, N = s["batch"], s["seq_len"], s["num_predict"], s["d_model"], s["n_head"]
     H, K = D // N, s["mem_len"] + s["seq_len"]
     layer = TwoStreamRelativeAttention(D, N, H)
     rng = np.random.default_rng(0)

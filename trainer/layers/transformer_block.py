@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 
 from trainer.layers.attention import TwoStreamRelativeAttention
 from trainer.layers.feed_forward import PositionwiseFeedForward
