@@ -153,6 +153,15 @@ def test_init_checkpoint_from_the_bucket_initialises_the_weights(bucket_run, tin
         np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
+def test_train_command_takes_its_init_checkpoint_from_the_bucket(bucket_run, tiny_data_dir, tmp_path, capsys):
+    source = bucket_run["model_dir"]
+    args = train_args(tiny_data_dir, str(tmp_path / "fine"), "train_steps=2", "eval_every=0")
+    assert xlnet_cli.main(args + ["--init-checkpoint", source]) == 0
+    assert f"initialised the model from {source}/checkpoints/ckpt-8" in capsys.readouterr().out
+    with tf.io.gfile.GFile(posixpath.join(source, "spiece.model"), "rb") as handle:
+        assert (tmp_path / "fine" / "spiece.model").read_bytes() == handle.read()
+
+
 def test_vocabulary_trained_from_and_written_to_the_bucket_equals_the_local_one(gcs_prefix, corpus_sample, tmp_path):
     corpus = upload(corpus_sample, posixpath.join(gcs_prefix, "sample.txt"))
     settings = ["--vocab-size", "1000", "--input-sentence-size", "3000", "--num-threads", "1"]
