@@ -12,8 +12,8 @@ is ever shuffled, cached or dropped.
 
 Each element is one replica's input for one optimizer step: int32 features shaped
 [accumulation_steps, B, ...] (tfrecords.schema.COMPACT_FEATURES: input_ids, segment_ids,
-is_masked [.., seq_len], perm_seed [.., 2], stream_id, stream_pos [..]), so gradient accumulation reads consecutive
-records of every row. The reader can start at any step (exact resume) without reading the
+is_masked [.., seq_len], perm_seed [.., 2], stream_id, stream_pos [..]), so gradient
+accumulation reads consecutive records of every row. The reader can start at any step (exact resume) without reading the
 records before it.
 """
 from __future__ import annotations
