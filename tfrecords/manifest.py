@@ -140,10 +140,13 @@ class Manifest:
                                 f"(has {', '.join(sorted(self.splits))})")
         return self.splits[name]
 
+    def resolve(self, name: str) -> str:
+        """The path of a file the manifest names relative to its own directory."""
+        return posixpath.join(self.directory, name) if self.directory else name
+
     def shard_path(self, shard: ShardEntry | str) -> str:
         """Where a shard (an entry, or its file name as listed) lives: next to the manifest."""
-        file = shard if isinstance(shard, str) else shard.file
-        return posixpath.join(self.directory, file) if self.directory else file
+        return self.resolve(shard if isinstance(shard, str) else shard.file)
 
     def to_dict(self) -> dict:
         return {"format_version": self.format_version, "config": self.config, "vocab": self.vocab,

@@ -96,7 +96,7 @@ def _vocab_path(manifest) -> str:
     import tensorflow as tf
 
     named = str(manifest.vocab.get("path", ""))
-    candidates = [named, manifest.shard_path(named), manifest.shard_path(posixpath.basename(named) or "spiece.model")]
+    candidates = [named, manifest.resolve(named), manifest.resolve(posixpath.basename(named) or "spiece.model")]
     for candidate in candidates:
         if candidate and tf.io.gfile.exists(candidate) and not tf.io.gfile.isdir(candidate):
             return candidate
