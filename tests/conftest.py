@@ -88,3 +88,48 @@ def pytest_configure(config) -> None:
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Google Cloud Storage on 127.0.0.1 (tests/gcs_emulator.py): ``gcs`` and ``gcs_prefix``.
+# ----------------------------------------------------------------------------------------------
+# The section's imports live with it (appended to the shared conftest); gcs_emulator is stdlib only.
+import os  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+from gcs_emulator import GcsEmulator  # noqa: E402
+
+GCS_BUCKET = "xlnet-test"
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory) -> Iterator[GcsEmulator]:
+    """A real GCS JSON API with bucket ``GCS_BUCKET`` served by a child process (``GcsEmulator``).
+
+    Its ``env`` is set in ``os.environ`` for the rest of the session, so TensorFlow and Beam in
+    this process, and subprocesses started with it, use gs:// paths against it. TensorFlow
+    reads most GCS variables when it creates its GCS filesystem, at the first gs:// access of
+    the process: a test touching gs:// must request this fixture (or ``gcs_prefix``). Its retry
+    settings (GCS_RETRY_CONFIG_*) are read at ``import tensorflow``, which ``pytest_configure``
+    does: they can only be changed for subprocesses.
+    """
+    emulator = GcsEmulator.start(tmp_path_factory.mktemp("gcs"), GCS_BUCKET)
+    saved = {name: os.environ.get(name) for name in emulator.env}
+    os.environ.update(emulator.env)
+    try:
+        yield emulator
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        emulator.stop()
+
+
+@pytest.fixture
+def gcs_prefix(gcs, request) -> Iterator[str]:
+    """A fresh ``gs://BUCKET/<test name>-<n>/`` for one test, with faults off before and after it."""
+    gcs.set_faults()
+    yield gcs.new_prefix(request.node.name)
+    gcs.set_faults()
