@@ -230,7 +230,7 @@ def test_a_killed_run_resumes_from_the_bucket_with_the_same_losses(bucket_data, 
 
 
 @pytest.mark.slow
-def test_preprocessing_and_training_complete_identically_under_injected_faults(gcs, bucket_data, gcs_prefix):
+def test_preprocessing_training_and_export_complete_identically_under_injected_faults(gcs, bucket_data, gcs_prefix):
     settings = ["train_steps=8", "checkpoint_every=2", "eval_every=4", "deterministic=true"]
     clean_model = posixpath.join(gcs_prefix, "clean-model")
     finish(start_training(train_args(bucket_data["manifest"].directory, clean_model, *settings)))
@@ -239,9 +239,13 @@ def test_preprocessing_and_training_complete_identically_under_injected_faults(g
         faulty = bucket_preprocess(bucket_data["corpus"], bucket_data["vocab"], posixpath.join(gcs_prefix, "data"))
         faulty_model = posixpath.join(gcs_prefix, "faulty-model")
         finish(start_training(train_args(faulty.directory, faulty_model, *settings)))
+        serving = posixpath.join(gcs_prefix, "serving")
+        assert xlnet_cli.main(["export", "--model-dir", faulty_model, "--output", serving, "--max-length", "32"]) == 0
         counts = gcs.fault_counts()
     finally:
         gcs.set_faults()
+    served = tf.saved_model.load(posixpath.join(serving, "1")).signatures["encode_text"](text=tf.constant(["Amen."]))
+    assert served["pooled_output"].shape == (1, 64)
     assert counts["unavailable"] > 0 and counts["dropped_uploads"] > 0, counts
     assert without_paths(faulty) == without_paths(bucket_data["manifest"])
     assert shard_bytes(faulty) == shard_bytes(bucket_data["manifest"])

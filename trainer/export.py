@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import posixpath
+import tempfile
 import uuid
 from typing import Any
 
@@ -273,10 +274,8 @@ def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: st
     """Exports ``model_dir``'s checkpoint as ``output/<version>/`` and returns that directory.
 
     Both paths may be local or gs://. ``version`` defaults to one more than the highest existing
-    numbered version (1 for a new output); an existing version is never overwritten. The
-    SavedModel is written to a staging directory inside ``output`` (same filesystem) and renamed
-    into place: atomic on a local disk, a copy of finished files on an object store, so a
-    half-written SavedModel never appears under a version number either way.
+    numbered version (1 for a new output); an existing version is never overwritten. A half-written
+    SavedModel never appears under a version number (see ``_publish``).
     """
     directory = open_model_directory(model_dir)
     checkpoint = export_checkpoint(directory, checkpoint)
@@ -292,17 +291,46 @@ def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: st
         raise ExportError(f"--top-k {config.top_k} exceeds the vocabulary size {model_config.vocab_size}")
     network = restore_network(directory, checkpoint)
     encoder = XLNetTextEncoder(directory.sp_model_proto, directory.special_ids, config.max_length, config.uncased)
-    staging = posixpath.join(output, f".export-{version}-{uuid.uuid4().hex[:12]}")
-    tf.io.gfile.makedirs(staging)
+    staging = _staging_directory(output, version)
     try:
         assets = _write_assets(posixpath.join(staging, "asset_sources"), directory, checkpoint, config, version)
         module = XLNetServingModule(network, encoder, config.top_k, assets)
         saved = posixpath.join(staging, "saved_model")
         tf.saved_model.save(module, saved, signatures=module.signatures())
-        tf.io.gfile.rename(saved, target)
+        _publish(saved, target)
     finally:
         tf.io.gfile.rmtree(staging)
     return target
+
+
+def _is_object_store(path: str) -> bool:
+    return "://" in path
+
+
+def _staging_directory(output: str, version: int) -> str:
+    """Where the SavedModel is written before it is published: inside ``output`` on a local disk
+    (same filesystem, so the final rename is atomic), in a local temporary directory for an object
+    store (which has no directory rename; TensorFlow's would not survive a transient error)."""
+    if _is_object_store(output):
+        return tempfile.mkdtemp(prefix=f"xlnet-export-{version}-")
+    staging = posixpath.join(output, f".export-{version}-{uuid.uuid4().hex[:12]}")
+    tf.io.gfile.makedirs(staging)
+    return staging
+
+
+def _publish(saved: str, target: str) -> None:
+    """Moves a finished SavedModel to ``target``: one rename on a local disk; on an object store a
+    copy file by file (single-object writes, which TensorFlow's GCS layer retries), saved_model.pb
+    last, so a server polling for versions never finds the graph before its variables."""
+    if not _is_object_store(target):
+        tf.io.gfile.rename(saved, target)
+        return
+    files = [posixpath.join(root, name) for root, _, names in tf.io.gfile.walk(saved) for name in names]
+    graph = posixpath.join(saved, "saved_model.pb")
+    for source in sorted(files, key=lambda path: path == graph):
+        destination = posixpath.join(target, posixpath.relpath(source, saved))
+        tf.io.gfile.makedirs(posixpath.dirname(destination))
+        tf.io.gfile.copy(source, destination)
 
 
 def _write_assets(directory: str, source: ModelDirectory, checkpoint: str, config: ExportConfig,
