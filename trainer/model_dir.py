@@ -27,7 +27,6 @@ from typing import Any, Iterable, Mapping
 
 import tensorflow as tf
 
-from tfrecords.vocabulary import Vocab, parse_vocab
 from trainer.config import ModelConfig
 from trainer.storage import StorageError, read_bytes, read_json, write_json
 
@@ -114,10 +113,6 @@ class ModelDirectory:
     @functools.cached_property
     def sp_model_proto(self) -> bytes:
         return read_bytes(self.join(self.VOCAB))
-
-    def vocab(self) -> Vocab:
-        """spiece.model, checked to hold XLNet's special symbols."""
-        return parse_vocab(self.sp_model_proto, self.join(self.VOCAB))
 
     @functools.cached_property
     def uncased(self) -> bool | None:
