@@ -100,6 +100,14 @@ def test_config_file_applies_between_preset_and_set(tmp_path):
     assert explicit == {"n_layer", "d_model"}
 
 
+def test_config_file_that_is_missing_or_not_json_is_named(tmp_path):
+    with pytest.raises(ValueError, match=f"--config {tmp_path / 'none.json'}: file not found"):
+        resolve_configs("tiny", str(tmp_path / "none.json"))
+    (tmp_path / "bad.json").write_text("{model: 1}")
+    with pytest.raises(ValueError, match=f"--config {tmp_path / 'bad.json'} is not valid JSON"):
+        resolve_configs("tiny", str(tmp_path / "bad.json"))
+
+
 def test_inconsistent_model_and_train_configs_are_refused():
     with pytest.raises(ValueError, match="perm_size"):
         resolve_configs("tiny", None, ["perm_size=48"])

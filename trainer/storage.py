@@ -36,8 +36,9 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 def read_json(path: str | os.PathLike) -> Any:
     """The JSON value of a file; StorageError names a missing file or one that is not JSON."""
+    data = read_bytes(path)
     try:
-        return json.loads(read_bytes(path).decode("utf-8"))
+        return json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as error:
         raise StorageError(f"{os.fspath(path)} is not valid JSON: {error}") from None
 
