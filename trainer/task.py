@@ -42,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Trains; returns 0 when done or preempted (checkpoint saved), 2 on bad input, 3 on divergence."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # Our own progress at INFO; libraries (TensorFlow's Python side, Keras, absl) only from WARNING.
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("trainer").setLevel(logging.INFO)
     from tfrecords.manifest import ManifestError
     from trainer.training_loop import TrainingDivergedError
 

@@ -6,7 +6,8 @@ TF_CPP_MIN_LOG_LEVEL does not silence those lines, so the commands that need Ten
 (`xlnet train`, `xlnet export`, `xlnet import-checkpoint`) import it with the process's
 standard error captured, and pass on everything but those known start-up lines.
 
-A user who sets TF_CPP_MIN_LOG_LEVEL (to anything) gets TensorFlow's output untouched.
+A user who sets TF_CPP_MIN_LOG_LEVEL (to anything) gets TensorFlow's output untouched; otherwise
+it is set to 2 (errors only) for the rest of the run.
 """
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ def import_tensorflow_quietly() -> None:
     """Imports TensorFlow and probes its devices, dropping the known start-up noise from stderr."""
     if "TF_CPP_MIN_LOG_LEVEL" in os.environ or "tensorflow" in sys.modules:
         return
+    # Read once, at import: later C++ INFO and WARNING lines (input pipeline notices and the
+    # like) stay quiet too; errors still show.
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as capture:
