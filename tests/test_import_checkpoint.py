@@ -111,3 +111,25 @@ def test_import_command_rejects_a_vocabulary_of_another_size(tmp_path, release, 
                              "--output", str(tmp_path / "model")])
     assert status == 2
     assert "has 8000 pieces but --config" in capsys.readouterr().err
+
+
+def test_import_command_reads_the_release_from_and_writes_the_model_directory_to_the_bucket(release, spm_model,
+                                                                                            gcs_prefix):
+    import posixpath
+
+    prefix, config_path, weights = release
+    remote = posixpath.join(gcs_prefix, "release")
+    for local in tf.io.gfile.glob(prefix + ".*") + [config_path, spm_model]:
+        tf.io.gfile.copy(local, posixpath.join(remote, posixpath.basename(local)), overwrite=True)
+    output = posixpath.join(gcs_prefix, "model")
+    status = xlnet_cli.main(["import-checkpoint", "--checkpoint", posixpath.join(remote, "xlnet_model.ckpt"),
+                             "--config", posixpath.join(remote, "xlnet_config.json"),
+                             "--spm", posixpath.join(remote, posixpath.basename(spm_model)), "--output", output,
+                             "--mem-len", "6", "--reuse-len", "4"])
+    assert status == 0
+    config = ModelConfig.load(posixpath.join(output, "model_config.json"))
+    assert (config.n_layer, config.mem_len, config.reuse_len) == (2, 6, 4)
+    restored = build_network(config)
+    tf.train.Checkpoint(model=restored).restore(tf.train.latest_checkpoint(posixpath.join(output, "checkpoints"))) \
+        .assert_existing_objects_matched()
+    np.testing.assert_array_equal(restored.attention_biases.seg_embed.numpy(), weights["model/transformer/seg_embed"])
