@@ -36,6 +36,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 INPUT_FORMATS = ("auto", "text", "jsonl")
+INPUT_FORMAT_HELP = ("text: one sentence per line, blank line between documents; jsonl: one JSON document "
+                     "per line; auto: jsonl for *.jsonl/*.ndjson")
 _JSONL_NAME = re.compile(r"\.(jsonl|ndjson)(\.gz|\.bz2)?$")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _READ_CHUNK = 1 << 20

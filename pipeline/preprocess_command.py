@@ -16,7 +16,7 @@ import re
 import sys
 import time
 
-from pipeline.corpus import INPUT_FORMATS, CorpusError, expand_inputs
+from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, CorpusError, expand_inputs
 from pipeline.data_directory import OutputError, is_local_path, prepare_output, read_manifest
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from pipeline.vocab import VocabError, load_vocab
@@ -34,12 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     io = parser.add_argument_group("input and output")
     io.add_argument("--input", action="append", required=True, metavar="GLOB",
                     help="corpus files (local or gs://; plain, .gz, .bz2); repeat for several globs")
-    io.add_argument("--input-format", choices=INPUT_FORMATS, default=d.input_format,
-                    help="text: one sentence per line, blank line between documents; jsonl: one JSON document "
-                         "per line; auto: jsonl for *.jsonl/*.ndjson")
+    io.add_argument("--input-format", choices=INPUT_FORMATS, default=d.input_format, help=INPUT_FORMAT_HELP)
     io.add_argument("--text-field", default=d.text_field, help="JSON-lines field holding a document's text")
     io.add_argument("--output", required=True, metavar="DIR", help="data directory to write (local or gs://)")
-    io.add_argument("--vocab", required=True, help="SentencePiece model from `xlnet vocab`")
+    io.add_argument("--vocab", required=True, help="SentencePiece model from `xlnet vocab` (local or gs://)")
     io.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=False,
                     help="replace shards and manifest in a non-empty --output")
     io.add_argument("--compression", choices=COMPRESSIONS, default=d.compression, help="gzip the shard files")

@@ -6,7 +6,7 @@ import logging
 import sys
 import time
 
-from pipeline.corpus import INPUT_FORMATS, CorpusError
+from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, CorpusError
 from pipeline.vocab import VocabConfig, VocabError, train_vocab
 
 _LOG = logging.getLogger("xlnet.vocab")
@@ -29,8 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-threads", type=int, default=defaults.num_threads,
                         help="SentencePiece trainer threads (part of the config: keep it fixed for identical output)")
     parser.add_argument("--input-format", choices=INPUT_FORMATS, default=defaults.input_format,
-                        help="text: one sentence per line, blank line between documents; jsonl: one JSON "
-                             "document per line; auto: jsonl for *.jsonl/*.ndjson")
+                        help=INPUT_FORMAT_HELP)
     parser.add_argument("--text-field", default=defaults.text_field, help="JSON-lines field holding the text")
 
 
