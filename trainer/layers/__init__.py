@@ -4,7 +4,9 @@ from trainer.layers.attention import TwoStreamRelativeAttention, mask_fill_value
 from trainer.layers.dropout import HashDropout
 from trainer.layers.feed_forward import PositionwiseFeedForward
 from trainer.layers.relative_position import RelativePositionEncoding, rel_shift
+from trainer.layers.sequence_summary import SequenceSummary
 from trainer.layers.transformer_block import XLNetBlock
 
 __all__ = ["HashDropout", "PositionwiseFeedForward", "RelativeAttentionBiases", "RelativePositionEncoding",
-           "TwoStreamRelativeAttention", "XLNetBlock", "mask_fill_value", "rel_shift", "relative_segment_difference"]
+           "SequenceSummary", "TwoStreamRelativeAttention", "XLNetBlock", "mask_fill_value", "rel_shift",
+           "relative_segment_difference"]
