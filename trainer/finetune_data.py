@@ -1,0 +1,477 @@
+"""Fine-tuning inputs: labeled text files -> Python examples -> batches of XLNet inputs.
+
+Files are read through tf.io.gfile only, so paths and globs may be local or gs:// (paths stay
+plain strings: pathlib would turn ``gs://b/x`` into ``gs:/b/x``). Every problem with a file is a
+:class:`FinetuneDataError` naming the file and, where there is one, the line.
+
+Formats
+-------
+* Classification / regression: CSV (RFC 4180 quoting, header row), TSV (header row, fields
+  split on tabs, no quoting: the GLUE convention) or JSON lines (one object per line), chosen by
+  extension (``.csv``, ``.tsv``, ``.jsonl``/``.json``) unless ``file_format`` says otherwise.
+  Fields ``text``, optional ``text_b`` and ``label`` (names configurable). Classification labels
+  are strings (JSON integers become their decimal string); regression labels are numbers.
+  Either every row of a file set has ``text_b`` or none has: a pair and a single text are
+  encoded with different layouts.
+* Multiple choice: JSON lines with ``context``, optional ``question``, ``options`` (at least 2
+  strings) and ``label`` (index of the right option).
+
+Files without labels (``require_label=False``, e.g. a test set to predict) give label None.
+
+Label list
+----------
+:func:`label_list` takes it from the TRAINING examples: the distinct labels sorted, numerically
+if every label is an integer ("2" before "10"), else as strings. Sorting rather than order of
+appearance makes the ids independent of row order, so reshuffling a file keeps them. The caller
+saves the list (labels.json) beside the model and maps eval/test labels through it with
+:func:`label_ids`, which rejects a label the training file never had.
+
+Encoding
+--------
+Batches are encoded in the tf.data graph by :class:`trainer.text_encoding.XLNetTextEncoder` (the
+serving encoder, so training and serving lay text out identically). A multiple-choice example
+becomes one ``context <sep> qa <sep> <cls>`` sequence per option, where ``qa`` is the question
+with its ``_`` blank filled by the option, else question + " " + option (XLNet's run_race.py).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from trainer.text_encoding import XLNetTextEncoder
+
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
+_DELIMITERS = {"csv": ",", "tsv": "\t"}
+_INTEGER = re.compile(r"-?[0-9]+")
+# Texts tokenised per call when counting lengths: bounds memory on large training files.
+_TOKENIZE_CHUNK = 4096
+
+
+class FinetuneDataError(ValueError):
+    """An input file that cannot be used as given; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class TextExample:
+    """One classification / regression row.
+
+    ``label`` is a string (classification), a float (regression) or None (no label in the file).
+    ``path`` and ``line`` (1-based, the row's first line) locate the row for error messages.
+    """
+
+    text: str
+    text_b: str | None
+    label: str | float | None
+    path: str
+    line: int
+
+
+@dataclass(frozen=True)
+class ChoiceExample:
+    """One multiple-choice question: ``label`` is the index of the right option (None if absent)."""
+
+    context: str
+    question: str
+    options: tuple[str, ...]
+    label: int | None
+    path: str
+    line: int
+
+
+# ----------------------------------------------------------------------------------------------
+# Files and rows
+# ----------------------------------------------------------------------------------------------
+
+
+def _matching_files(pattern: str) -> list[str]:
+    """Files matching a path or glob, sorted so reading order never depends on the filesystem."""
+    try:
+        files = sorted(tf.io.gfile.glob(pattern))
+    except tf.errors.OpError as error:
+        raise FinetuneDataError(f"{pattern}: cannot list files: {error.message}") from None
+    if not files:
+        raise FinetuneDataError(f"{pattern}: no file matches")
+    return files
+
+
+def _read_text(path: str) -> str:
+    """A whole file as text (a leading UTF-8 byte-order mark, as spreadsheets write, dropped)."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            data = handle.read()
+    except tf.errors.OpError as error:
+        raise FinetuneDataError(f"{path}: cannot read: {error.message}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise FinetuneDataError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+
+
+def _file_format(path: str, file_format: str | None) -> str:
+    """``file_format`` if given, else the one the extension names."""
+    if file_format is not None:
+        if file_format not in set(FORMATS.values()):
+            raise FinetuneDataError(f"unknown file format {file_format!r}: use csv, tsv or jsonl")
+        return file_format
+    extension = posixpath.splitext(path)[1].lower()
+    if extension not in FORMATS:
+        raise FinetuneDataError(f"{path}: cannot tell the format from the extension; "
+                                f"name it .csv, .tsv or .jsonl, or give the format")
+    return FORMATS[extension]
+
+
+def _delimited_rows(path: str, text: str, delimiter: str) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, row) for each record of a CSV/TSV file with a header; blank lines skipped."""
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=True)
+    header: list[str] | None = None
+    end = 0
+    try:
+        for record in reader:
+            # A quoted CSV field may span lines: report the record's first line.
+            line, end = end + 1, reader.line_num
+            if not record:
+                continue
+            if header is None:
+                header = record
+            elif len(record) != len(header):
+                raise FinetuneDataError(f"{path}:{line}: {len(record)} fields, the header has {len(header)}")
+            else:
+                yield line, dict(zip(header, record))
+    except csv.Error as error:
+        raise FinetuneDataError(f"{path}:{reader.line_num}: {error}") from None
+
+
+def _json_rows(path: str, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, object) for each non-blank line of a JSON-lines file."""
+    # Only "\n" ends a line: str.splitlines would also split at U+2028 or U+0085, which
+    # json.dumps(ensure_ascii=False) leaves unescaped inside strings.
+    for line, content in enumerate(text.split("\n"), start=1):
+        if not content.strip():
+            continue
+        try:
+            row = json.loads(content)
+        except ValueError as error:
+            raise FinetuneDataError(f"{path}:{line}: not valid JSON: {error}") from None
+        if not isinstance(row, dict):
+            raise FinetuneDataError(f"{path}:{line}: expected a JSON object, got {type(row).__name__}")
+        yield line, row
+
+
+def _rows(pattern: str, file_format: str | None) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """(path, line, row) over every matching file; a file without rows is an error."""
+    for path in _matching_files(pattern):
+        kind = _file_format(path, file_format)
+        text = _read_text(path)
+        rows = _json_rows(path, text) if kind == "jsonl" else _delimited_rows(path, text, _DELIMITERS[kind])
+        empty = True
+        for line, row in rows:
+            empty = False
+            yield path, line, row
+        if empty:
+            raise FinetuneDataError(f"{path}: no examples in the file")
+
+
+# ----------------------------------------------------------------------------------------------
+# Fields
+# ----------------------------------------------------------------------------------------------
+
+
+def _field(row: dict[str, Any], name: str, where: str, kind: type | tuple[type, ...] = str) -> Any:
+    """A required field of type ``kind`` (a JSON true/false is never taken for an integer)."""
+    if name not in row:
+        raise FinetuneDataError(f"{where}: missing field {name!r} (fields: {', '.join(map(str, row))})")
+    value = row[name]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        found = "null" if value is None else type(value).__name__
+        raise FinetuneDataError(f"{where}: field {name!r} is {found}, expected {_type_names(kind)}")
+    return value
+
+
+def _type_names(kind: type | tuple[type, ...]) -> str:
+    return " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+
+
+def _class_label(value: str | int | float, where: str) -> str:
+    """A classification label as a string: JSON integers become their decimal form."""
+    if isinstance(value, float):
+        raise FinetuneDataError(f"{where}: a classification label must be a string or an integer, got {value!r}")
+    if value == "":
+        raise FinetuneDataError(f"{where}: empty label")
+    return str(value)
+
+
+def _regression_label(value: str | int | float, where: str) -> float:
+    """A finite float from a JSON number or a numeric string."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise FinetuneDataError(f"{where}: regression label {value!r} is not a finite number")
+    return number
+
+
+# ----------------------------------------------------------------------------------------------
+# Readers
+# ----------------------------------------------------------------------------------------------
+
+
+def read_text_examples(pattern: str, *, regression: bool = False, require_label: bool = True,
+                       file_format: str | None = None, text_field: str = "text",
+                       text_b_field: str = "text_b", label_field: str = "label") -> list[TextExample]:
+    """Classification or regression examples from every file matching ``pattern``, in order.
+
+    Args:
+      pattern: a path or glob, local or gs://; matches are read in sorted order.
+      regression: labels are numbers (float) rather than class names (str).
+      require_label: a row without ``label_field`` is an error; False for unlabeled test files.
+      file_format: "csv", "tsv" or "jsonl"; None chooses by extension.
+      text_field, text_b_field, label_field: the field (column or key) names.
+    Raises:
+      FinetuneDataError naming the file (and line): no match, empty file, missing field, bad
+      label, or ``text_b`` in some rows but not others.
+    """
+    examples = []
+    for path, line, row in _rows(pattern, file_format):
+        where = f"{path}:{line}"
+        text_b = _field(row, text_b_field, where) if text_b_field in row else None
+        if examples and (text_b is None) != (examples[0].text_b is None):
+            raise FinetuneDataError(f"{where}: field {text_b_field!r} must be in every row or in none "
+                                    f"(first row: {examples[0].path}:{examples[0].line})")
+        label = None
+        if require_label or label_field in row:
+            raw = _field(row, label_field, where, (str, int, float))
+            label = _regression_label(raw, where) if regression else _class_label(raw, where)
+        examples.append(TextExample(_field(row, text_field, where), text_b, label, path, line))
+    return examples
+
+
+def read_choice_examples(pattern: str, *, require_label: bool = True) -> list[ChoiceExample]:
+    """Multiple-choice examples from every JSON-lines file matching ``pattern``, in order.
+
+    Each line: ``{"context": str, "question": str (optional), "options": [str, ...] (>= 2),
+    "label": int (index into options)}``.
+
+    Raises:
+      FinetuneDataError naming the file (and line): no match, empty file, missing field, fewer
+      than 2 options, or a label that is not an index of the options.
+    """
+    examples = []
+    for path, line, row in _rows(pattern, "jsonl"):
+        where = f"{path}:{line}"
+        options = _field(row, "options", where, list)
+        if len(options) < 2 or not all(isinstance(option, str) for option in options):
+            raise FinetuneDataError(f"{where}: 'options' must be a list of at least 2 strings, got {options!r}")
+        label = None
+        if require_label or "label" in row:
+            label = _field(row, "label", where, int)
+            if not 0 <= label < len(options):
+                raise FinetuneDataError(f"{where}: label {label} is not an index of the {len(options)} options")
+        question = _field(row, "question", where) if "question" in row else ""
+        examples.append(ChoiceExample(_field(row, "context", where), question, tuple(options), label, path, line))
+    return examples
+
+
+# ----------------------------------------------------------------------------------------------
+# Labels
+# ----------------------------------------------------------------------------------------------
+
+
+def label_list(train_examples: Sequence[TextExample]) -> list[str]:
+    """The classes of a training set: distinct labels, sorted numerically if all are integers.
+
+    Raises:
+      FinetuneDataError if an example has no label.
+    """
+    labels = {_labeled(example).label for example in train_examples}
+    if all(_INTEGER.fullmatch(label) for label in labels):
+        return sorted(labels, key=lambda label: (int(label), label))
+    return sorted(labels)
+
+
+def label_ids(examples: Sequence[TextExample], labels: Sequence[str]) -> np.ndarray:
+    """int32 [num_examples]: each example's index in ``labels`` (the training label list).
+
+    Raises:
+      FinetuneDataError naming file and line for a missing label or one not in ``labels``.
+    """
+    index = {label: i for i, label in enumerate(labels)}
+    ids = []
+    for example in examples:
+        label = _labeled(example).label
+        if label not in index:
+            raise FinetuneDataError(f"{example.path}:{example.line}: label {label!r} is not one of the "
+                                    f"training labels {list(labels)}")
+        ids.append(index[label])
+    return np.asarray(ids, np.int32)
+
+
+def regression_targets(examples: Sequence[TextExample]) -> np.ndarray:
+    """float32 [num_examples]: the regression labels (FinetuneDataError names an unlabeled row)."""
+    return np.asarray([_labeled(example).label for example in examples], np.float32)
+
+
+def choice_targets(examples: Sequence[ChoiceExample]) -> np.ndarray:
+    """int32 [num_examples]: the index of each question's right option."""
+    return np.asarray([_labeled(example).label for example in examples], np.int32)
+
+
+def _labeled(example: TextExample | ChoiceExample) -> TextExample | ChoiceExample:
+    if example.label is None:
+        raise FinetuneDataError(f"{example.path}:{example.line}: no label")
+    return example
+
+
+# ----------------------------------------------------------------------------------------------
+# Encoder inputs
+# ----------------------------------------------------------------------------------------------
+
+
+def text_pairs(examples: Sequence[TextExample]) -> tuple[list[str], list[str] | None]:
+    """The encoder's (texts_a, texts_b) for text examples; texts_b None for single texts."""
+    texts_b = None if not examples or examples[0].text_b is None else [example.text_b for example in examples]
+    return [example.text for example in examples], texts_b
+
+
+def choice_pairs(examples: Sequence[ChoiceExample]) -> tuple[list[str], list[str]]:
+    """The encoder's (contexts, qas), one pair per option, options of an example adjacent."""
+    contexts = [example.context for example in examples for _ in example.options]
+    qas = [_question_with_option(example.question, option) for example in examples for option in example.options]
+    return contexts, qas
+
+
+def _question_with_option(question: str, option: str) -> str:
+    """XLNet's run_race.py: a cloze question gets the option in its blank, else it is appended."""
+    if "_" in question:
+        return question.replace("_", option)
+    return f"{question} {option}" if question else option
+
+
+def count_truncated(examples: Sequence[TextExample] | Sequence[ChoiceExample], encoder: XLNetTextEncoder) -> int:
+    """How many examples the encoder will truncate (for choice examples: any of its options).
+
+    A single text needs its pieces + 2 positions (<sep>, <cls>), a pair its pieces + 3.
+    """
+    if not examples:
+        return 0
+    is_choice = isinstance(examples[0], ChoiceExample)
+    texts_a, texts_b = choice_pairs(examples) if is_choice else text_pairs(examples)
+    needed = _piece_counts(texts_a, encoder) + (2 if texts_b is None else 3 + _piece_counts(texts_b, encoder))
+    too_long = needed > encoder.max_length
+    if not is_choice:
+        return int(too_long.sum())
+    # Per example: any of its options, whose pairs are adjacent.
+    starts = np.cumsum([0] + [len(example.options) for example in examples[:-1]])
+    return int(np.logical_or.reduceat(too_long, starts).sum())
+
+
+def _piece_counts(texts: list[str], encoder: XLNetTextEncoder) -> np.ndarray:
+    """int64 [len(texts)]: SentencePiece pieces per text after normalisation."""
+    counts = [encoder.tokenize(tf.constant(texts[i:i + _TOKENIZE_CHUNK])).row_lengths().numpy()
+              for i in range(0, len(texts), _TOKENIZE_CHUNK)]
+    return np.concatenate(counts)
+
+
+# ----------------------------------------------------------------------------------------------
+# tf.data
+# ----------------------------------------------------------------------------------------------
+
+
+def text_dataset(examples: Sequence[TextExample], encoder: XLNetTextEncoder, batch_size: int,
+                 targets: np.ndarray | None = None, *, shuffle_seed: int | None = None,
+                 drop_remainder: bool = False) -> tf.data.Dataset:
+    """Batches of encoded text examples, in file order unless ``shuffle_seed`` is given.
+
+    Args:
+      examples: from :func:`read_text_examples`.
+      encoder: lays out and pads each batch (its ``max_length`` is the sequence length).
+      batch_size: examples per batch.
+      targets: [num_examples] (:func:`label_ids` or :func:`regression_targets`), or None.
+      shuffle_seed: shuffles over all examples, differently each epoch, reproducibly.
+      drop_remainder: drop a last, smaller batch (for static shapes, e.g. on TPU).
+    Returns:
+      A dataset of ``(features, targets)`` or, without targets, ``features``: features is a dict
+      of int32 [batch, max_length] ``input_ids``, ``segment_ids``, ``input_mask``; targets is
+      [batch] (int32 label ids or float32 values).
+    """
+    _first(examples)
+    texts_a, texts_b = text_pairs(examples)
+    columns = {"a": texts_a} if texts_b is None else {"a": texts_a, "b": texts_b}
+
+    def encode(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        return encoder.encode(batch["a"], batch.get("b"))
+
+    return _batched(columns, targets, encode, batch_size, shuffle_seed, drop_remainder)
+
+
+def choice_dataset(examples: Sequence[ChoiceExample], encoder: XLNetTextEncoder, batch_size: int,
+                   targets: np.ndarray | None = None, *, shuffle_seed: int | None = None,
+                   drop_remainder: bool = False) -> tf.data.Dataset:
+    """Batches of encoded multiple-choice examples; every example must have as many options.
+
+    Args:
+      examples: from :func:`read_choice_examples`.
+      encoder, batch_size, shuffle_seed, drop_remainder: as for :func:`text_dataset`.
+      targets: int32 [num_examples] from :func:`choice_targets`, or None.
+    Returns:
+      A dataset of ``(features, targets)`` or ``features``: features is a dict of int32
+      [batch, num_options, max_length] ``input_ids``, ``segment_ids``, ``input_mask`` (one
+      ``context <sep> qa <sep> <cls>`` row per option); targets is int32 [batch].
+    Raises:
+      FinetuneDataError naming the first example whose number of options differs.
+    """
+    num_options = _common_option_count(examples)
+    contexts, qas = choice_pairs(examples)
+    columns = {"context": np.reshape(contexts, [-1, num_options]), "qa": np.reshape(qas, [-1, num_options])}
+
+    def encode(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        flat = encoder.encode(tf.reshape(batch["context"], [-1]), tf.reshape(batch["qa"], [-1]))
+        return {name: tf.reshape(value, [-1, num_options, encoder.max_length]) for name, value in flat.items()}
+
+    return _batched(columns, targets, encode, batch_size, shuffle_seed, drop_remainder)
+
+
+def _common_option_count(examples: Sequence[ChoiceExample]) -> int:
+    """The number of options every example has (batches are [batch, num_options, max_length])."""
+    first = _first(examples)
+    for example in examples:
+        if len(example.options) != len(first.options):
+            raise FinetuneDataError(
+                f"{example.path}:{example.line}: {len(example.options)} options, but "
+                f"{first.path}:{first.line} has {len(first.options)}; every example needs the same number")
+    return len(first.options)
+
+
+def _first(examples: Sequence[TextExample] | Sequence[ChoiceExample]) -> TextExample | ChoiceExample:
+    if not examples:
+        raise FinetuneDataError("no examples to encode")
+    return examples[0]
+
+
+def _batched(columns: dict[str, Any], targets: np.ndarray | None,
+             encode: Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]], batch_size: int,
+             shuffle_seed: int | None, drop_remainder: bool) -> tf.data.Dataset:
+    """Raw strings (+ targets) -> optionally shuffled batches -> ``encode`` in the tf.data graph."""
+    num_examples = len(next(iter(columns.values())))
+    if targets is not None and len(targets) != num_examples:
+        raise ValueError(f"{len(targets)} targets for {num_examples} examples")
+    dataset = tf.data.Dataset.from_tensor_slices(columns if targets is None else (columns, targets))
+    if shuffle_seed is not None:
+        dataset = dataset.shuffle(num_examples, seed=shuffle_seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    if targets is None:
+        dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    else:
+        dataset = dataset.map(lambda batch, labels: (encode(batch), labels),
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
