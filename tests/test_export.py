@@ -16,7 +16,8 @@ import tensorflow as tf
 
 import xlnet_cli
 from trainer.config import model_preset
-from trainer.export import ExportConfig, ExportError, export_saved_model, next_version, vocabulary_is_uncased
+from trainer.export import (ExportConfig, ExportError, export_saved_model, length_buckets, next_version,
+                            vocabulary_is_uncased)
 from trainer.network import build_network
 from trainer.text_encoding import XLNetTextEncoder
 
@@ -29,6 +30,7 @@ SENTENCES = [
     "Jazz and ethnic folk music became important influences on many composers during this century.",
     "",
 ]
+SHORT_TEXT = "Jazz came mostly after 1900."  # 12 positions with <sep> <cls>: fits the smallest length bucket
 MASKED = [
     "The film stars Keir <mask>, Gary Lockwood and William <mask>.",
     "Jazz and ethnic folk <mask> became important influences.",
@@ -290,15 +292,69 @@ def test_pair_batches_of_different_sizes_are_a_clear_error(loaded):
         call(loaded, "encode_text_pair", text=["a", "b"], text_b=["c"])
 
 
-def test_encode_with_the_wrong_length_is_a_clear_error(loaded):
-    ids = np.zeros((1, MAX_LENGTH - 4), np.int32)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=f"max_length={MAX_LENGTH}"):
+def encode_ids(loaded, texts: list[str], length: int) -> dict[str, np.ndarray]:
+    """The in-graph encoding of ``texts`` (left-padded to MAX_LENGTH) with all but the last
+    ``length`` positions cut off: the same request with less left padding."""
+    full = call(loaded, "encode_text", text=texts)
+    return {name: full[name][:, -length:] for name in ("input_ids", "segment_ids", "input_mask")}
+
+
+def assert_same_outputs_as_full_padding(loaded, texts: list[str], length: int) -> None:
+    """``encode`` on the ids cut to ``length`` gives the fully padded results for those positions."""
+    full = call(loaded, "encode", **encode_ids(loaded, texts, MAX_LENGTH))
+    short = call(loaded, "encode", **encode_ids(loaded, texts, length))
+    assert short["sequence_output"].shape == (len(texts), length, full["sequence_output"].shape[-1])
+    np.testing.assert_allclose(short["pooled_output"], full["pooled_output"], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(short["sequence_output"], full["sequence_output"][:, -length:], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("text", [SHORT_TEXT, SENTENCES[1], ""], ids=["short", "sentence", "empty"])
+def test_encode_of_a_text_at_exactly_its_own_length_equals_full_padding(loaded, text):
+    own_length = int(call(loaded, "encode_text", text=[text])["input_mask"].sum())
+    assert own_length < MAX_LENGTH
+    assert_same_outputs_as_full_padding(loaded, [text], own_length)
+
+
+def test_encode_with_some_left_padding_equals_full_padding(loaded):
+    """Texts padded to a length inside the smallest bucket, so the network runs shorter than MAX_LENGTH."""
+    length = length_buckets(MAX_LENGTH)[0] - 2
+    texts = [SHORT_TEXT, ""]
+    assert call(loaded, "encode_text", text=texts)["input_mask"].sum(axis=1).max() < length
+    assert_same_outputs_as_full_padding(loaded, texts, length)
+
+
+def test_encode_length_buckets_double_up_to_max_length():
+    assert length_buckets(MAX_LENGTH) == (16, 32)
+    assert length_buckets(100) == (16, 32, 64, 100)
+    assert length_buckets(512) == (16, 32, 64, 128, 256, 512)
+    assert length_buckets(5) == (5,)
+
+
+def test_encode_longer_than_max_length_is_a_clear_error(loaded):
+    ids = np.zeros((1, MAX_LENGTH + 1), np.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"input_ids must have at most max_length={MAX_LENGTH}"):
         call(loaded, "encode", input_ids=ids, segment_ids=ids, input_mask=ids + 1)
 
 
-def test_encode_with_ids_outside_the_vocabulary_is_a_clear_error(loaded):
-    ids = np.full((1, MAX_LENGTH), 10**6, np.int32)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="input_ids must be < vocab_size"):
+def test_encode_without_any_position_is_a_clear_error(loaded):
+    ids = np.zeros((1, 0), np.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input_ids must have at least one position"):
+        call(loaded, "encode", input_ids=ids, segment_ids=ids, input_mask=ids)
+
+
+@pytest.mark.parametrize("name", ["segment_ids", "input_mask"])
+def test_encode_with_tensors_of_different_shapes_is_a_clear_error(loaded, name):
+    ids = {"input_ids": np.zeros((1, 8), np.int32), "segment_ids": np.zeros((1, 8), np.int32),
+           "input_mask": np.ones((1, 8), np.int32)}
+    ids[name] = ids[name][:, 1:]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{name} must have the shape of input_ids"):
+        call(loaded, "encode", **ids)
+
+
+@pytest.mark.parametrize("value, message", [(10**6, "input_ids must be < vocab_size"), (-1, "input_ids must be >= 0")])
+def test_encode_with_ids_outside_the_vocabulary_is_a_clear_error(loaded, value, message):
+    ids = np.full((1, 8), value, np.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         call(loaded, "encode", input_ids=ids, segment_ids=ids * 0, input_mask=ids * 0 + 1)
 
 

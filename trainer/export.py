@@ -4,14 +4,17 @@ Layout written by :func:`export_saved_model` (TF Serving's numbered versions)::
 
     OUTPUT/<version>/saved_model.pb, variables/, assets/{spiece.model, model_config.json, export_config.json}
 
-Signatures (every sequence is left-padded to ``max_length`` with ``<cls>`` last, see
-trainer/text_encoding.py for the layout):
+Signatures (every sequence is left-padded with ``<cls>`` last, see trainer/text_encoding.py for
+the layout):
 
 * ``serving_default`` = ``encode``: ``input_ids``, ``segment_ids``, ``input_mask`` int32
-  [batch, max_length] -> ``sequence_output`` float32 [batch, max_length, d_model] (content stream)
-  and ``pooled_output`` float32 [batch, d_model] (the state of the last position, ``<cls>``).
-* ``encode_text``: ``text`` string [batch] -> the same outputs plus the ``input_ids``,
-  ``segment_ids`` and ``input_mask`` the text was encoded to.
+  [batch, length], any length from 1 to ``max_length`` -> ``sequence_output`` float32
+  [batch, length, d_model] (content stream) and ``pooled_output`` float32 [batch, d_model] (the
+  state of the last position, ``<cls>``). A shorter request is cheaper: it runs at the smallest of
+  :func:`length_buckets` that holds it, and its outputs equal those of the request left-padded to
+  ``max_length`` (padding is masked out as a key and relative distances ignore it).
+* ``encode_text``: ``text`` string [batch] -> the same outputs at length ``max_length`` plus the
+  ``input_ids``, ``segment_ids`` and ``input_mask`` the text was encoded to.
 * ``encode_text_pair``: ``text`` and ``text_b`` string [batch] (segments A and B) -> the same.
 * ``predict_masked``: ``text`` string [batch] with literal ``<mask>`` markers -> for each mask
   (P = most masks in any text of the batch) ``top_k_ids`` int32 [batch, P, k], ``top_k_tokens``
@@ -26,6 +29,7 @@ stream, and the permutation mask lets every position see every non-mask token bu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import posixpath
 import tempfile
@@ -34,6 +38,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfrecords.schema import SEG_A
 from tfrecords.vocabulary import SpecialIds, VocabError
 from trainer.config import ModelConfig
 from trainer.model_dir import ModelDirectory
@@ -43,6 +48,7 @@ from trainer.text_encoding import XLNetTextEncoder
 
 EXPORT_FORMAT_VERSION = 1
 SIGNATURES = ("serving_default", "encode", "encode_text", "encode_text_pair", "predict_masked")
+SMALLEST_LENGTH_BUCKET = 16
 
 
 class ExportError(ValueError):
@@ -158,6 +164,22 @@ def restore_network(directory: ModelDirectory, checkpoint: str) -> XLNetNetwork:
     return network
 
 
+def length_buckets(max_length: int) -> tuple[int, ...]:
+    """The static lengths ``encode`` runs the network at: powers of two from
+    SMALLEST_LENGTH_BUCKET below ``max_length``, then ``max_length`` (e.g. 16, 32, 64, 100).
+
+    The network's attention is built for a static length, so each bucket is one traced copy of
+    it: doubling keeps that to about log2(max_length) copies while a request pays for at most
+    twice its own length (or 16 positions, below which the fixed cost per call dominates).
+    """
+    buckets = []
+    bucket = SMALLEST_LENGTH_BUCKET
+    while bucket < max_length:
+        buckets.append(bucket)
+        bucket *= 2
+    return (*buckets, max_length)
+
+
 class XLNetServingModule(tf.Module):
     """The exported object: network weights, tokenizer and the signature functions.
 
@@ -179,8 +201,8 @@ class XLNetServingModule(tf.Module):
         self.top_k = int(top_k)
         self.vocab_size = int(network.config.vocab_size)
         self.assets = {name: tf.saved_model.Asset(path) for name, path in (assets or {}).items()}
-        length = encoder.max_length
-        ids_spec = tf.TensorSpec([None, length], tf.int32)
+        self.length_buckets = length_buckets(encoder.max_length)
+        ids_spec = tf.TensorSpec([None, None], tf.int32)  # [batch, length], length <= max_length
         text_spec = tf.TensorSpec([None], tf.string)
         self.encode = tf.function(self._encode, input_signature=[ids_spec, ids_spec, ids_spec])
         self.encode_text = tf.function(self._encode_text, input_signature=[text_spec])
@@ -196,27 +218,54 @@ class XLNetServingModule(tf.Module):
                 "predict_masked": self.predict_masked.get_concrete_function()}
 
     def _encode(self, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
-        """[batch, max_length] ids -> sequence_output [batch, max_length, d_model], pooled_output [batch, d_model]."""
-        length = self.encoder.max_length
-        checks = [tf.debugging.assert_equal(tf.shape(tensor)[1], length,
-                                            message=f"{name} must be [batch, max_length={length}] (left-padded)")
-                  for name, tensor in (("input_ids", input_ids), ("segment_ids", segment_ids),
-                                       ("input_mask", input_mask))]
+        """int32 [batch, length] ids, left-padded with <cls> last, 1 <= length <= max_length ->
+        sequence_output float32 [batch, length, d_model], pooled_output float32 [batch, d_model]."""
+        # The network is traced for static lengths only: one branch per bucket, and the request
+        # runs in the smallest that holds it (its index = the number of buckets shorter than it).
+        branches = [functools.partial(self._features_at, bucket, input_ids, segment_ids, input_mask)
+                    for bucket in self.length_buckets]
+        shorter = tf.constant(self.length_buckets[:-1])
+        with tf.control_dependencies(self._id_checks(input_ids, segment_ids, input_mask)):
+            index = tf.reduce_sum(tf.cast(shorter < tf.shape(input_ids)[1], tf.int32))
+            return tf.switch_case(index, branches)
+
+    def _id_checks(self, input_ids, segment_ids, input_mask) -> list[tf.Operation]:
+        """Assertions on the [batch, length] inputs of ``encode``, each error naming its tensor."""
+        max_length = self.encoder.max_length
+        length = tf.shape(input_ids)[1]
+        checks = [tf.debugging.assert_positive(length, message="input_ids must have at least one position (<cls>)"),
+                  tf.debugging.assert_less_equal(length, max_length,
+                                                 message=f"input_ids must have at most max_length={max_length} "
+                                                         "positions (left-padded, <cls> last)")]
         checks += [tf.debugging.assert_equal(tf.shape(input_ids), tf.shape(tensor),
                                              message=f"{name} must have the shape of input_ids")
                    for name, tensor in (("segment_ids", segment_ids), ("input_mask", input_mask))]
         checks += [tf.debugging.assert_non_negative(input_ids, message="input_ids must be >= 0"),
-                  tf.debugging.assert_less(input_ids, self.vocab_size,
-                                           message=f"input_ids must be < vocab_size {self.vocab_size}")]
-        with tf.control_dependencies(checks):
-            hidden, _ = self.network.encode(input_ids, segment_ids, input_mask=input_mask, training=False)
+                   tf.debugging.assert_less(input_ids, self.vocab_size,
+                                            message=f"input_ids must be < vocab_size {self.vocab_size}")]
+        return checks
+
+    def _features_at(self, bucket: int, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
+        """Runs [batch, length] inputs at the static length ``bucket`` >= length: left-pads them with
+        masked padding, then keeps the outputs of their own positions (see ``_encode``)."""
+        extra = bucket - tf.shape(input_ids)[1]
+        padded = [tf.ensure_shape(tf.pad(tensor, [[0, 0], [extra, 0]], constant_values=value), [None, bucket])
+                  for tensor, value in ((input_ids, self.encoder.special_ids["pad"]), (segment_ids, SEG_A),
+                                        (input_mask, 0))]
+        outputs = self._features(*padded)
+        return {"sequence_output": outputs["sequence_output"][:, extra:], "pooled_output": outputs["pooled_output"]}
+
+    def _features(self, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
+        """The network on int32 [batch, L] inputs of static length L -> sequence_output float32
+        [batch, L, d_model] and pooled_output float32 [batch, d_model] (the last position, <cls>)."""
+        hidden, _ = self.network.encode(input_ids, segment_ids, input_mask=input_mask, training=False)
         hidden = tf.cast(hidden, tf.float32)
         return {"sequence_output": hidden, "pooled_output": hidden[:, -1]}
 
     def _encode_text(self, text) -> dict[str, tf.Tensor]:
         """Raw strings [batch] -> encode outputs plus the ids the text became."""
         inputs = self.encoder.encode(text)
-        return {**self._encode(**inputs), **inputs}
+        return {**self._features(**inputs), **inputs}
 
     def _encode_text_pair(self, text, text_b) -> dict[str, tf.Tensor]:
         """Raw string pairs (A = text, B = text_b), each [batch] -> encode outputs plus the ids."""
@@ -224,7 +273,7 @@ class XLNetServingModule(tf.Module):
                                             message="text and text_b must hold the same number of strings")]
         with tf.control_dependencies(checks):
             inputs = self.encoder.encode(tf.identity(text), text_b)
-        return {**self._encode(**inputs), **inputs}
+        return {**self._features(**inputs), **inputs}
 
     def _predict_masked(self, text) -> dict[str, tf.Tensor]:
         """Raw strings with ``<mask>`` [batch] -> top-k pieces and probabilities for every mask."""
@@ -349,7 +398,8 @@ def _write_assets(directory: str, source: ModelDirectory, checkpoint: str, confi
         "d_model": model_config.d_model,
         "checkpoint": checkpoint,
         "signatures": list(SIGNATURES),
-        "layout": "left-padded to max_length; A <sep> [B <sep>] <cls>; <cls> is the last position",
+        "layout": "left-padded (to max_length by the text signatures, to at most max_length for encode); "
+                  "A <sep> [B <sep>] <cls>; <cls> is the last position",
     })
     return {name: posixpath.join(directory, name)
             for name in (ModelDirectory.VOCAB, ModelDirectory.MODEL_CONFIG, "export_config.json")}
