@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.config import model_preset
-from trainer.finetuning import XLNetForSequenceTask, sequence_model_config, task_loss
+from trainer.config import model_preset, sequence_model_config
+from trainer.finetuning import XLNetForSequenceTask, task_loss
 from trainer.layers.sequence_summary import SequenceSummary
 from trainer.network import build_network
 from trainer.text_encoding import XLNetTextEncoder

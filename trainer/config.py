@@ -88,6 +88,16 @@ class ModelConfig(JsonConfig):
             raise ValueError("invalid model config: " + "; ".join(problems))
 
 
+
+def sequence_model_config(config: ModelConfig) -> ModelConfig:
+    """The architecture for whole sequences (serving, fine-tuning): same weights, no bi_data, no memory.
+
+    bi_data only changes the relative positions of the backward half of a pretraining batch
+    (and would require an even batch); a request or a fine-tuning example is encoded on its
+    own, so there is no memory to carry either.
+    """
+    return config.replace(bi_data=False, mem_len=0)
+
 # The reference table (XLNet paper / released models) for base and large; tiny is ours,
 # small enough to train on two CPU cores in minutes for tests and the demo.
 MODEL_PRESETS: dict[str, ModelConfig] = {

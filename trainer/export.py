@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from tfrecords.schema import SEG_A
 from tfrecords.vocabulary import SpecialIds, VocabError
-from trainer.config import ModelConfig
+from trainer.config import sequence_model_config
 from trainer.model_dir import ModelDirectory
 from trainer.network import XLNetNetwork, build_network
 from trainer.storage import StorageError, write_bytes, write_json
@@ -139,20 +139,10 @@ def vocabulary_is_uncased(sp_model_proto: bytes) -> bool:
                    (processor.id_to_piece(i) for i in range(processor.get_piece_size())))
 
 
-def inference_config(config: ModelConfig) -> ModelConfig:
-    """The architecture as served: same weights, no bi_data and no memory.
-
-    bi_data only changes the relative positions of the backward half of a training batch
-    (and would require an even batch); serving encodes each request on its own, so there is
-    no memory to carry either.
-    """
-    return config.replace(bi_data=False, mem_len=0)
-
-
 def restore_network(directory: ModelDirectory, checkpoint: str) -> XLNetNetwork:
     """Builds the serving network of ``directory`` and restores ``checkpoint`` into it (every network
     variable must match)."""
-    network = build_network(inference_config(directory.model_config))
+    network = build_network(sequence_model_config(directory.model_config))
     try:
         status = tf.train.Checkpoint(model=network).restore(checkpoint)
         status.assert_existing_objects_matched()

@@ -15,7 +15,6 @@ from typing import Mapping
 import keras
 import tensorflow as tf
 
-from trainer.config import ModelConfig
 from trainer.layers.sequence_summary import SequenceSummary
 from trainer.network import XLNetNetwork
 
@@ -23,16 +22,11 @@ TASKS = ("classification", "regression", "multiple-choice")
 INPUTS = ("input_ids", "segment_ids", "input_mask")
 
 
-def sequence_model_config(config: ModelConfig) -> ModelConfig:
-    """The architecture for whole sequences (fine-tuning, serving): same weights, no memory, no bi_data."""
-    return config.replace(bi_data=False, mem_len=0)
-
-
 class XLNetForSequenceTask(keras.Model):
     """network -> summary of <cls> -> ``logits_proj``.
 
     Args:
-      network: an XLNetNetwork (its config should come from ``sequence_model_config``).
+      network: an XLNetNetwork (its config should come from ``trainer.config.sequence_model_config``).
       task: one of TASKS.
       num_labels: classes for classification (ignored otherwise).
     Call: dict of int32 ``input_ids``, ``segment_ids``, ``input_mask``, each [batch, seq_len]
