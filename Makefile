@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-slow test-all demo bench clean
+.PHONY: venv test test-slow test-all test-interop demo bench clean
 
 venv: $(STAMP)
 
@@ -24,8 +24,26 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -q tests
 
+# Interop tests against the real Hugging Face client (PyTorch + transformers) in their own venv,
+# so the default .venv stays free of torch. torch comes first and only as the local CPU build
+# (torch==2.13.0+cpu): a plain `torch` from the index resolves to several GB of CUDA packages,
+# and with it installed the `interop` extra's torch==2.13.0 is already satisfied.
+INTEROP_VENV := .venv-interop
+INTEROP_PY := $(INTEROP_VENV)/bin/python
+INTEROP_STAMP := $(INTEROP_VENV)/.installed
+
+$(INTEROP_STAMP): setup.py
+	test -x $(INTEROP_PY) || $(PYTHON) -m venv $(INTEROP_VENV)
+	$(INTEROP_PY) -m pip install -q --upgrade pip
+	$(INTEROP_PY) -m pip install -q "torch==2.13.0+cpu"
+	$(INTEROP_PY) -m pip install -q -e ".[pipeline,test,interop]"
+	touch $(INTEROP_STAMP)
+
+test-interop: $(INTEROP_STAMP)
+	$(INTEROP_PY) -m pytest -q tests/test_interop_transformers.py
+
 demo: $(STAMP)
 	$(PY) demo.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(INTEROP_VENV) build *.egg-info

@@ -2,7 +2,8 @@
 
 The base install is what training and serving need (TensorFlow, Keras, SentencePiece): a TPU
 VM or a serving image carries no Apache Beam. `xlnet vocab` and `xlnet preprocess` need the
-``pipeline`` extra: ``pip install "xlnet-pretrain[pipeline]"``.
+``pipeline`` extra: ``pip install "xlnet-pretrain[pipeline]"``. The ``interop`` extra adds PyTorch
+and Hugging Face transformers, only for the interop tests (import and export need neither).
 """
 from setuptools import setup
 
@@ -15,6 +16,8 @@ INSTALL_REQUIRES = [
     "keras>=3.12,<4",
     "sentencepiece==0.2.3",
     "numpy>=1.26",
+    # Hugging Face checkpoints (model.safetensors) read and written with its NumPy API, no torch.
+    "safetensors>=0.4.3",
 ]
 PIPELINE_REQUIRES = ["apache-beam[gcp,tfrecord]==2.77.0"]
 TEST_REQUIRES = [
@@ -22,6 +25,10 @@ TEST_REQUIRES = [
     # A Cloud Storage JSON API in memory, for the gs:// tests (tests/gcs_emulator.py).
     "gcp-storage-emulator==2026.7.19",
 ]
+# The real Hugging Face client for the interop tests (`make test-interop`, its own .venv-interop).
+# torch is the CPU build; install it before this extra (the Makefile does), since a plain
+# `torch` from the index resolves to several GB of CUDA packages.
+INTEROP_REQUIRES = ["torch==2.13.0", "transformers==5.23.0"]
 
 setup(
     name="xlnet-pretrain",
@@ -32,6 +39,6 @@ setup(
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require={"pipeline": PIPELINE_REQUIRES, "test": PIPELINE_REQUIRES + TEST_REQUIRES,
-                    "plot": ["matplotlib>=3.8"]},
+                    "plot": ["matplotlib>=3.8"], "interop": INTEROP_REQUIRES},
     entry_points={"console_scripts": ["xlnet=xlnet_cli:main"]},
 )

@@ -18,6 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=ExportConfig.max_length,
                         help="sequence length every signature pads to (left padding, <cls> last); "
                              "longer texts are truncated from the right")
+    parser.add_argument("--format", choices=("savedmodel", "huggingface", "tf1"), default="savedmodel",
+                        help="savedmodel: the serving SavedModel under OUTPUT/<version>/; huggingface: config.json, "
+                             "model.safetensors and tokenizer files in OUTPUT for transformers (docs/interop.md); "
+                             "tf1: the original release layout (xlnet_model.ckpt, xlnet_config.json) in OUTPUT")
     parser.add_argument("--top-k", type=int, default=ExportConfig.top_k,
                         help="candidates predict_masked returns for each <mask>")
     parser.add_argument("--version", type=int, default=None,
@@ -33,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exports and prints where the SavedModel went; returns 2 with a message on bad input."""
+    if args.format != "savedmodel":
+        from trainer.interop_export import run_format_export
+
+        return run_format_export(args)
     from trainer.export import export_saved_model, open_model_directory, resolve_uncased
 
     started = time.time()

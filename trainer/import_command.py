@@ -1,8 +1,12 @@
-"""`xlnet import-checkpoint`: an original TF1 XLNet release -> a model directory (trainer/model_dir.py).
+"""`xlnet import-checkpoint`: an original TF1 XLNet release (--checkpoint, --config, --spm) or a
+Hugging Face transformers XLNet directory (--huggingface) -> a model directory (trainer/model_dir.py).
 
 Writes OUTPUT/model_config.json, OUTPUT/spiece.model, OUTPUT/special_ids.json and
 OUTPUT/checkpoints/ (tf.train.CheckpointManager with tf.train.Checkpoint(model=network)), which
-`xlnet train --init-checkpoint` and `xlnet export` read. Every path may be local or gs://.
+`xlnet train --init-checkpoint` and `xlnet export` read. A Hugging Face model with a fine-tuning
+head (XLNetForSequenceClassification, XLNetForMultipleChoice) becomes a fine-tuned model
+directory: its checkpoint also holds ``head`` and finetune_config.json (and labels.json) say
+which (trainer/head_files.py). Every path may be local or gs://.
 """
 from __future__ import annotations
 
@@ -16,21 +20,31 @@ DEFAULTS = ModelConfig()
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `xlnet import-checkpoint`."""
-    parser.add_argument("--checkpoint", required=True,
-                        help="checkpoint prefix of the release, e.g. xlnet_cased_L-24_H-1024_A-16/xlnet_model.ckpt")
-    parser.add_argument("--config", required=True, help="the release's xlnet_config.json (local or gs://)")
-    parser.add_argument("--spm", required=True, help="the release's spiece.model (local or gs://)")
+    parser.add_argument("--huggingface", default=None, metavar="DIR",
+                        help="a Hugging Face XLNet model directory (config.json, model.safetensors or its sharded "
+                             "index, spiece.model; local or gs://), instead of --checkpoint/--config/--spm")
+    parser.add_argument("--checkpoint", default=None,
+                        help="checkpoint prefix of the original release, e.g. "
+                             "xlnet_cased_L-24_H-1024_A-16/xlnet_model.ckpt")
+    parser.add_argument("--config", default=None, help="the release's xlnet_config.json (local or gs://)")
+    parser.add_argument("--spm", default=None, help="the release's spiece.model (local or gs://)")
     parser.add_argument("--output", required=True, help="model directory to create (local or gs://)")
-    parser.add_argument("--mem-len", type=int, default=DEFAULTS.mem_len,
-                        help="Transformer-XL memory length for further training (not in xlnet_config.json)")
-    parser.add_argument("--reuse-len", type=int, default=DEFAULTS.reuse_len,
-                        help="positions of each segment cached as memory (not in xlnet_config.json)")
-    parser.add_argument("--bi-data", action=argparse.BooleanOptionalAction, default=DEFAULTS.bi_data,
-                        help="bidirectional data pipeline for further pretraining")
-    parser.add_argument("--clamp-len", type=int, default=DEFAULTS.clamp_len,
-                        help="clip relative distances to this length (-1: no clipping)")
-    parser.add_argument("--dropout", type=float, default=DEFAULTS.dropout, help="dropout rate")
-    parser.add_argument("--dropatt", type=float, default=DEFAULTS.dropatt, help="attention dropout rate")
+    # None = not given: the value the source records (a Hugging Face export of ours records all
+    # of them), else the ModelConfig default shown.
+    parser.add_argument("--mem-len", type=int, default=None,
+                        help=f"Transformer-XL memory length for further training (default {DEFAULTS.mem_len})")
+    parser.add_argument("--reuse-len", type=int, default=None,
+                        help=f"positions of each segment cached as memory (default {DEFAULTS.reuse_len})")
+    parser.add_argument("--bi-data", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"bidirectional data pipeline for further pretraining (default {DEFAULTS.bi_data})")
+    parser.add_argument("--clamp-len", type=int, default=None,
+                        help=f"clip relative distances to this length (-1: no clipping; default: config.json's "
+                             f"clamp_len, else {DEFAULTS.clamp_len})")
+    parser.add_argument("--dropout", type=float, default=None,
+                        help=f"dropout rate (default: config.json's dropout, else {DEFAULTS.dropout})")
+    parser.add_argument("--dropatt", type=float, default=None,
+                        help=f"attention dropout rate (default: the dropout of a Hugging Face config.json, "
+                             f"else {DEFAULTS.dropatt})")
 
 
 def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output: str, **overrides) -> str:
@@ -56,18 +70,66 @@ def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output
     return manager.save(checkpoint_number=0)
 
 
+def import_huggingface_to_model_dir(source: str, output: str, **overrides) -> str:
+    """Converts a Hugging Face XLNet directory and writes the model directory (local or gs://),
+    with the fine-tuning head files when the source has a head; returns the checkpoint written.
+    Every tensor is checked before anything is assigned or written."""
+    import posixpath
+
+    import tensorflow as tf
+
+    from trainer.checkpoint_import import CheckpointImportError
+    from trainer.head_files import write_head_files
+    from trainer.huggingface_format import VOCAB, read_huggingface_directory
+    from trainer.model_dir import ModelDirectory
+    from trainer.network import build_network
+
+    target = ModelDirectory(output)
+    if target.latest_checkpoint() is not None:
+        raise CheckpointImportError(f"--output {output}: already holds checkpoints; choose a new directory")
+    model = read_huggingface_directory(source, **overrides)
+    network = build_network(model.config)
+    head = None if model.head is None else model.head.build(network)
+    model.load_into(network, head)
+    target.write_model_files(model.config, model.special_ids, posixpath.join(source.rstrip("/"), VOCAB),
+                             uncased=model.uncased)
+    objects = {"model": network} if head is None else {"model": network, "head": head}
+    if model.head is not None:
+        write_head_files(target, model.head)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(**objects), target.checkpoints, max_to_keep=1)
+    return manager.save(checkpoint_number=0)
+
+
 def run(args: argparse.Namespace) -> int:
     """Imports and prints where the model directory went; returns 2 with a message on bad input."""
     from tfrecords.vocabulary import VocabError
     from trainer.checkpoint_import import CheckpointImportError
+    from trainer.huggingface_format import HuggingFaceFormatError
     from trainer.storage import StorageError
 
-    overrides = dict(mem_len=args.mem_len, reuse_len=args.reuse_len, bi_data=args.bi_data, clamp_len=args.clamp_len,
-                     dropout=args.dropout, dropatt=args.dropatt)
+    original = {"--checkpoint": args.checkpoint, "--config": args.config, "--spm": args.spm}
+    given = [flag for flag, value in original.items() if value is not None]
+    if args.huggingface is not None and given:
+        print(f"xlnet import-checkpoint: error: --huggingface reads one directory; drop {', '.join(given)}",
+              file=sys.stderr)
+        return 2
+    if args.huggingface is None and len(given) < len(original):
+        missing = [flag for flag in original if flag not in given]
+        print(f"xlnet import-checkpoint: error: an original release needs {', '.join(missing)} as well "
+              "(or pass --huggingface DIR)", file=sys.stderr)
+        return 2
+    flags = dict(mem_len=args.mem_len, reuse_len=args.reuse_len, bi_data=args.bi_data, clamp_len=args.clamp_len,
+                 dropout=args.dropout, dropatt=args.dropatt)
     try:
-        written = import_to_model_dir(args.checkpoint, args.config, args.spm, args.output, **overrides)
-    except (CheckpointImportError, VocabError, StorageError) as error:
+        if args.huggingface is not None:
+            source = args.huggingface
+            written = import_huggingface_to_model_dir(source, args.output, **flags)
+        else:
+            source = args.checkpoint
+            overrides = {name: value for name, value in flags.items() if value is not None}
+            written = import_to_model_dir(args.checkpoint, args.config, args.spm, args.output, **overrides)
+    except (CheckpointImportError, HuggingFaceFormatError, VocabError, StorageError) as error:
         print(f"xlnet import-checkpoint: error: {error}", file=sys.stderr)
         return 2
-    print(f"imported {args.checkpoint} into {args.output} (checkpoint {written})", flush=True)
+    print(f"imported {source} into {args.output} (checkpoint {written})", flush=True)
     return 0

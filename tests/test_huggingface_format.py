@@ -1,0 +1,341 @@
+"""The Hugging Face transformers format (trainer/huggingface_format.py) without torch: exported
+names, shapes, dtypes and config fields against tables written here from transformers v5's XLNet,
+round trips ours -> huggingface -> import -> ours (weights byte for byte, outputs equal), and a
+named error for every bad input."""
+from __future__ import annotations
+
+import json
+import posixpath
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import safetensors.numpy
+import tensorflow as tf
+
+import xlnet_cli
+from interop_models import (HEADS, LABELS, assert_same_weights, head_inputs, pretraining_outputs, restore_model_dir,
+                            tiny_config, write_model_dir)
+from trainer.huggingface_format import HuggingFaceFormatError, read_huggingface_directory
+
+D, H, DH, DI, LAYERS = 16, 2, 8, 24, 2  # interop_models.TINY
+
+# transformers v5 XLNetLMHeadModel state dict (lm_loss.weight is tied to the word embedding and
+# not saved): name -> shape, for the tiny model with vocabulary size V.
+def lm_head_table(vocab_size: int) -> dict[str, tuple[int, ...]]:
+    table = {"transformer.word_embedding.weight": (vocab_size, D), "transformer.mask_emb": (1, 1, D),
+             "lm_loss.bias": (vocab_size,)}
+    for i in range(LAYERS):
+        layer = f"transformer.layer.{i}."
+        table.update({f"{layer}rel_attn.{name}": (D, H, DH) for name in ("q", "k", "v", "o", "r")})
+        table.update({f"{layer}rel_attn.{name}": (H, DH) for name in ("r_r_bias", "r_s_bias", "r_w_bias")})
+        table.update({f"{layer}rel_attn.seg_embed": (2, H, DH), f"{layer}rel_attn.layer_norm.weight": (D,),
+                      f"{layer}rel_attn.layer_norm.bias": (D,), f"{layer}ff.layer_norm.weight": (D,),
+                      f"{layer}ff.layer_norm.bias": (D,), f"{layer}ff.layer_1.weight": (DI, D),
+                      f"{layer}ff.layer_1.bias": (DI,), f"{layer}ff.layer_2.weight": (D, DI),
+                      f"{layer}ff.layer_2.bias": (D,)})
+    return table
+
+
+def head_table(vocab_size: int, num_labels: int) -> dict[str, tuple[int, ...]]:
+    """XLNetForSequenceClassification / XLNetForMultipleChoice: no lm_loss, a summary and logits_proj."""
+    table = {name: shape for name, shape in lm_head_table(vocab_size).items() if not name.startswith("lm_loss")}
+    table.update({"sequence_summary.summary.weight": (D, D), "sequence_summary.summary.bias": (D,),
+                  "logits_proj.weight": (num_labels, D), "logits_proj.bias": (num_labels,)})
+    return table
+
+
+# XLNetConfig fields (transformers v5) and what our export of the tiny model writes in them.
+def config_table(vocab) -> dict:
+    ids = vocab.special_ids
+    return {"model_type": "xlnet", "architectures": ["XLNetLMHeadModel"], "vocab_size": vocab.vocab_size,
+            "d_model": D, "n_layer": LAYERS, "n_head": H, "d_head": DH, "d_inner": DI, "ff_activation": "gelu_new",
+            "attn_type": "bi", "initializer_range": 0.02, "layer_norm_eps": 1e-12, "dropout": 0.1, "mem_len": None,
+            "reuse_len": None, "use_mems_eval": True, "use_mems_train": False, "bi_data": False, "clamp_len": -1,
+            "same_length": False, "summary_type": "last", "summary_use_proj": True, "summary_activation": "tanh",
+            "summary_last_dropout": 0.1, "start_n_top": 5, "end_n_top": 5, "pad_token_id": ids.pad,
+            "bos_token_id": ids.bos, "eos_token_id": ids.eos, "tie_word_embeddings": True, "dtype": "float32",
+            "xlnet_pretraining": {"bi_data": True, "mem_len": 6, "reuse_len": 4, "dropatt": 0.1}}
+
+
+def export(model_dir, output, *flags) -> Path:
+    assert xlnet_cli.main(["export", "--model-dir", str(model_dir), "--format", "huggingface",
+                           "--output", str(output), *flags]) == 0
+    return Path(output)
+
+
+def import_dir(source, output, *flags) -> int:
+    return xlnet_cli.main(["import-checkpoint", "--huggingface", str(source), "--output", str(output), *flags])
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, vocab):
+    """A tiny pretrained model directory and its huggingface export."""
+    base = tmp_path_factory.mktemp("hf")
+    network, _ = write_model_dir(str(base / "model"), tiny_config(vocab.vocab_size), vocab)
+    return network, base / "model", export(base / "model", base / "hf")
+
+
+@pytest.fixture
+def copy_of(exported, tmp_path):
+    """A writable copy of the export to break."""
+    target = tmp_path / "hf"
+    shutil.copytree(exported[2], target)
+    return target
+
+
+def rewrite_tensors(directory: Path, change) -> None:
+    tensors = safetensors.numpy.load_file(str(directory / "model.safetensors"))
+    change(tensors)
+    safetensors.numpy.save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+
+
+def rewrite_config(directory: Path, **changes) -> None:
+    values = json.loads((directory / "config.json").read_text())
+    values.update(changes)
+    (directory / "config.json").write_text(json.dumps(values))
+
+
+def import_error(source, tmp_path, capsys) -> str:
+    assert import_dir(source, tmp_path / "imported") == 2
+    assert not (tmp_path / "imported" / "checkpoints").exists()  # nothing written on a bad input
+    return capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------- the format
+def test_exported_tensors_have_the_transformers_names_shapes_and_dtype(exported, vocab):
+    tensors = safetensors.numpy.load_file(str(exported[2] / "model.safetensors"))
+    assert {name: tensor.shape for name, tensor in tensors.items()} == lm_head_table(vocab.vocab_size)
+    assert {tensor.dtype for tensor in tensors.values()} == {np.dtype(np.float32)}
+
+
+def test_exported_safetensors_metadata_names_the_pytorch_format(exported):
+    from safetensors import safe_open
+
+    with safe_open(str(exported[2] / "model.safetensors"), "np") as handle:
+        assert handle.metadata() == {"format": "pt"}
+
+
+def test_exported_config_has_the_xlnet_config_fields(exported, vocab):
+    assert json.loads((exported[2] / "config.json").read_text()) == config_table(vocab)
+
+
+def test_exported_tokenizer_files_carry_the_casing_and_special_pieces(exported):
+    tokenizer = json.loads((exported[2] / "tokenizer_config.json").read_text())
+    assert tokenizer == {"tokenizer_class": "XLNetTokenizer", "do_lower_case": False, "remove_space": True,
+                         "keep_accents": False, "padding_side": "left", "bos_token": "<s>", "eos_token": "</s>",
+                         "unk_token": "<unk>", "sep_token": "<sep>", "pad_token": "<pad>", "cls_token": "<cls>",
+                         "mask_token": "<mask>", "additional_special_tokens": ["<eop>", "<eod>"]}
+    assert (exported[2] / "spiece.model").read_bytes() == (exported[1] / "spiece.model").read_bytes()
+
+
+def test_uncased_model_exports_do_lower_case(tmp_path, vocab):
+    write_model_dir(str(tmp_path / "model"), tiny_config(vocab.vocab_size), vocab, uncased=True)
+    output = export(tmp_path / "model", tmp_path / "hf")
+    assert json.loads((output / "tokenizer_config.json").read_text())["do_lower_case"] is True
+
+
+def test_linear_weights_are_transposed_and_biases_sliced_per_layer(exported):
+    network, _, output = exported
+    tensors = safetensors.numpy.load_file(str(output / "model.safetensors"))
+    block = network.blocks[1]
+    np.testing.assert_array_equal(tensors["transformer.layer.1.ff.layer_1.weight"], block.feed_forward.layer_1.kernel.numpy().T)
+    np.testing.assert_array_equal(tensors["transformer.layer.1.rel_attn.o"], block.attention.o_kernel.numpy())
+    np.testing.assert_array_equal(tensors["transformer.layer.1.rel_attn.r_s_bias"],
+                                  network.attention_biases.r_s_bias.numpy()[1])
+    np.testing.assert_array_equal(tensors["transformer.layer.1.rel_attn.seg_embed"],
+                                  network.attention_biases.seg_embed.numpy()[1])
+
+
+def test_export_refuses_an_output_that_holds_an_export(exported, capsys):
+    assert xlnet_cli.main(["export", "--model-dir", str(exported[1]), "--format", "huggingface",
+                           "--output", str(exported[2])]) == 2
+    assert "already holds an export" in capsys.readouterr().err
+
+
+def test_export_refuses_a_head_size_transformers_cannot_load(tmp_path, vocab, capsys):
+    write_model_dir(str(tmp_path / "model"), tiny_config(vocab.vocab_size, d_head=4), vocab)
+    assert xlnet_cli.main(["export", "--model-dir", str(tmp_path / "model"), "--format", "huggingface",
+                           "--output", str(tmp_path / "hf")]) == 2
+    assert "d_head 4" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ round trips
+@pytest.mark.parametrize("bi_data, clamp_len, untie_r", [(True, -1, True), (False, 5, False), (True, 3, False)])
+def test_round_trip_gives_the_same_weights_config_and_outputs(tmp_path, vocab, bi_data, clamp_len, untie_r):
+    config = tiny_config(vocab.vocab_size, bi_data=bi_data, clamp_len=clamp_len, untie_r=untie_r)
+    network, _ = write_model_dir(str(tmp_path / "model"), config, vocab, seed=7)
+    export(tmp_path / "model", tmp_path / "hf")
+    assert import_dir(tmp_path / "hf", tmp_path / "imported") == 0
+    imported, head = restore_model_dir(str(tmp_path / "imported"))
+    assert head is None and imported.config == network.config
+    assert_same_weights(network, imported)
+    expected, actual = pretraining_outputs(network, vocab), pretraining_outputs(imported, vocab)
+    for name in expected:
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("task", sorted(HEADS))
+def test_fine_tuned_round_trip_keeps_the_head(tmp_path, vocab, task):
+    network, head = write_model_dir(str(tmp_path / "model"), tiny_config(vocab.vocab_size), vocab, seed=5,
+                                    head=HEADS[task])
+    output = export(tmp_path / "model", tmp_path / "hf")
+    tensors = safetensors.numpy.load_file(str(output / "model.safetensors"))
+    assert {name: t.shape for name, t in tensors.items()} == head_table(vocab.vocab_size, HEADS[task].num_labels)
+    assert import_dir(output, tmp_path / "imported") == 0
+    imported, imported_head = restore_model_dir(str(tmp_path / "imported"))
+    assert (imported_head.task, imported_head.num_labels) == (head.task, head.num_labels)
+    # The head classes of transformers have no LM output layer: its bias comes back zero, unused.
+    assert_same_weights(head, imported_head, skip=("xlnet/lm_bias",))
+    assert not imported.lm_bias.numpy().any()
+    inputs = head_inputs(vocab, task)
+    np.testing.assert_allclose(imported_head(inputs).numpy(), head(inputs).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_classification_export_names_the_labels(tmp_path, vocab):
+    write_model_dir(str(tmp_path / "model"), tiny_config(vocab.vocab_size), vocab, head=HEADS["classification"])
+    values = json.loads((export(tmp_path / "model", tmp_path / "hf") / "config.json").read_text())
+    assert values["architectures"] == ["XLNetForSequenceClassification"]
+    assert values["id2label"] == {str(i): label for i, label in enumerate(LABELS)}
+    assert values["problem_type"] == "single_label_classification"
+    assert import_dir(tmp_path / "hf", tmp_path / "imported") == 0
+    assert json.loads((tmp_path / "imported" / "labels.json").read_text()) == list(LABELS)
+
+
+def test_regression_and_multiple_choice_use_their_transformers_classes(tmp_path, vocab):
+    for task, architecture in (("regression", "XLNetForSequenceClassification"),
+                               ("multiple-choice", "XLNetForMultipleChoice")):
+        write_model_dir(str(tmp_path / task), tiny_config(vocab.vocab_size), vocab, head=HEADS[task])
+        values = json.loads((export(tmp_path / task, tmp_path / f"{task}-hf") / "config.json").read_text())
+        assert values["architectures"] == [architecture]
+        assert values.get("problem_type") == ("regression" if task == "regression" else None)
+
+
+def test_sharded_checkpoint_imports_like_a_single_file(tmp_path, exported, vocab):
+    tensors = safetensors.numpy.load_file(str(exported[2] / "model.safetensors"))
+    source = tmp_path / "sharded"
+    shutil.copytree(exported[2], source)
+    (source / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, shard_names in shards.items():
+        safetensors.numpy.save_file({n: tensors[n] for n in shard_names}, str(source / file), metadata={"format": "pt"})
+    weight_map = {name: file for file, shard_names in shards.items() for name in shard_names}
+    (source / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    assert import_dir(source, tmp_path / "imported") == 0
+    assert_same_weights(exported[0], restore_model_dir(str(tmp_path / "imported"))[0])
+
+
+def test_bare_xlnet_model_without_prefix_imports(copy_of, tmp_path, exported):
+    """XLNetModel.save_pretrained: no "transformer." prefix and no lm_loss; the output bias is zero."""
+    rewrite_tensors(copy_of, lambda t: t.update({name.removeprefix("transformer."): t.pop(name)
+                                                 for name in list(t) if name != "lm_loss.bias"}) or t.pop("lm_loss.bias"))
+    rewrite_config(copy_of, architectures=["XLNetModel"])
+    assert import_dir(copy_of, tmp_path / "imported") == 0
+    imported, _ = restore_model_dir(str(tmp_path / "imported"))
+    np.testing.assert_array_equal(imported.word_embedding.embeddings.numpy(),
+                                  exported[0].word_embedding.embeddings.numpy())
+    assert not imported.lm_bias.numpy().any()
+
+
+def test_a_saved_tied_output_weight_is_accepted(copy_of, tmp_path):
+    rewrite_tensors(copy_of, lambda t: t.update({"lm_loss.weight": t["transformer.word_embedding.weight"]}))
+    assert import_dir(copy_of, tmp_path / "imported") == 0
+
+
+def test_import_reads_the_casing_from_the_tokenizer_config(copy_of, tmp_path):
+    values = json.loads((copy_of / "tokenizer_config.json").read_text())
+    (copy_of / "tokenizer_config.json").write_text(json.dumps(dict(values, do_lower_case=True)))
+    assert import_dir(copy_of, tmp_path / "imported") == 0
+    assert json.loads((tmp_path / "imported" / "text_normalization.json").read_text()) == {"uncased": True}
+
+
+def test_flags_override_the_recorded_settings(copy_of, tmp_path):
+    assert import_dir(copy_of, tmp_path / "imported", "--mem-len", "9", "--no-bi-data", "--clamp-len", "4") == 0
+    imported, _ = restore_model_dir(str(tmp_path / "imported"))
+    assert (imported.config.mem_len, imported.config.bi_data, imported.config.clamp_len) == (9, False, 4)
+
+
+def test_import_from_a_bucket(exported, gcs_prefix):
+    remote = posixpath.join(gcs_prefix, "hf")
+    for file in exported[2].iterdir():
+        tf.io.gfile.copy(str(file), posixpath.join(remote, file.name))
+    output = posixpath.join(gcs_prefix, "model")
+    assert import_dir(remote, output) == 0
+    assert_same_weights(exported[0], restore_model_dir(output)[0])
+
+
+# ------------------------------------------------------------------------------- bad inputs
+def test_missing_tensor_is_named(copy_of, tmp_path, capsys):
+    rewrite_tensors(copy_of, lambda t: t.pop("transformer.layer.1.rel_attn.r"))
+    assert "missing tensor transformer.layer.1.rel_attn.r" in import_error(copy_of, tmp_path, capsys)
+
+
+def test_extra_tensor_is_named(copy_of, tmp_path, capsys):
+    rewrite_tensors(copy_of, lambda t: t.update({"transformer.layer.2.rel_attn.q": t["transformer.layer.1.rel_attn.q"]}))
+    assert "unexpected tensor transformer.layer.2.rel_attn.q" in import_error(copy_of, tmp_path, capsys)
+
+
+def test_wrong_shape_is_named(copy_of, tmp_path, capsys):
+    rewrite_tensors(copy_of, lambda t: t.update({"transformer.layer.0.ff.layer_1.weight": np.zeros((D, DI), np.float32)}))
+    assert (f"tensor transformer.layer.0.ff.layer_1.weight has shape [{D}, {DI}], the config needs [{DI}, {D}]"
+            in import_error(copy_of, tmp_path, capsys))
+
+
+def test_untied_output_weight_is_refused(copy_of, tmp_path, capsys):
+    rewrite_tensors(copy_of, lambda t: t.update({"lm_loss.weight": t["transformer.word_embedding.weight"] + 1}))
+    assert "lm_loss.weight differs" in import_error(copy_of, tmp_path, capsys)
+
+
+def test_missing_spiece_model_is_named(copy_of, tmp_path, capsys):
+    (copy_of / "spiece.model").unlink()
+    assert "lacks spiece.model" in import_error(copy_of, tmp_path, capsys)
+
+
+def test_vocab_size_mismatch_is_named(copy_of, tmp_path, capsys):
+    rewrite_config(copy_of, vocab_size=32000)
+    assert "has 8000 pieces but" in import_error(copy_of, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("attn_type", "uni", "attn_type 'uni'"), ("same_length", True, "same_length true"),
+    ("ff_activation", "swish", "ff_activation 'swish'"), ("layer_norm_eps", 1e-5, "layer_norm_eps 1e-05"),
+    ("model_type", "bert", "model_type 'bert'"), ("architectures", ["XLNetForQuestionAnswering"], "SQuAD"),
+    ("summary_type", "mean", "summary_type 'mean'")])
+def test_unsupported_config_value_is_named(copy_of, tmp_path, capsys, field, value, message):
+    rewrite_config(copy_of, **{field: value})
+    if field == "summary_type":
+        rewrite_config(copy_of, architectures=["XLNetForMultipleChoice"])
+    assert message in import_error(copy_of, tmp_path, capsys)
+
+
+def test_pytorch_bin_only_directory_says_how_to_get_safetensors(copy_of, tmp_path, capsys):
+    (copy_of / "model.safetensors").rename(copy_of / "pytorch_model.bin")
+    error = import_error(copy_of, tmp_path, capsys)
+    assert "holds pytorch_model.bin but no model.safetensors" in error and "save_pretrained" in error
+
+
+def test_missing_config_is_named(copy_of, tmp_path, capsys):
+    (copy_of / "config.json").unlink()
+    assert "config.json: file not found" in import_error(copy_of, tmp_path, capsys)
+
+
+def test_mixing_huggingface_and_release_flags_is_refused(exported, tmp_path, capsys):
+    assert xlnet_cli.main(["import-checkpoint", "--huggingface", str(exported[2]), "--spm", "x",
+                           "--output", str(tmp_path / "m")]) == 2
+    assert "drop --spm" in capsys.readouterr().err
+
+
+def test_reader_checks_every_tensor_before_assigning(copy_of, vocab):
+    """The Python API: a bad tensor leaves the target network untouched."""
+    from trainer.network import build_network
+
+    rewrite_tensors(copy_of, lambda t: t.pop("lm_loss.bias"))
+    model = read_huggingface_directory(str(copy_of))
+    network = build_network(model.config)
+    before = [w.numpy().copy() for w in network.trainable_weights]
+    with pytest.raises(HuggingFaceFormatError, match="missing tensor lm_loss.bias"):
+        model.load_into(network)
+    for old, weight in zip(before, network.trainable_weights):
+        np.testing.assert_array_equal(old, weight.numpy())

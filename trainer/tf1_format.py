@@ -1,0 +1,61 @@
+"""Writing the original TF1 XLNet release layout: the inverse of trainer/checkpoint_import.py.
+
+OUTPUT/xlnet_model.ckpt.{index,data-00000-of-00001} with the original variable names
+(``model/transformer/...``, ``model/lm_loss/bias``), OUTPUT/xlnet_config.json with the original
+keys and OUTPUT/spiece.model: what the original's run_classifier.py / run_squad.py take as
+--init_checkpoint and what transformers' own TF-to-PyTorch converter reads. Local or gs://.
+"""
+from __future__ import annotations
+
+import posixpath
+
+import numpy as np
+import tensorflow as tf
+
+from trainer.checkpoint_import import ORIGINAL_CONFIG_KEYS, original_variable_map
+from trainer.network import XLNetNetwork
+from trainer.storage import write_bytes, write_json
+
+CHECKPOINT_NAME = "xlnet_model.ckpt"
+CONFIG_NAME = "xlnet_config.json"
+VOCAB_NAME = "spiece.model"
+# The original implementation knows these activations (its "gelu" is the tanh approximation, as ours).
+ORIGINAL_ACTIVATIONS = ("gelu", "relu")
+
+
+class TF1FormatError(ValueError):
+    """A model the original release layout cannot express; the message names the field."""
+
+
+def original_config(network: XLNetNetwork) -> dict:
+    """xlnet_config.json values: exactly the original's keys (n_token is our vocab_size)."""
+    config = network.config
+    if config.ff_activation not in ORIGINAL_ACTIVATIONS:
+        raise TF1FormatError(f"model_config.json has ff_activation {config.ff_activation!r}; the original "
+                             f"implementation has only {' and '.join(ORIGINAL_ACTIVATIONS)}")
+    return {theirs: getattr(config, ours) for theirs, ours in ORIGINAL_CONFIG_KEYS.items()}
+
+
+def original_weights(network: XLNetNetwork) -> dict[str, np.ndarray]:
+    """Original variable name -> float32 array, every variable the importer reads."""
+    return {name: variable.numpy() for name, variable in original_variable_map(network).items()}
+
+
+def write_original_checkpoint(prefix: str, weights: dict[str, np.ndarray]) -> str:
+    """A TF checkpoint (V2 format, what a TF1 Saver writes) holding exactly ``weights`` under their names."""
+    names = sorted(weights)
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(weights[name]) for name in names])
+    return prefix
+
+
+def write_tf1_directory(output: str, network: XLNetNetwork, sp_model_proto: bytes) -> list[str]:
+    """Writes the release layout of ``network`` to ``output``; returns the files written."""
+    output = output.rstrip("/") or "/"
+    config = original_config(network)  # refuses what the original cannot express before writing
+    tf.io.gfile.makedirs(output)
+    prefix = write_original_checkpoint(posixpath.join(output, CHECKPOINT_NAME), original_weights(network))
+    write_bytes(posixpath.join(output, VOCAB_NAME), sp_model_proto)
+    write_json(posixpath.join(output, CONFIG_NAME), config)
+    return [prefix + ".index", prefix + ".data-00000-of-00001", posixpath.join(output, CONFIG_NAME),
+            posixpath.join(output, VOCAB_NAME)]
