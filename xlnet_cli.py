@@ -15,11 +15,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "vocab": ("pipeline.vocab_command", "train a SentencePiece vocabulary with XLNet's special symbols"),
     "preprocess": ("pipeline.preprocess_command", "turn a text corpus into XLNet TFRecord shards (Apache Beam)"),
     "train": ("trainer.task", "pretrain XLNet on preprocessed records (tf.distribute)"),
+    "finetune": ("trainer.finetune_command", "fine-tune a model for classification, regression or multiple choice"),
     "import-checkpoint": ("trainer.import_command", "convert an original TF1 XLNet release into a model directory"),
     "export": ("trainer.export_command", "export a model directory as a serving SavedModel"),
 }
 # Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/tensorflow_startup.py).
-TENSORFLOW_SUBCOMMANDS = ("train", "import-checkpoint", "export")
+TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

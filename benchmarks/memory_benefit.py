@@ -48,16 +48,16 @@ def run_settings(args: argparse.Namespace, seed: int, mem_len: int) -> list[str]
 
 
 def make_trainer(data_dir: str, model_dir: str, settings: list[str], init_checkpoint: str | None = None):
-    """A Trainer of the tiny preset with these overrides on the prepared data."""
+    """A pretraining controller of the tiny preset with these overrides on the prepared data."""
     from tfrecords.manifest import load_manifest
     from trainer.train_config import resolve_configs
-    from trainer.training_loop import Trainer
+    from trainer.pretraining_task import pretraining_controller
     import tensorflow as tf
 
     manifest = load_manifest(data_dir)
     model, train, _ = resolve_configs("tiny", None, settings)
     model = model.replace(vocab_size=int(manifest.vocab["vocab_size"]))
-    return Trainer(model, train, manifest=manifest, model_dir=model_dir, strategy=tf.distribute.get_strategy(),
+    return pretraining_controller(model, train, manifest=manifest, model_dir=model_dir, strategy=tf.distribute.get_strategy(),
                    init_checkpoint=init_checkpoint, log=lambda line: None)
 
 
@@ -70,7 +70,7 @@ def loss_by_position(trainer, steps: int) -> dict:
     import numpy as np
     import tensorflow as tf
 
-    pretrainer, model = trainer.pretrainer, trainer.model_config
+    pretrainer, model = trainer.task.pretrainer, trainer.task.model_config
     seq_len, batch = trainer.config.seq_len, trainer.config.eval_batch_size
 
     @tf.function
@@ -80,7 +80,7 @@ def loss_by_position(trainer, steps: int) -> dict:
 
     mems = [tf.zeros([batch, model.mem_len, model.d_model]) for _ in range(model.n_layer)] if model.mem_len else None
     loss_sums, correct_sums, counts = np.zeros(seq_len), np.zeros(seq_len), np.zeros(seq_len)
-    for features in trainer.reader("valid", batch).dataset().take(steps):
+    for features in trainer.task.reader("valid", batch).dataset().take(steps):
         loss, correct, positions, valid, new_mems = step({k: v[0] for k, v in features.items()}, mems)
         mems = new_mems if model.mem_len else None
         positions, valid = positions.numpy().ravel(), valid.numpy().ravel()
@@ -99,7 +99,7 @@ def loss_by_position(trainer, steps: int) -> dict:
 def train_and_evaluate(job: dict) -> dict:
     """One run in a fresh process: train, then evaluate (and, with memory, evaluate its weights without)."""
     from trainer.distribution import make_deterministic
-    from trainer.training_loop import STEP_LOG
+    from trainer.pretraining_task import STEP_LOG
     import numpy as np
 
     make_deterministic()
@@ -109,8 +109,8 @@ def train_and_evaluate(job: dict) -> dict:
     seconds = time.time() - began
     losses = [json.loads(line)["loss"] for line in (Path(job["model_dir"]) / STEP_LOG).read_text().splitlines()]
     result = {"benchmark": "memory_benefit", "seed": job["seed"], "mem_len": job["mem_len"], "steps": len(losses),
-              "seq_len": trainer.config.seq_len, "reuse_len": trainer.model_config.reuse_len,
-              "train_batch_size": trainer.config.train_batch_size, "dropout": trainer.model_config.dropout,
+              "seq_len": trainer.config.seq_len, "reuse_len": trainer.task.model_config.reuse_len,
+              "train_batch_size": trainer.config.train_batch_size, "dropout": trainer.task.model_config.dropout,
               "train_loss_per_500_steps": [round(float(np.mean(losses[i:i + 500])), 3)
                                            for i in range(0, len(losses), 500)],
               "train_loss_last_1000": round(float(np.mean(losses[-1000:])), 4),

@@ -38,7 +38,7 @@ SHAPES = {
 
 def reader_examples_per_sec(trainer, batches: int) -> float:
     """Records/s of the reader alone (parsing, perm seeds, batching included)."""
-    dataset = trainer.reader("train", trainer.config.train_batch_size).dataset()
+    dataset = trainer.task.reader("train", trainer.config.train_batch_size).dataset()
     iterator = iter(dataset)
     next(iterator)
     began = time.perf_counter()
@@ -51,7 +51,7 @@ def constant_iterator(trainer):
     """The first batch of the reader, repeated from memory: the loop without input cost."""
     import tensorflow as tf
 
-    first = next(iter(trainer.reader("train", trainer.config.train_batch_size).dataset()))
+    first = next(iter(trainer.task.reader("train", trainer.config.train_batch_size).dataset()))
     first = {name: value.numpy() for name, value in first.items()}
     dataset = trainer.strategy.distribute_datasets_from_function(
         lambda context: tf.data.Dataset.from_tensors(first).repeat())
@@ -69,13 +69,13 @@ def measure(shape: str, data_dir: str, workdir: str, steps: int, repeats: int) -
     from tfrecords.manifest import load_manifest
     from train_step import matmul_peak, model_flops_per_step
     from trainer.train_config import resolve_configs
-    from trainer.training_loop import Trainer
+    from trainer.pretraining_task import pretraining_controller
 
     manifest = load_manifest(data_dir)
     model, train, _ = resolve_configs("tiny", None, SHAPES[shape] + ["train_steps=1000000", "eval_every=0",
                                                                      "checkpoint_every=1000000"])
     model = model.replace(vocab_size=int(manifest.vocab["vocab_size"]))
-    trainer = Trainer(model, train, manifest=manifest, model_dir=tempfile.mkdtemp(dir=workdir),
+    trainer = pretraining_controller(model, train, manifest=manifest, model_dir=tempfile.mkdtemp(dir=workdir),
                       strategy=tf.distribute.get_strategy(), log=lambda line: None)
     loop_iterator, bare_iterator = iter(trainer.train_dataset()), constant_iterator(trainer)
     trainer.run_steps(loop_iterator, 1)  # trace and compile both paths once

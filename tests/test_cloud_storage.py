@@ -140,11 +140,11 @@ def test_init_checkpoint_from_the_bucket_initialises_the_weights(bucket_run, tin
     from trainer.model_dir import ModelDirectory
     from trainer.network import build_network
     from trainer.train_config import resolve_configs
-    from trainer.training_loop import Trainer
+    from trainer.pretraining_task import pretraining_controller
 
     source = ModelDirectory(bucket_run["model_dir"])
     model, train, _ = resolve_configs("tiny", None, SMALL + ["train_steps=1"], base_model=source.model_config)
-    trainer = Trainer(model, train, manifest=load_manifest(tiny_data_dir), model_dir=str(tmp_path / "fine"),
+    trainer = pretraining_controller(model, train, manifest=load_manifest(tiny_data_dir), model_dir=str(tmp_path / "fine"),
                       strategy=tf.distribute.get_strategy(), init_checkpoint=source.path, log=lambda line: None)
     expected = build_network(model)
     tf.train.Checkpoint(model=expected).restore(source.latest_checkpoint()).expect_partial()

@@ -16,16 +16,17 @@ import tensorflow as tf
 
 from tfrecords.manifest import load_manifest
 from trainer.train_config import resolve_configs
-from trainer.training_loop import STEP_LOG, Trainer
+from trainer.controller import Controller
+from trainer.pretraining_task import STEP_LOG, pretraining_controller
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=8",
          "eval_batch_size=8", "steps_per_loop=2", "eval_steps=2", "warmup_steps=2", "dropout=0", "dropatt=0"]
 
 
-def make_trainer(data_dir, model_dir, strategy) -> Trainer:
+def make_trainer(data_dir, model_dir, strategy) -> Controller:
     model, train, _ = resolve_configs("tiny", None, SMALL + ["train_steps=3"])
-    return Trainer(model.replace(vocab_size=8000), train, manifest=load_manifest(str(data_dir)),
+    return pretraining_controller(model.replace(vocab_size=8000), train, manifest=load_manifest(str(data_dir)),
                    model_dir=str(model_dir), strategy=strategy, log=lambda line: None)
 
 

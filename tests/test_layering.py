@@ -46,8 +46,9 @@ def test_only_the_pipeline_imports_beam():
 
 
 @pytest.mark.parametrize("modules", [("trainer.task", "trainer.export", "tfrecords.reader"),
-                                     ("trainer.import_command", "trainer.export_command", "trainer.training_loop",
-                                      "tfrecords.manifest", "xlnet_cli")])
+                                     ("trainer.import_command", "trainer.export_command", "trainer.controller",
+                                      "trainer.pretraining_task", "trainer.finetuning_task", "tfrecords.manifest",
+                                      "xlnet_cli")])
 def test_training_and_serving_modules_load_without_apache_beam(modules):
     code = ("import sys\n" + "".join(f"import {name}\n" for name in modules)
             + "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'apache_beam')\n"

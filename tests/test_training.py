@@ -19,7 +19,8 @@ from tfrecords.manifest import load_manifest
 from trainer.config import model_preset
 from trainer.optimization import build_optimizer, learning_rate_schedule, no_decay_variables
 from trainer.train_config import TrainConfig, parse_overrides, resolve_configs, train_preset
-from trainer.training_loop import STEP_LOG, Trainer, TrainingDivergedError
+from trainer.controller import Controller, TrainingDivergedError
+from trainer.pretraining_task import STEP_LOG, pretraining_controller
 
 REPO = Path(__file__).resolve().parent.parent
 # The tiny preset made smaller still, so a step takes milliseconds on two CPU cores.
@@ -32,9 +33,9 @@ def small_configs(*overrides: str):
     return model.replace(vocab_size=8000), train
 
 
-def make_trainer(tiny_data_dir, model_dir, *overrides: str, strategy=None) -> Trainer:
+def make_trainer(tiny_data_dir, model_dir, *overrides: str, strategy=None) -> Controller:
     model, train = small_configs(*overrides)
-    return Trainer(model, train, manifest=load_manifest(str(tiny_data_dir)), model_dir=str(model_dir),
+    return pretraining_controller(model, train, manifest=load_manifest(str(tiny_data_dir)), model_dir=str(model_dir),
                    strategy=strategy or tf.distribute.get_strategy(), log=lambda line: None)
 
 
@@ -295,7 +296,7 @@ def test_gradient_accumulation_sums_micro_steps_before_one_update(tiny_data_dir,
     trainer.train()
     assert int(trainer.optimizer.iterations.numpy()) == 2
     # each optimizer step consumed two records of every row
-    batch = next(iter(trainer.reader("train", 4, start_step=2).dataset()))
+    batch = next(iter(trainer.task.reader("train", 4, start_step=2).dataset()))
     np.testing.assert_array_equal(batch["stream_pos"].numpy()[:, 0], [4, 5])
 
 

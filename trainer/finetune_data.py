@@ -387,6 +387,93 @@ def _piece_counts(texts: list[str], encoder: XLNetTextEncoder) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 
 
+def example_order(num_examples: int, seed: int, start: int = 0) -> tf.data.Dataset:
+    """Endless int64 example indices, epoch after epoch, from position ``start`` of that sequence.
+
+    Epoch e visits every example once, in the order of a stateless shuffle seeded by (seed, e):
+    the n-th index is a pure function of (num_examples, seed, n), so a run resumed at step s
+    reads exactly what an uninterrupted run reads after step s.
+    """
+    if num_examples <= 0:
+        raise FinetuneDataError("no examples to train on")
+    first_epoch, offset = divmod(int(start), num_examples)
+
+    def epoch(index: tf.Tensor) -> tf.data.Dataset:
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(num_examples, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), index]))
+        return tf.data.Dataset.from_tensor_slices(order)
+
+    return tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch).skip(offset)
+
+
+def training_dataset(examples: Sequence[TextExample] | Sequence[ChoiceExample], encoder: XLNetTextEncoder,
+                     global_batch_size: int, targets: np.ndarray, *, seed: int, start_step: int = 0,
+                     accumulation_steps: int = 1,
+                     input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+    """Endless training batches for one input pipeline, as tf.distribute hands them to its replicas.
+
+    Step s takes the examples ``example_order`` lists at positions [s·G·A, (s+1)·G·A) (G the global
+    batch, A ``accumulation_steps``); micro-step a of replica r gets the r-th slice of the a-th
+    global batch. Each element is ``(features, targets)`` for ONE replica, with a leading
+    micro-step axis: features int32 [A, G / replicas, ...] (as :func:`text_dataset` or
+    :func:`choice_dataset` lay them out), targets [A, G / replicas]. Elements come replica by
+    replica for the replicas of ``input_context``'s pipeline (all replicas when None).
+    """
+    num_replicas = input_context.num_replicas_in_sync if input_context else 1
+    pipelines = input_context.num_input_pipelines if input_context else 1
+    pipeline_id = input_context.input_pipeline_id if input_context else 0
+    batch, remainder = divmod(global_batch_size, num_replicas)
+    if remainder or batch == 0:
+        raise ValueError(f"train_batch_size {global_batch_size} cannot be split over {num_replicas} replicas")
+    local = num_replicas // pipelines
+    columns, encode = _columns_and_encoder(examples, encoder)
+    tables = {name: tf.constant(values) for name, values in columns.items()}
+    target_table = tf.constant(targets)
+    step_size = global_batch_size * accumulation_steps
+
+    def replica_batches(indices: tf.Tensor) -> tf.data.Dataset:
+        # [A * G] -> [replicas of this pipeline, A, batch]
+        grid = tf.transpose(tf.reshape(indices, [accumulation_steps, num_replicas, batch]), [1, 0, 2])
+        return tf.data.Dataset.from_tensor_slices(grid[pipeline_id * local:(pipeline_id + 1) * local])
+
+    def lookup(indices: tf.Tensor):
+        flat = tf.reshape(indices, [-1])
+        features = encode({name: tf.gather(table, flat) for name, table in tables.items()})
+        features = {name: tf.reshape(value, tf.concat([[accumulation_steps, batch], tf.shape(value)[1:]], 0))
+                    for name, value in features.items()}
+        return features, tf.reshape(tf.gather(target_table, flat), [accumulation_steps, batch])
+
+    order = example_order(len(targets), seed, start_step * step_size).batch(step_size, drop_remainder=True)
+    return order.flat_map(replica_batches).map(lookup, num_parallel_calls=tf.data.AUTOTUNE,
+                                               deterministic=True).prefetch(tf.data.AUTOTUNE)
+
+
+def _columns_and_encoder(examples: Sequence[TextExample] | Sequence[ChoiceExample], encoder: XLNetTextEncoder
+                         ) -> tuple[dict[str, np.ndarray], Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]]:
+    """The raw-string columns of ``examples`` (one row per example) and the in-graph function
+    that encodes a batch of those rows into model features."""
+    first = _first(examples)
+    if isinstance(first, ChoiceExample):
+        num_options = _common_option_count(examples)
+        contexts, qas = choice_pairs(examples)
+        columns = {"context": np.reshape(contexts, [-1, num_options]), "qa": np.reshape(qas, [-1, num_options])}
+
+        def encode_choices(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            flat = encoder.encode(tf.reshape(batch["context"], [-1]), tf.reshape(batch["qa"], [-1]))
+            return {name: tf.reshape(value, [-1, num_options, encoder.max_length]) for name, value in flat.items()}
+
+        return columns, encode_choices
+    texts_a, texts_b = text_pairs(examples)
+    columns = {"a": np.asarray(texts_a, object)}
+    if texts_b is not None:
+        columns["b"] = np.asarray(texts_b, object)
+
+    def encode_texts(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        return encoder.encode(batch["a"], batch.get("b"))
+
+    return columns, encode_texts
+
+
 def text_dataset(examples: Sequence[TextExample], encoder: XLNetTextEncoder, batch_size: int,
                  targets: np.ndarray | None = None, *, shuffle_seed: int | None = None,
                  drop_remainder: bool = False) -> tf.data.Dataset:
@@ -404,13 +491,9 @@ def text_dataset(examples: Sequence[TextExample], encoder: XLNetTextEncoder, bat
       of int32 [batch, max_length] ``input_ids``, ``segment_ids``, ``input_mask``; targets is
       [batch] (int32 label ids or float32 values).
     """
-    _first(examples)
-    texts_a, texts_b = text_pairs(examples)
-    columns = {"a": texts_a} if texts_b is None else {"a": texts_a, "b": texts_b}
-
-    def encode(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        return encoder.encode(batch["a"], batch.get("b"))
-
+    if isinstance(_first(examples), ChoiceExample):
+        raise TypeError("text_dataset takes text examples; use choice_dataset for multiple choice")
+    columns, encode = _columns_and_encoder(examples, encoder)
     return _batched(columns, targets, encode, batch_size, shuffle_seed, drop_remainder)
 
 
@@ -430,14 +513,9 @@ def choice_dataset(examples: Sequence[ChoiceExample], encoder: XLNetTextEncoder,
     Raises:
       FinetuneDataError naming the first example whose number of options differs.
     """
-    num_options = _common_option_count(examples)
-    contexts, qas = choice_pairs(examples)
-    columns = {"context": np.reshape(contexts, [-1, num_options]), "qa": np.reshape(qas, [-1, num_options])}
-
-    def encode(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        flat = encoder.encode(tf.reshape(batch["context"], [-1]), tf.reshape(batch["qa"], [-1]))
-        return {name: tf.reshape(value, [-1, num_options, encoder.max_length]) for name, value in flat.items()}
-
+    if not isinstance(_first(examples), ChoiceExample):
+        raise TypeError("choice_dataset takes multiple-choice examples; use text_dataset for texts")
+    columns, encode = _columns_and_encoder(examples, encoder)
     return _batched(columns, targets, encode, batch_size, shuffle_seed, drop_remainder)
 
 

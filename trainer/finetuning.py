@@ -15,10 +15,10 @@ from typing import Mapping
 import keras
 import tensorflow as tf
 
+from trainer.finetune_config import TASKS
 from trainer.layers.sequence_summary import SequenceSummary
 from trainer.network import XLNetNetwork
 
-TASKS = ("classification", "regression", "multiple-choice")
 INPUTS = ("input_ids", "segment_ids", "input_mask")
 
 

@@ -12,6 +12,10 @@ by a resumed run and by `xlnet export`. Layout::
               checkpoints/             tf.train.CheckpointManager checkpoints
               tensorboard/{train,eval} summaries
               train_steps.jsonl        one JSON line per optimizer step: step, loss, accuracy, grad_norm
+              finetune_config.json     how it was fine-tuned (trainer/finetune_config.py), `xlnet finetune` only
+              labels.json              the classification labels, index = class id (`xlnet finetune`)
+              eval_results.json        the fine-tuned model's metrics on the eval file
+              predictions.jsonl        one JSON line per --test example
               workers/worker-N/        multi-worker runs: worker N's own checkpoints and step log
 
 Every path is a plain string joined with posixpath, never a pathlib.Path: ``gs://bucket/m``
@@ -46,6 +50,10 @@ class ModelDirectory:
     CHECKPOINTS = "checkpoints"
     TENSORBOARD = "tensorboard"
     STEP_LOG = "train_steps.jsonl"
+    FINETUNE_CONFIG = "finetune_config.json"
+    LABELS = "labels.json"
+    EVAL_RESULTS = "eval_results.json"
+    PREDICTIONS = "predictions.jsonl"
     # What `xlnet export` and --init-checkpoint need besides a checkpoint.
     REQUIRED = (MODEL_CONFIG, VOCAB, SPECIAL_IDS)
 
@@ -126,6 +134,28 @@ class ModelDirectory:
             raise ModelDirectoryError(f"{path}: expected {{\"uncased\": true|false}}")
         return value
 
+    @functools.cached_property
+    def finetune_config(self):
+        """The FinetuneConfig of a fine-tuned model, or None for a pretrained one."""
+        from trainer.finetune_config import FinetuneConfig
+
+        if not self.has(self.FINETUNE_CONFIG):
+            return None
+        try:
+            return FinetuneConfig.load(self.join(self.FINETUNE_CONFIG))
+        except (ValueError, TypeError) as error:
+            raise ModelDirectoryError(f"{self.join(self.FINETUNE_CONFIG)}: {error}") from None
+
+    @functools.cached_property
+    def labels(self) -> tuple[str, ...] | None:
+        """The classification labels (index = class id), or None when the directory has none."""
+        if not self.has(self.LABELS):
+            return None
+        values = read_json(self.join(self.LABELS))
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values) or len(values) < 2:
+            raise ModelDirectoryError(f"{self.join(self.LABELS)}: expected a list of at least 2 label names")
+        return tuple(values)
+
     # ------------------------------------------------------------------------ writes
     def write_model_files(self, model_config: ModelConfig, special_ids: Mapping[str, int], vocab_path: str,
                           uncased: bool | None = None) -> None:
@@ -145,6 +175,24 @@ class ModelDirectory:
     def write_train_config(self, train_config) -> None:
         """Writes train_config.json (a trainer.train_config.TrainConfig)."""
         train_config.save(self.join(self.TRAIN_CONFIG))
+
+    def write_finetune_files(self, finetune_config, labels) -> None:
+        """Writes finetune_config.json and, for classification, labels.json."""
+        finetune_config.save(self.join(self.FINETUNE_CONFIG))
+        if labels is not None:
+            write_json(self.join(self.LABELS), list(labels))
+        for name in ("finetune_config", "labels"):
+            self.__dict__.pop(name, None)
+
+    def write_json(self, name: str, value: Any) -> None:
+        """Writes one JSON file of the directory (e.g. EVAL_RESULTS)."""
+        write_json(self.join(name), value)
+
+    def write_json_lines(self, name: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Writes one JSON-lines file of the directory (e.g. PREDICTIONS), replacing it."""
+        text = "".join(json.dumps(dict(row)) + "\n" for row in rows)
+        with tf.io.gfile.GFile(self.join(name), "w") as handle:
+            handle.write(text)
 
     def append_steps(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Appends one JSON line per row to train_steps.jsonl.

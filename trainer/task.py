@@ -24,20 +24,27 @@ EXIT_DIVERGED = 3
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from trainer.config import MODEL_PRESETS
-    from trainer.distribution import STRATEGIES
 
     parser.add_argument("--data", required=True, help="data directory written by `xlnet preprocess` (local or gs://)")
     parser.add_argument("--model-dir", required=True,
                         help="where configs, checkpoints and summaries go (local or gs://)")
     parser.add_argument("--preset", default="tiny", choices=sorted(MODEL_PRESETS),
                         help="model + training preset")
-    parser.add_argument("--config", help='JSON file {"model": {...}, "train": {...}} applied over the preset')
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one field: model.NAME=..., train.NAME=... or a bare NAME (repeatable)")
-    parser.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy")
-    parser.add_argument("--tpu", help="TPU name, grpc:// address, or 'local' on a TPU VM (implies --strategy tpu)")
+    add_run_arguments(parser, "train")
     parser.add_argument("--init-checkpoint", help="model directory (e.g. from `xlnet import-checkpoint`) whose "
                                                   "weights initialise a new run")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, scope: str) -> None:
+    """--config, --set, --strategy and --tpu, shared by `xlnet train` and `xlnet finetune`;
+    ``scope`` names the run's own configuration in the config file and in --set keys."""
+    from trainer.distribution import STRATEGIES
+
+    parser.add_argument("--config", help=f'JSON file {{"model": {{...}}, "{scope}": {{...}}}} applied over the preset')
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override one field: model.NAME=..., {scope}.NAME=... or a bare NAME (repeatable)")
+    parser.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy")
+    parser.add_argument("--tpu", help="TPU name, grpc:// address, or 'local' on a TPU VM (implies --strategy tpu)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("trainer").setLevel(logging.INFO)
     from tfrecords.manifest import ManifestError
-    from trainer.training_loop import TrainingDivergedError
+    from trainer.controller import TrainingDivergedError
 
     try:
         trainer = _build_trainer(args)
@@ -68,7 +75,7 @@ def _build_trainer(args: argparse.Namespace):
     from trainer.distribution import create_strategy, is_chief, make_deterministic
     from trainer.model_dir import ModelDirectory
     from trainer.train_config import resolve_configs
-    from trainer.training_loop import Trainer
+    from trainer.pretraining_task import pretraining_controller
 
     manifest = load_manifest(args.data)
     init = ModelDirectory(args.init_checkpoint) if args.init_checkpoint else None
@@ -89,7 +96,7 @@ def _build_trainer(args: argparse.Namespace):
     if is_chief(strategy):
         _prepare_model_dir(ModelDirectory(args.model_dir), model, train, manifest.special_ids, vocab_path,
                            uncased=bool(manifest.config.get("uncased", False)))
-    return Trainer(model, train, manifest=manifest, model_dir=args.model_dir, strategy=strategy,
+    return pretraining_controller(model, train, manifest=manifest, model_dir=args.model_dir, strategy=strategy,
                    init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True))
 
 

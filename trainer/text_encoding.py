@@ -65,7 +65,17 @@ class XLNetTextEncoder(tf.Module):
         self.max_length = int(max_length)
         self.uncased = bool(uncased)
         self.special_ids = {name: int(value) for name, value in special_ids.items()}
+        self.sp_model_proto = sp_model_proto
         self.tokenizer = tf_text.SentencepieceTokenizer(model=sp_model_proto, out_type=tf.int32)
+
+    def copy(self) -> "XLNetTextEncoder":
+        """A new encoder with the same vocabulary and settings, and a SentencePiece resource of its own.
+
+        tf.random.set_seed (and so keras.utils.set_random_seed) clears TensorFlow's eager kernel
+        caches, which own the SentencePiece resource of an encoder that has already run; a copy
+        made afterwards has a live one.
+        """
+        return XLNetTextEncoder(self.sp_model_proto, self.special_ids, self.max_length, self.uncased)
 
     def normalize(self, texts: tf.Tensor) -> tf.Tensor:
         """Normalises a [batch] string tensor exactly as preprocessing does."""

@@ -1,0 +1,211 @@
+"""`xlnet finetune`: fine-tune a model directory for classification, regression or multiple choice.
+
+  --task classification|regression|multiple-choice --train FILE_OR_GLOB --eval FILE_OR_GLOB
+  [--test FILE_OR_GLOB] --init-checkpoint MODEL_DIR --model-dir OUT [--max-seq-length N]
+  [--preset tiny|base|large] [--config FILE] [--set key=value ...] [--strategy ...] [--tpu NAME]
+
+The output is a model directory (trainer/model_dir.py; local or gs://) that `xlnet export` turns
+into a SavedModel with a ``classify``, ``regress`` or ``choose`` signature. Besides the files
+of any model directory it holds finetune_config.json, labels.json (classification),
+eval_results.json and, with --test, predictions.jsonl. Re-running the same command resumes
+from the latest checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from trainer.finetune_config import TASKS
+
+EXIT_USAGE = 2
+EXIT_DIVERGED = 3
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `xlnet finetune`."""
+    from trainer.config import MODEL_PRESETS
+    from trainer.task import add_run_arguments
+
+    parser.add_argument("--task", required=True, choices=TASKS, help="what the head predicts")
+    parser.add_argument("--train", required=True, help="training file or glob (local or gs://): CSV, TSV or "
+                        "JSON lines with text, [text_b,] label; multiple choice: JSON lines with context, "
+                        "[question,] options, label")
+    parser.add_argument("--eval", required=True, help="labeled eval file or glob, scored every eval_every steps "
+                                                      "and at the end (eval_results.json)")
+    parser.add_argument("--test", help="file or glob to predict at the end (predictions.jsonl); labels optional")
+    parser.add_argument("--init-checkpoint", help="model directory from `xlnet train` or `xlnet import-checkpoint` "
+                                                  "(local or gs://); its vocabulary, casing and architecture are "
+                                                  "reused. Without it: random weights of --preset (a baseline)")
+    parser.add_argument("--model-dir", required=True, help="output model directory (local or gs://)")
+    parser.add_argument("--max-seq-length", type=int, help="pieces per example, <sep>s and <cls> included "
+                                                           "(default: the preset's)")
+    parser.add_argument("--preset", choices=sorted(MODEL_PRESETS),
+                        help="fine-tuning defaults (and, without --init-checkpoint, the architecture); default: "
+                             "the preset whose architecture matches --init-checkpoint, else base")
+    parser.add_argument("--vocab", help="SentencePiece model for a run without --init-checkpoint")
+    parser.add_argument("--uncased", action=argparse.BooleanOptionalAction, default=None,
+                        help="lower-case text (default: as the --init-checkpoint model was trained)")
+    parser.add_argument("--text-field", default="text", help="column or key of the first text")
+    parser.add_argument("--text-b-field", default="text_b", help="column or key of the optional second text")
+    parser.add_argument("--label-field", default="label", help="column or key of the label")
+    parser.add_argument("--format", dest="file_format", choices=("csv", "tsv", "jsonl"),
+                        help="file format of --train/--eval/--test (default: from each file's extension)")
+    add_run_arguments(parser, "finetune")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fine-tunes; 0 when done or preempted (checkpoint saved), 2 on bad input, 3 on divergence."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    from trainer.controller import TrainingDivergedError
+    from trainer.storage import StorageError
+
+    try:
+        controller = build_controller(args)
+        result = controller.train(evaluate_at_end=True)
+        summary = _write_outputs(controller, args, result)
+    except TrainingDivergedError as error:
+        print(f"xlnet finetune: stopped: {error}", file=sys.stderr, flush=True)
+        return EXIT_DIVERGED
+    except (ValueError, StorageError, FileNotFoundError) as error:
+        print(f"xlnet finetune: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def build_controller(args: argparse.Namespace):
+    """Reads the files, resolves the configs, prepares the model directory; returns the Controller."""
+    from trainer.controller import Controller
+    from trainer.distribution import create_strategy, is_chief, make_deterministic
+    from trainer.finetuning_task import FieldNames, FinetuningTask, load_task_data
+    from trainer.model_dir import ModelDirectory
+    from trainer.text_encoding import XLNetTextEncoder
+
+    source = _model_source(args)
+    model, config = _resolve_configs(args, source)
+    if config.deterministic:
+        make_deterministic()
+    out = ModelDirectory(args.model_dir)
+    resumed_labels = _check_resume(out, model, config)
+    encoder = XLNetTextEncoder(source["sp_model_proto"], source["special_ids"], config.max_seq_length,
+                               source["uncased"])
+    fields = FieldNames(args.text_field, args.text_b_field, args.label_field, args.file_format)
+    data = load_task_data(config.task, encoder, args.train, args.eval, args.test, fields, resumed_labels)
+    for name, split in (("train", data.train), ("eval", data.eval), ("test", data.test)):
+        if split is not None and split.truncated:
+            print(f"{split.truncated} of {len(split.examples)} {name} examples are longer than max_seq_length "
+                  f"{config.max_seq_length} and are truncated", flush=True)
+    strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
+    if is_chief(strategy):
+        out.write_model_files(model, source["special_ids"], source["vocab_path"], uncased=source["uncased"])
+        out.write_finetune_files(config, data.labels)
+    task = FinetuningTask(config, model, encoder, data)
+    return Controller(task, config, model_dir=args.model_dir, strategy=strategy,
+                      init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True))
+
+
+def _model_source(args: argparse.Namespace) -> dict[str, Any]:
+    """Vocabulary, special ids, casing and architecture: from --init-checkpoint, or from --vocab
+    and --preset for a baseline from random weights."""
+    from tfrecords.vocabulary import parse_vocab
+    from trainer.model_dir import ModelDirectory
+    from trainer.storage import read_bytes
+
+    if args.init_checkpoint:
+        init = ModelDirectory(args.init_checkpoint)
+        init.require("--init-checkpoint")
+        if init.latest_checkpoint() is None:
+            raise ValueError(f"--init-checkpoint {init.path!r} has no checkpoint under checkpoints/")
+        uncased = args.uncased if args.uncased is not None else bool(init.uncased)
+        return {"model": init.model_config, "sp_model_proto": init.sp_model_proto, "special_ids": init.special_ids,
+                "uncased": uncased, "vocab_path": init.join(ModelDirectory.VOCAB)}
+    if not args.vocab:
+        raise ValueError("--vocab is required without --init-checkpoint (the SentencePiece model to encode with)")
+    proto = read_bytes(args.vocab)
+    vocab = parse_vocab(proto, args.vocab)
+    return {"model": None, "sp_model_proto": proto, "special_ids": vocab.special_ids.to_dict(),
+            "uncased": bool(args.uncased), "vocab_path": args.vocab, "vocab_size": vocab.vocab_size}
+
+
+def _resolve_configs(args: argparse.Namespace, source: dict[str, Any]):
+    """(whole-sequence ModelConfig, FinetuneConfig): preset -> --config -> --set -> --task/--max-seq-length."""
+    from trainer.config import MODEL_PRESETS, model_preset, sequence_model_config
+    from trainer.finetune_config import finetune_preset
+    from trainer.train_config import resolve_model_and
+
+    base_model = source["model"]
+    preset = args.preset or _matching_preset(base_model, MODEL_PRESETS)
+    if base_model is None:
+        base_model = model_preset(preset).replace(vocab_size=source["vocab_size"])
+    model, config, explicit = resolve_model_and(base_model, finetune_preset(preset), args.config, args.overrides,
+                                                "finetune")
+    changes = {"task": args.task}
+    if args.max_seq_length is not None:
+        changes["max_seq_length"] = args.max_seq_length
+    config = type(config).from_dict({**config.to_dict(), **changes})
+    if source["model"] is not None and explicit & {"vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner"}:
+        raise ValueError(f"--set/--config cannot change the architecture of --init-checkpoint "
+                         f"({', '.join(sorted(explicit))})")
+    return sequence_model_config(model), config
+
+
+def _matching_preset(model, presets) -> str:
+    """The preset whose architecture is ``model``'s (so its fine-tuning defaults fit), else base."""
+    if model is not None:
+        for name, preset in presets.items():
+            if (preset.n_layer, preset.d_model, preset.n_head) == (model.n_layer, model.d_model, model.n_head):
+                return name
+    return "tiny" if model is None else "base"
+
+
+def _check_resume(out, model, config) -> tuple[str, ...] | None:
+    """An existing output must hold the same task and architecture; returns its label list, if any."""
+    if not out.has(out.FINETUNE_CONFIG):
+        return None
+    existing = out.finetune_config
+    if existing.task != config.task:
+        raise ValueError(f"--model-dir {out.path} holds a {existing.task} model; use a new --model-dir")
+    if out.has(out.MODEL_CONFIG) and out.model_config != model:
+        changed = sorted(k for k, v in model.to_dict().items() if out.model_config.to_dict().get(k) != v)
+        raise ValueError(f"--model-dir {out.path} holds a model with different {', '.join(changed)}; "
+                         "use a new --model-dir or the same settings to resume")
+    return out.labels
+
+
+def _write_outputs(controller, args: argparse.Namespace, result) -> dict[str, Any]:
+    """eval_results.json and, with --test, predictions.jsonl (chief only); the run's summary."""
+    task, out = controller.task, controller.model_dir
+    data = task.data
+    truncated = {name: split.truncated for name, split in (("train", data.train), ("eval", data.eval),
+                                                             ("test", data.test)) if split is not None}
+    summary = {"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
+               "eval": dict(result.eval_metrics), "truncated": truncated}
+    if result.stopped != "completed" or not controller.chief:
+        return summary
+    out.write_json(out.EVAL_RESULTS, {"task": task.task, "step": result.step, "eval_files": args.eval,
+                                      "examples": len(data.eval.examples), **result.eval_metrics,
+                                      "truncated": truncated})
+    if data.test is not None:
+        outputs = task.predict(controller.strategy, data.test.examples)
+        out.write_json_lines(out.PREDICTIONS, task.prediction_rows(outputs))
+        if data.test.targets is not None:
+            summary["test"] = task.scores(outputs, data.test.targets)
+    return summary
+
+
+def main(argv=None) -> int:
+    from trainer.tensorflow_startup import import_tensorflow_quietly
+    from xlnet_cli import HelpFormatter
+
+    import_tensorflow_quietly()
+    parser = argparse.ArgumentParser(prog="python -m trainer.finetune_command", description=__doc__.splitlines()[0],
+                                     formatter_class=HelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
