@@ -6,6 +6,9 @@ import os
 from typing import Any, Mapping
 
 
+FF_ACTIVATIONS = ("gelu", "gelu_exact", "relu")  # trainer/layers/feed_forward.py ACTIVATIONS
+
+
 class JsonConfig:
     """JSON round trip shared by the frozen config dataclasses (saved next to every output).
 
@@ -57,7 +60,8 @@ class ModelConfig(JsonConfig):
     n_head: int = 12
     d_head: int = 64
     d_inner: int = 3072
-    ff_activation: str = "gelu"  # "gelu" (tanh approximation, as the original) or "relu"
+    # "gelu" (tanh approximation, as the original), "gelu_exact" (erf: Hugging Face's "gelu") or "relu"
+    ff_activation: str = "gelu"
     untie_r: bool = True
     dropout: float = 0.1
     dropatt: float = 0.1
@@ -75,8 +79,8 @@ class ModelConfig(JsonConfig):
         for name in ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
-        if self.ff_activation not in ("gelu", "relu"):
-            problems.append(f"ff_activation must be 'gelu' or 'relu', got {self.ff_activation!r}")
+        if self.ff_activation not in FF_ACTIVATIONS:
+            problems.append(f"ff_activation must be one of {', '.join(FF_ACTIVATIONS)}, got {self.ff_activation!r}")
         if self.attn_type not in ("bi", "uni"):
             problems.append(f"attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
         for name in ("dropout", "dropatt"):

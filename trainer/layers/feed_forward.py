@@ -14,7 +14,13 @@ def gelu_tanh(x: tf.Tensor) -> tf.Tensor:
     return keras.activations.gelu(x, approximate=True)
 
 
-ACTIVATIONS = {"gelu": gelu_tanh, "relu": keras.activations.relu}
+def gelu_erf(x: tf.Tensor) -> tf.Tensor:
+    """GELU with the exact erf, what Hugging Face's XLNet calls "gelu" (its default)."""
+    return keras.activations.gelu(x, approximate=False)
+
+
+# The names are ModelConfig.ff_activation's; trainer/config.py accepts exactly these.
+ACTIVATIONS = {"gelu": gelu_tanh, "gelu_exact": gelu_erf, "relu": keras.activations.relu}
 
 
 class PositionwiseFeedForward(keras.layers.Layer):
