@@ -22,6 +22,17 @@ the layout):
   [batch, P], and ``num_masks`` int32 [batch]. Rows beyond a text's own masks are padding:
   id -1, token "", probability 0, position -1. A batch without any mask gives P = 0.
 
+A fine-tuned model directory (`xlnet finetune`) adds its task's signatures. Texts are encoded as
+in training; the ``*_ids`` variants take ids like ``encode`` (any length up to ``max_length``):
+
+* classification: ``classify``: ``text`` [+ ``text_b`` when trained on pairs] string [batch] ->
+  ``probabilities`` float32 [batch, labels], ``label_ids`` int32 [batch], ``label_names``
+  string [batch]; ``classify_ids``: ``input_ids``, ``segment_ids``, ``input_mask`` -> the same.
+* regression: ``regress`` (same inputs) and ``regress_ids`` -> ``score`` float32 [batch].
+* multiple choice: ``choose``: ``context`` [batch], ``question`` [batch], ``options`` string
+  [batch, options] -> ``probabilities`` float32 [batch, options] and ``choice`` int32 [batch];
+  ``choose_ids``: ids [batch, options, length] -> the same.
+
 The masked prediction is XLNet's permutation-LM inference: every mask is a target of the query
 stream, and the permutation mask lets every position see every non-mask token but no mask
 (so masks see neither each other nor themselves), which is what training does for targets.
@@ -41,6 +52,8 @@ import tensorflow as tf
 from tfrecords.schema import SEG_A
 from tfrecords.vocabulary import SpecialIds, VocabError
 from trainer.config import sequence_model_config
+from trainer.finetune_data import question_with_option_graph
+from trainer.finetuning import XLNetForSequenceTask
 from trainer.model_dir import ModelDirectory
 from trainer.network import XLNetNetwork, build_network
 from trainer.storage import StorageError, write_bytes, write_json
@@ -48,6 +61,8 @@ from trainer.text_encoding import XLNetTextEncoder
 
 EXPORT_FORMAT_VERSION = 1
 SIGNATURES = ("serving_default", "encode", "encode_text", "encode_text_pair", "predict_masked")
+TASK_SIGNATURES = {"classification": ("classify", "classify_ids"), "regression": ("regress", "regress_ids"),
+                   "multiple-choice": ("choose", "choose_ids")}
 SMALLEST_LENGTH_BUCKET = 16
 
 
@@ -80,6 +95,13 @@ def open_model_directory(model_dir: str | os.PathLike | ModelDirectory) -> Model
     except StorageError as error:
         raise ExportError(str(error)) from None
     return directory
+
+
+def default_max_length(directory: ModelDirectory) -> int:
+    """The sequence length to export at when --max-length is not given: what a fine-tuned model
+    was trained at, else ExportConfig's default."""
+    finetuned = directory.finetune_config
+    return finetuned.max_seq_length if finetuned is not None else ExportConfig.max_length
 
 
 def export_checkpoint(directory: ModelDirectory, checkpoint: str | None = None) -> str:
@@ -154,6 +176,32 @@ def restore_network(directory: ModelDirectory, checkpoint: str) -> XLNetNetwork:
     return network
 
 
+def restore_finetuned(directory: ModelDirectory, checkpoint: str) -> XLNetForSequenceTask:
+    """The fine-tuned model (network and head) of a directory written by `xlnet finetune`."""
+    config = directory.finetune_config
+    labels = directory.labels
+    if config.task == "classification" and labels is None:
+        raise ExportError(f"--model-dir {directory.path!r} is a classification model without "
+                          f"{ModelDirectory.LABELS}")
+    network = build_network(sequence_model_config(directory.model_config))
+    head = XLNetForSequenceTask(network, config.task, len(labels) if labels else 1)
+    try:
+        status = tf.train.Checkpoint(model=network, head=head).restore(checkpoint)
+        status.assert_existing_objects_matched()
+    except (tf.errors.OpError, IndexError) as error:
+        raise ExportError(f"cannot read checkpoint {checkpoint!r}: {getattr(error, 'message', error)}") from error
+    except (AssertionError, ValueError) as error:
+        raise ExportError(f"checkpoint {checkpoint!r} does not hold the fine-tuned model of "
+                          f"{directory.path!r}: {error}") from error
+    status.expect_partial()
+    return head
+
+
+def signature_names(task: str | None) -> tuple[str, ...]:
+    """The signatures of an export: the encoder's, plus the task's for a fine-tuned model."""
+    return SIGNATURES + (TASK_SIGNATURES[task] if task else ())
+
+
 def length_buckets(max_length: int) -> tuple[int, ...]:
     """The static lengths ``encode`` runs the network at: powers of two from
     SMALLEST_LENGTH_BUCKET below ``max_length``, then ``max_length`` (e.g. 16, 32, 64, 100).
@@ -178,15 +226,25 @@ class XLNetServingModule(tf.Module):
       encoder: in-graph text encoder with the vocabulary of ``network``.
       top_k: candidates returned per mask by ``predict_masked``.
       assets: file paths to ship under assets/ (tracked so SavedModel copies them).
+      head: the fine-tuned model around ``network`` (trainer/finetuning.py), or None.
+      labels: the classification labels of ``head`` (index = class id).
+      text_pair: ``head`` was trained on text pairs (its text signatures take ``text_b``).
     """
 
-    def __init__(self, network, encoder: XLNetTextEncoder, top_k: int, assets: dict[str, str] | None = None):
+    def __init__(self, network, encoder: XLNetTextEncoder, top_k: int, assets: dict[str, str] | None = None,
+                 head: XLNetForSequenceTask | None = None, labels: tuple[str, ...] | None = None,
+                 text_pair: bool = False):
         super().__init__(name="xlnet_serving")
-        # The Keras model is kept out of the object graph (Keras would add its own default
-        # serving signature, which cannot call a multi-input network); its variables are
+        # The Keras models are kept out of the object graph (Keras would add its own default
+        # serving signature, which cannot call a multi-input network); their variables are
         # tracked directly, which is all the signature functions capture.
         object.__setattr__(self, "network", network)
-        self.network_variables = [variable.value for variable in network.weights]
+        object.__setattr__(self, "head", head)
+        self.network_variables = [variable.value for variable in (head or network).weights]
+        self.task = head.task if head is not None else None
+        self.text_pair = bool(text_pair)
+        if labels is not None:
+            self.label_names = tf.constant(list(labels))
         self.encoder = encoder
         self.top_k = int(top_k)
         self.vocab_size = int(network.config.vocab_size)
@@ -198,14 +256,31 @@ class XLNetServingModule(tf.Module):
         self.encode_text = tf.function(self._encode_text, input_signature=[text_spec])
         self.encode_text_pair = tf.function(self._encode_text_pair, input_signature=[text_spec, text_spec])
         self.predict_masked = tf.function(self._predict_masked, input_signature=[text_spec])
+        if self.task == "multiple-choice":
+            choice_ids_spec = tf.TensorSpec([None, None, None], tf.int32)  # [batch, options, length]
+            self.choose = tf.function(self._choose, input_signature=[text_spec, text_spec,
+                                                                     tf.TensorSpec([None, None], tf.string)])
+            self.choose_ids = tf.function(self._choose_ids, input_signature=[choice_ids_spec] * 3)
+        elif self.task is not None:
+            texts = [text_spec, text_spec] if self.text_pair else [text_spec]
+            self.predict_text = tf.function(self._predict_text, input_signature=texts)
+            self.predict_ids = tf.function(self._predict_ids, input_signature=[ids_spec, ids_spec, ids_spec])
 
     def signatures(self) -> dict[str, Any]:
         """Signature name -> concrete function, for tf.saved_model.save."""
         encode = self.encode.get_concrete_function()
-        return {"serving_default": encode, "encode": encode,
-                "encode_text": self.encode_text.get_concrete_function(),
-                "encode_text_pair": self.encode_text_pair.get_concrete_function(),
-                "predict_masked": self.predict_masked.get_concrete_function()}
+        functions = {"serving_default": encode, "encode": encode,
+                     "encode_text": self.encode_text.get_concrete_function(),
+                     "encode_text_pair": self.encode_text_pair.get_concrete_function(),
+                     "predict_masked": self.predict_masked.get_concrete_function()}
+        if self.task == "multiple-choice":
+            functions.update(choose=self.choose.get_concrete_function(),
+                             choose_ids=self.choose_ids.get_concrete_function())
+        elif self.task is not None:
+            text_name, ids_name = TASK_SIGNATURES[self.task]
+            functions.update({text_name: self.predict_text.get_concrete_function(),
+                              ids_name: self.predict_ids.get_concrete_function()})
+        return functions
 
     def _encode(self, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
         """int32 [batch, length] ids, left-padded with <cls> last, 1 <= length <= max_length ->
@@ -291,6 +366,55 @@ class XLNetServingModule(tf.Module):
         return result
 
 
+    # ------------------------------------------------------------------ fine-tuned tasks
+    def _task_outputs(self, hidden) -> dict[str, tf.Tensor]:
+        """Content-stream states [batch, length, d_model] (<cls> last) -> the task's outputs."""
+        logits = self.head.logits_from_hidden(hidden, training=False)
+        if self.task == "regression":
+            return {"score": logits[:, 0]}
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        label_ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+        return {"probabilities": probabilities, "label_ids": label_ids,
+                "label_names": tf.gather(self.label_names, label_ids)}
+
+    def _predict_text(self, text, text_b=None) -> dict[str, tf.Tensor]:
+        """Raw strings [batch] (and their second texts) -> ``classify`` / ``regress`` outputs."""
+        if text_b is None:
+            return self._task_outputs(self._encode_text(text)["sequence_output"])
+        return self._task_outputs(self._encode_text_pair(text, text_b)["sequence_output"])
+
+    def _predict_ids(self, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
+        """Ids as ``encode`` takes them -> ``classify_ids`` / ``regress_ids`` outputs."""
+        return self._task_outputs(self._encode(input_ids, segment_ids, input_mask)["sequence_output"])
+
+    def _choice_outputs(self, hidden, batch_size, num_options) -> dict[str, tf.Tensor]:
+        """States of every (example, option) row -> probabilities [batch, options] and the choice."""
+        logits = tf.reshape(self.head.logits_from_hidden(hidden, training=False), [batch_size, num_options])
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        return {"probabilities": probabilities, "choice": tf.argmax(probabilities, axis=-1, output_type=tf.int32)}
+
+    def _choose(self, context, question, options) -> dict[str, tf.Tensor]:
+        """context, question [batch] and options [batch, options] strings -> ``choose`` outputs.
+        Each option becomes ``context <sep> question-with-option <sep> <cls>`` as in training."""
+        checks = [tf.debugging.assert_equal(tf.size(context), tf.shape(options)[0],
+                                            message="options must have one row per context"),
+                  tf.debugging.assert_equal(tf.size(question), tf.size(context),
+                                            message="question and context must hold the same number of strings")]
+        with tf.control_dependencies(checks):
+            batch_size, num_options = tf.shape(options)[0], tf.shape(options)[1]
+        repeated = tf.repeat(tf.reshape(question, [-1, 1]), num_options, axis=1)
+        qas = question_with_option_graph(repeated, options)
+        contexts = tf.repeat(context, num_options)
+        inputs = self.encoder.encode(contexts, tf.reshape(qas, [-1]))
+        return self._choice_outputs(self._features(**inputs)["sequence_output"], batch_size, num_options)
+
+    def _choose_ids(self, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
+        """ids [batch, options, length] as ``encode`` takes them per option -> ``choose`` outputs."""
+        shape = tf.shape(input_ids)
+        flat = [tf.reshape(tensor, [-1, shape[2]]) for tensor in (input_ids, segment_ids, input_mask)]
+        return self._choice_outputs(self._encode(*flat)["sequence_output"], shape[0], shape[1])
+
+
 def mask_positions(is_masked: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
     """[batch, length] 0/1 mask flags -> int32 [batch, rows] positions of the masks, -1 padded."""
     batch_size = tf.shape(is_masked)[0]
@@ -328,12 +452,15 @@ def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: st
     model_config = directory.model_config
     if config.top_k > model_config.vocab_size:
         raise ExportError(f"--top-k {config.top_k} exceeds the vocabulary size {model_config.vocab_size}")
-    network = restore_network(directory, checkpoint)
+    finetuned = directory.finetune_config
+    head = restore_finetuned(directory, checkpoint) if finetuned is not None else None
+    network = head.network if head is not None else restore_network(directory, checkpoint)
     encoder = XLNetTextEncoder(directory.sp_model_proto, directory.special_ids, config.max_length, config.uncased)
     staging = _staging_directory(output, version)
     try:
         assets = _write_assets(posixpath.join(staging, "asset_sources"), directory, checkpoint, config, version)
-        module = XLNetServingModule(network, encoder, config.top_k, assets)
+        module = XLNetServingModule(network, encoder, config.top_k, assets, head=head, labels=directory.labels,
+                                    text_pair=bool(finetuned and finetuned.text_pair))
         saved = posixpath.join(staging, "saved_model")
         tf.saved_model.save(module, saved, signatures=module.signatures())
         _publish(saved, target)
@@ -387,7 +514,9 @@ def _write_assets(directory: str, source: ModelDirectory, checkpoint: str, confi
         "vocab_size": model_config.vocab_size,
         "d_model": model_config.d_model,
         "checkpoint": checkpoint,
-        "signatures": list(SIGNATURES),
+        "signatures": list(signature_names(source.finetune_config.task if source.finetune_config else None)),
+        "task": source.finetune_config.task if source.finetune_config else None,
+        "labels": list(source.labels) if source.labels else None,
         "layout": "left-padded (to max_length by the text signatures, to at most max_length for encode); "
                   "A <sep> [B <sep>] <cls>; <cls> is the last position",
     })

@@ -5,7 +5,7 @@ import argparse
 import sys
 import time
 
-from trainer.export import ExportConfig, ExportError, SIGNATURES
+from trainer.export import ExportConfig, ExportError, signature_names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,9 +15,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True,
                         help="base directory of the SavedModel versions (TF Serving's model base path; "
                              "local or gs://)")
-    parser.add_argument("--max-length", type=int, default=ExportConfig.max_length,
-                        help="sequence length every signature pads to (left padding, <cls> last); "
-                             "longer texts are truncated from the right")
+    parser.add_argument("--max-length", type=int, default=None,
+                        help="sequence length every signature pads to (left padding, <cls> last); longer texts "
+                             "are truncated from the right (default: a fine-tuned model's max_seq_length, "
+                             f"else {ExportConfig.max_length})")
     parser.add_argument("--format", choices=("savedmodel", "huggingface", "tf1"), default="savedmodel",
                         help="savedmodel: the serving SavedModel under OUTPUT/<version>/; huggingface: config.json, "
                              "model.safetensors and tokenizer files in OUTPUT for transformers (docs/interop.md); "
@@ -41,20 +42,23 @@ def run(args: argparse.Namespace) -> int:
         from trainer.interop_export import run_format_export
 
         return run_format_export(args)
-    from trainer.export import export_saved_model, open_model_directory, resolve_uncased
+    from trainer.export import default_max_length, export_saved_model, open_model_directory, resolve_uncased
+    from trainer.storage import StorageError
 
     started = time.time()
     try:
         model_dir = open_model_directory(args.model_dir)  # read once, for the casing and the export
         uncased, why = resolve_uncased(model_dir, args.uncased)
-        config = ExportConfig(max_length=args.max_length, top_k=args.top_k, uncased=uncased)
+        config = ExportConfig(max_length=args.max_length or default_max_length(model_dir), top_k=args.top_k,
+                              uncased=uncased)
         print(f"exporting {args.model_dir} (max_length={config.max_length}, top_k={config.top_k}, "
               f"{'uncased' if uncased else 'cased'} text: {why})", flush=True)
         target = export_saved_model(model_dir, args.output, config, version=args.version,
                                     checkpoint=args.checkpoint)
-    except ExportError as error:
+    except (ExportError, StorageError) as error:
         print(f"xlnet export: error: {error}", file=sys.stderr)
         return 2
+    task = model_dir.finetune_config.task if model_dir.finetune_config else None
     print(f"SavedModel written to {target} in {time.time() - started:.1f}s; "
-          f"signatures: {', '.join(SIGNATURES)}", flush=True)
+          f"signatures: {', '.join(signature_names(task))}", flush=True)
     return 0

@@ -94,6 +94,8 @@ def build_controller(args: argparse.Namespace):
                                source["uncased"])
     fields = FieldNames(args.text_field, args.text_b_field, args.label_field, args.file_format)
     data = load_task_data(config.task, encoder, args.train, args.eval, args.test, fields, resumed_labels)
+    first = data.train.examples[0]
+    config = config.replace(text_pair=getattr(first, "text_b", None) is not None)
     for name, split in (("train", data.train), ("eval", data.eval), ("test", data.test)):
         if split is not None and split.truncated:
             print(f"{split.truncated} of {len(split.examples)} {name} examples are longer than max_seq_length "

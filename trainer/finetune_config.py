@@ -28,6 +28,9 @@ class FinetuneConfig(LoopConfig):
     task: str = "classification"
     max_seq_length: int = 128
     layer_decay_rate: float = 1.0
+    # Set from the training file, not by hand: its rows have a second text (text_b), so the
+    # served signatures take one too.
+    text_pair: bool = False
 
     CONFIG_KIND = "fine-tuning"
     POSITIVE = LoopConfig.POSITIVE + ("max_seq_length", "layer_decay_rate")

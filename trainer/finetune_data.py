@@ -346,15 +346,27 @@ def text_pairs(examples: Sequence[TextExample]) -> tuple[list[str], list[str] | 
 def choice_pairs(examples: Sequence[ChoiceExample]) -> tuple[list[str], list[str]]:
     """The encoder's (contexts, qas), one pair per option, options of an example adjacent."""
     contexts = [example.context for example in examples for _ in example.options]
-    qas = [_question_with_option(example.question, option) for example in examples for option in example.options]
+    qas = [question_with_option(example.question, option) for example in examples for option in example.options]
     return contexts, qas
 
 
-def _question_with_option(question: str, option: str) -> str:
-    """XLNet's run_race.py: a cloze question gets the option in its blank, else it is appended."""
+def question_with_option(question: str, option: str) -> str:
+    """XLNet's run_race.py: a cloze question gets the option in its blank(s) ``_``, else the
+    option is appended after a space. :func:`question_with_option_graph` is the same in-graph."""
     if "_" in question:
         return question.replace("_", option)
     return f"{question} {option}" if question else option
+
+
+def question_with_option_graph(questions: tf.Tensor, options: tf.Tensor) -> tf.Tensor:
+    """:func:`question_with_option` on tf.string tensors of one shape (for serving)."""
+    # A RE2 rewrite string treats backslashes as escapes: double them so an option is taken literally.
+    literal = tf.strings.regex_replace(options, r"\\", r"\\\\")
+    filled = tf.map_fn(lambda pair: tf.strings.regex_replace(pair[0], "_", pair[1]),
+                       (tf.reshape(questions, [-1]), tf.reshape(literal, [-1])), fn_output_signature=tf.string)
+    filled = tf.reshape(filled, tf.shape(questions))
+    appended = tf.where(tf.equal(questions, ""), options, tf.strings.join([questions, options], separator=" "))
+    return tf.where(tf.strings.regex_full_match(questions, "(?s).*_.*"), filled, appended)
 
 
 def count_truncated(examples: Sequence[TextExample] | Sequence[ChoiceExample], encoder: XLNetTextEncoder) -> int:

@@ -62,6 +62,11 @@ class XLNetForSequenceTask(keras.Model):
     def _logits(self, inputs: Mapping[str, tf.Tensor], training: bool) -> tf.Tensor:
         hidden, _ = self.network.encode(inputs["input_ids"], inputs["segment_ids"], input_mask=inputs["input_mask"],
                                         training=training)
+        return self.logits_from_hidden(hidden, training)
+
+    def logits_from_hidden(self, hidden: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """The head alone: content-stream states [rows, seq_len, d_model] (<cls> last) -> float32
+        logits [rows, num_labels] (one column for regression and for each option of multiple choice)."""
         return tf.cast(self.logits_proj(self.sequence_summary(hidden, training=training)), tf.float32)
 
     def get_config(self) -> dict:
