@@ -130,10 +130,34 @@ def test_exported_tokenizer_files_carry_the_casing_and_special_pieces(exported):
     assert (exported[2] / "spiece.model").read_bytes() == (exported[1] / "spiece.model").read_bytes()
 
 
+def test_exported_tokenizer_json_holds_every_piece_and_xlnets_layout(exported, vocab):
+    tokenizer = json.loads((exported[2] / "tokenizer.json").read_text(encoding="utf-8"))
+    processor = vocab.processor()
+    assert tokenizer["model"]["vocab"] == [[processor.id_to_piece(i), processor.get_score(i)]
+                                           for i in range(vocab.vocab_size)]
+    assert [step["type"] for step in tokenizer["normalizer"]["normalizers"]] == \
+        ["Replace", "Replace", "NFKD", "StripAccents", "Precompiled"]
+    ids = vocab.special_ids
+    assert tokenizer["post_processor"]["special_tokens"]["<cls>"]["ids"] == [ids.cls]
+    assert [token["id"] for token in tokenizer["added_tokens"]] == sorted(
+        [ids.unk, ids.bos, ids.eos, ids.cls, ids.sep, ids.pad, ids.mask, ids.eod, ids.eop])
+
+
+def test_precompiled_charsmap_is_sentencepieces_normalisation_table(vocab):
+    """The table starts with the byte size of its double-array trie, which must fit inside it."""
+    from trainer.huggingface_tokenizer import precompiled_charsmap
+
+    table = precompiled_charsmap(vocab.model_proto)
+    assert len(table) > 4 and int.from_bytes(table[:4], "little") < len(table)
+    assert table in vocab.model_proto
+
+
 def test_uncased_model_exports_do_lower_case(tmp_path, vocab):
     write_model_dir(str(tmp_path / "model"), tiny_config(vocab.vocab_size), vocab, uncased=True)
     output = export(tmp_path / "model", tmp_path / "hf")
     assert json.loads((output / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    normalizers = json.loads((output / "tokenizer.json").read_text(encoding="utf-8"))["normalizer"]["normalizers"]
+    assert {"type": "Lowercase"} in normalizers
 
 
 def test_linear_weights_are_transposed_and_biases_sliced_per_layer(exported):
@@ -212,6 +236,14 @@ def test_regression_and_multiple_choice_use_their_transformers_classes(tmp_path,
         assert values.get("problem_type") == ("regression" if task == "regression" else None)
 
 
+def test_classification_model_without_labels_is_refused_by_file_name(tmp_path, vocab, capsys):
+    write_model_dir(str(tmp_path / "model"), tiny_config(vocab.vocab_size), vocab, head=HEADS["classification"])
+    (tmp_path / "model" / "labels.json").unlink()
+    assert xlnet_cli.main(["export", "--model-dir", str(tmp_path / "model"), "--format", "huggingface",
+                           "--output", str(tmp_path / "hf")]) == 2
+    assert "labels.json: file not found" in capsys.readouterr().err
+
+
 def test_sharded_checkpoint_imports_like_a_single_file(tmp_path, exported, vocab):
     tensors = safetensors.numpy.load_file(str(exported[2] / "model.safetensors"))
     source = tmp_path / "sharded"
@@ -249,6 +281,15 @@ def test_import_reads_the_casing_from_the_tokenizer_config(copy_of, tmp_path):
     (copy_of / "tokenizer_config.json").write_text(json.dumps(dict(values, do_lower_case=True)))
     assert import_dir(copy_of, tmp_path / "imported") == 0
     assert json.loads((tmp_path / "imported" / "text_normalization.json").read_text()) == {"uncased": True}
+
+
+@pytest.mark.parametrize("theirs, ours", [("gelu", "gelu_exact"), ("gelu_new", "gelu"), ("relu", "relu")])
+def test_activation_names_map_both_ways(copy_of, tmp_path, theirs, ours):
+    rewrite_config(copy_of, ff_activation=theirs)
+    assert import_dir(copy_of, tmp_path / "imported") == 0
+    assert restore_model_dir(str(tmp_path / "imported"))[0].config.ff_activation == ours
+    values = json.loads((export(tmp_path / "imported", tmp_path / "again") / "config.json").read_text())
+    assert values["ff_activation"] == theirs
 
 
 def test_flags_override_the_recorded_settings(copy_of, tmp_path):

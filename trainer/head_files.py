@@ -1,27 +1,23 @@
 """The fine-tuning head of a model directory, as the interop formats need it: which task
-(finetune_config.json's "task") and, for classification, the label names (labels.json, index =
-class id). Read when exporting a fine-tuned model, written when importing one; the head's
-weights themselves live in the directory's checkpoints as
-``tf.train.Checkpoint(model=network, head=XLNetForSequenceTask(...))`` (trainer/finetuning.py).
+(finetune_config.json) and, for classification, the label names (labels.json, index = class id),
+read and written through ModelDirectory (trainer/model_dir.py). The head's weights live in the
+directory's checkpoints as ``tf.train.Checkpoint(model=network, head=XLNetForSequenceTask(...))``
+(trainer/finetuning.py).
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Optional
 
-from trainer.finetuning import TASKS, XLNetForSequenceTask
-from trainer.model_dir import ModelDirectory
+from trainer.finetune_config import TASKS, FinetuneConfig
+from trainer.finetuning import XLNetForSequenceTask
+from trainer.model_dir import ModelDirectory, ModelDirectoryError
 from trainer.network import XLNetNetwork
-from trainer.storage import StorageError, read_json, write_json
-
-# The file names belong to ModelDirectory once it names them; until then, the same names here.
-FINETUNE_CONFIG = getattr(ModelDirectory, "FINETUNE_CONFIG", "finetune_config.json")
-LABELS = getattr(ModelDirectory, "LABELS", "labels.json")
 
 
 @dataclasses.dataclass(frozen=True)
 class HeadSpec:
-    """A fine-tuning head: ``task`` (one of trainer.finetuning.TASKS) and, for classification,
+    """A fine-tuning head: ``task`` (one of trainer.finetune_config.TASKS) and, for classification,
     the label names (index = class id)."""
 
     task: str
@@ -44,26 +40,20 @@ class HeadSpec:
 
 
 def read_head_spec(directory: ModelDirectory) -> Optional[HeadSpec]:
-    """The head of a fine-tuned model directory, or None when it has no finetune_config.json."""
-    if not directory.has(FINETUNE_CONFIG):
+    """The head of a fine-tuned model directory, or None for a pretrained one (no finetune_config.json)."""
+    config = directory.finetune_config
+    if config is None:
         return None
-    path = directory.join(FINETUNE_CONFIG)
-    values = read_json(path)
-    task = values.get("task") if isinstance(values, dict) else None
-    if task not in TASKS:
-        raise StorageError(f"{path}: \"task\" must be one of {', '.join(TASKS)}, got {task!r}")
-    if task != "classification":
-        return HeadSpec(task)
-    labels = read_json(directory.join(LABELS)) if directory.has(LABELS) else None
-    if not isinstance(labels, list) or len(labels) < 2:
-        raise StorageError(f"{directory.join(LABELS)}: a classification model needs a JSON list of at least 2 label "
-                           "names (index = class id)")
-    return HeadSpec(task, tuple(str(label) for label in labels))
+    if config.task != "classification":
+        return HeadSpec(config.task)
+    if directory.labels is None:
+        raise ModelDirectoryError(f"{directory.join(ModelDirectory.LABELS)}: file not found (a classification "
+                                  "model directory names its labels there)")
+    return HeadSpec(config.task, directory.labels)
 
 
 def write_head_files(directory: ModelDirectory, head: HeadSpec) -> None:
-    """Writes finetune_config.json (the task only; other fine-tuning settings keep their defaults)
-    and, for classification, labels.json."""
-    write_json(directory.join(FINETUNE_CONFIG), {"task": head.task})
-    if head.task == "classification":
-        write_json(directory.join(LABELS), list(head.labels))
+    """Writes finetune_config.json (the task; every other fine-tuning setting at its default) and,
+    for classification, labels.json."""
+    directory.write_finetune_files(FinetuneConfig(task=head.task),
+                                   head.labels if head.task == "classification" else None)

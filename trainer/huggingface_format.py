@@ -25,6 +25,7 @@ round trip gives back the same configuration.
 from __future__ import annotations
 
 import dataclasses
+import json
 import posixpath
 from typing import Any, Iterable, Mapping, Optional
 
@@ -33,6 +34,7 @@ import tensorflow as tf
 
 from trainer.config import ModelConfig
 from trainer.head_files import HeadSpec
+from trainer.huggingface_tokenizer import tokenizer_json
 from trainer.network import XLNetNetwork
 from trainer.storage import StorageError, read_bytes, read_json, write_bytes, write_json
 
@@ -42,6 +44,7 @@ WEIGHTS_INDEX = "model.safetensors.index.json"
 TORCH_WEIGHTS = "pytorch_model.bin"
 VOCAB = "spiece.model"
 TOKENIZER_CONFIG = "tokenizer_config.json"
+TOKENIZER = "tokenizer.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 PRETRAINING_KEY = "xlnet_pretraining"  # our ModelConfig fields transformers has no field for
 PRETRAINING_FIELDS = ("bi_data", "mem_len", "reuse_len", "dropatt")
@@ -202,10 +205,6 @@ def model_config_from_huggingface(values: Mapping[str, Any], source: str, **over
     try:
         return ModelConfig(**fields)
     except ValueError as error:
-        if ours == "gelu_exact" and "ff_activation" in str(error):
-            raise HuggingFaceFormatError(
-                f"{source}: ff_activation 'gelu' (transformers' exact erf GELU) is not supported by this version "
-                "of the trainer, which has only the tanh approximation ('gelu_new') and relu") from None
         raise HuggingFaceFormatError(f"{source}: {error}") from None
 
 
@@ -483,8 +482,9 @@ def tokenizer_config(sp_model_proto: bytes, special_ids: Mapping[str, int], unca
 def write_huggingface_directory(output: str, network: XLNetNetwork, special_ids: Mapping[str, int],
                                 sp_model_proto: bytes, uncased: bool, head=None,
                                 head_spec: Optional[HeadSpec] = None) -> list[str]:
-    """Writes config.json, model.safetensors, spiece.model, tokenizer_config.json and
-    special_tokens_map.json to ``output`` (local or gs://); returns the files written.
+    """Writes config.json, model.safetensors, spiece.model, tokenizer_config.json, tokenizer.json
+    (trainer/huggingface_tokenizer.py) and special_tokens_map.json to ``output`` (local or gs://);
+    returns the files written.
 
     ``head``/``head_spec``: an XLNetForSequenceTask and what it is, for a fine-tuned model
     (loaded by XLNetForSequenceClassification / XLNetForMultipleChoice), else XLNetLMHeadModel.
@@ -499,8 +499,11 @@ def write_huggingface_directory(output: str, network: XLNetNetwork, special_ids:
     write_bytes(join(VOCAB), sp_model_proto)
     tokenizer = tokenizer_config(sp_model_proto, special_ids, uncased)
     write_json(join(TOKENIZER_CONFIG), tokenizer)
+    # Compact, as tokenizers writes it: one line per piece would make a 32000-piece file needlessly long.
+    write_bytes(join(TOKENIZER), json.dumps(tokenizer_json(sp_model_proto, special_ids, uncased),
+                                            ensure_ascii=False).encode("utf-8"))
     write_json(join(SPECIAL_TOKENS_MAP), {key: value for key, value in tokenizer.items()
                                           if key.endswith("_token") or key == "additional_special_tokens"})
     write_json(join(CONFIG), config)  # last: a directory with config.json is complete
-    return [join(name) for name in (CONFIG, WEIGHTS, VOCAB, TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP)]
+    return [join(name) for name in (CONFIG, WEIGHTS, VOCAB, TOKENIZER_CONFIG, TOKENIZER, SPECIAL_TOKENS_MAP)]
 

@@ -1,0 +1,114 @@
+"""`xlnet export --format tf1` (trainer/tf1_format.py): the original release layout, read back by
+`xlnet import-checkpoint` into the same weights, configuration and outputs."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import xlnet_cli
+from interop_models import (HEADS, assert_same_weights, pretraining_outputs, restore_model_dir, tiny_config,
+                            write_model_dir)
+from trainer.checkpoint_import import ORIGINAL_CONFIG_KEYS
+
+D, H, DH, DI, LAYERS = 16, 2, 8, 24, 2  # interop_models.TINY
+
+
+def release_table(vocab_size: int, untie_r: bool) -> dict[str, tuple[int, ...]]:
+    """The original release's variables (xlnet-facts.md) and their shapes for the tiny model."""
+    bias = (LAYERS, H, DH) if untie_r else (H, DH)
+    table = {"model/transformer/word_embedding/lookup_table": (vocab_size, D),
+             "model/transformer/mask_emb/mask_emb": (1, 1, D), "model/transformer/r_w_bias": bias,
+             "model/transformer/r_r_bias": bias, "model/transformer/r_s_bias": bias,
+             "model/transformer/seg_embed": (LAYERS, 2, H, DH), "model/lm_loss/bias": (vocab_size,)}
+    for i in range(LAYERS):
+        layer = f"model/transformer/layer_{i}"
+        table.update({f"{layer}/rel_attn/{name}/kernel": (D, H, DH) for name in "qkvro"})
+        for norm in ("rel_attn", "ff"):
+            table.update({f"{layer}/{norm}/LayerNorm/gamma": (D,), f"{layer}/{norm}/LayerNorm/beta": (D,)})
+        table.update({f"{layer}/ff/layer_1/kernel": (D, DI), f"{layer}/ff/layer_1/bias": (DI,),
+                      f"{layer}/ff/layer_2/kernel": (DI, D), f"{layer}/ff/layer_2/bias": (D,)})
+    return table
+
+
+def export_tf1(model_dir, output) -> int:
+    return xlnet_cli.main(["export", "--model-dir", str(model_dir), "--format", "tf1", "--output", str(output)])
+
+
+def import_release(release, output, config) -> int:
+    return xlnet_cli.main(["import-checkpoint", "--checkpoint", str(release / "xlnet_model.ckpt"),
+                           "--config", str(release / "xlnet_config.json"), "--spm", str(release / "spiece.model"),
+                           "--output", str(output), "--mem-len", str(config.mem_len),
+                           "--reuse-len", str(config.reuse_len), "--clamp-len", str(config.clamp_len),
+                           "--bi-data" if config.bi_data else "--no-bi-data"])
+
+
+@pytest.mark.parametrize("untie_r", [True, False])
+def test_release_layout_has_the_original_names_shapes_and_config(tmp_path, vocab, untie_r):
+    network, _ = write_model_dir(str(tmp_path / "model"), tiny_config(vocab.vocab_size, untie_r=untie_r), vocab)
+    assert export_tf1(tmp_path / "model", tmp_path / "release") == 0
+    reader = tf.train.load_checkpoint(str(tmp_path / "release" / "xlnet_model.ckpt"))
+    assert {name: tuple(shape) for name, shape in reader.get_variable_to_shape_map().items()} == \
+        release_table(vocab.vocab_size, untie_r)
+    assert set(reader.get_variable_to_dtype_map().values()) == {tf.float32}
+    config = json.loads((tmp_path / "release" / "xlnet_config.json").read_text())
+    assert config == {"n_layer": LAYERS, "d_model": D, "n_head": H, "d_head": DH, "d_inner": DI,
+                      "ff_activation": "gelu", "untie_r": untie_r, "n_token": vocab.vocab_size}
+    assert set(config) == set(ORIGINAL_CONFIG_KEYS)
+    np.testing.assert_array_equal(reader.get_tensor("model/transformer/layer_1/ff/layer_2/kernel"),
+                                  network.blocks[1].feed_forward.layer_2.kernel.numpy())
+
+
+@pytest.mark.parametrize("bi_data, clamp_len, untie_r", [(True, -1, True), (False, 5, False)])
+def test_round_trip_gives_the_same_weights_and_outputs(tmp_path, vocab, bi_data, clamp_len, untie_r):
+    config = tiny_config(vocab.vocab_size, bi_data=bi_data, clamp_len=clamp_len, untie_r=untie_r)
+    network, _ = write_model_dir(str(tmp_path / "model"), config, vocab, seed=9)
+    assert export_tf1(tmp_path / "model", tmp_path / "release") == 0
+    assert import_release(tmp_path / "release", tmp_path / "imported", config) == 0
+    imported, _ = restore_model_dir(str(tmp_path / "imported"))
+    assert imported.config == network.config
+    assert_same_weights(network, imported)
+    expected, actual = pretraining_outputs(network, vocab), pretraining_outputs(imported, vocab)
+    for name in expected:
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def test_fine_tuned_model_exports_its_encoder(tmp_path, vocab, capsys):
+    network, _ = write_model_dir(str(tmp_path / "model"), tiny_config(vocab.vocab_size), vocab,
+                                 head=HEADS["classification"])
+    assert export_tf1(tmp_path / "model", tmp_path / "release") == 0
+    assert "the classification head is not written" in capsys.readouterr().out
+    reader = tf.train.load_checkpoint(str(tmp_path / "release" / "xlnet_model.ckpt"))
+    np.testing.assert_array_equal(reader.get_tensor("model/transformer/seg_embed"),
+                                  network.attention_biases.seg_embed.numpy())
+
+
+def test_export_to_a_bucket_imports_back(tmp_path, vocab, gcs_prefix):
+    import posixpath
+
+    config = tiny_config(vocab.vocab_size)
+    network, _ = write_model_dir(str(tmp_path / "model"), config, vocab)
+    release = posixpath.join(gcs_prefix, "release")
+    assert export_tf1(tmp_path / "model", release) == 0
+    for name in tf.io.gfile.listdir(release):
+        tf.io.gfile.copy(posixpath.join(release, name), str(tmp_path / name))
+    assert import_release(tmp_path, tmp_path / "imported", config) == 0
+    assert_same_weights(network, restore_model_dir(str(tmp_path / "imported"))[0])
+
+
+def test_exact_gelu_has_no_original_name(vocab):
+    """The original knows the tanh GELU and relu only; an exact-GELU model is refused by name."""
+    from types import SimpleNamespace
+
+    from trainer.tf1_format import TF1FormatError, original_config
+
+    config = tiny_config(vocab.vocab_size)
+    assert original_config(SimpleNamespace(config=config.replace(ff_activation="relu")))["ff_activation"] == "relu"
+    try:
+        exact = config.replace(ff_activation="gelu_exact")
+    except ValueError:
+        pytest.skip("this trainer has no exact-GELU activation (ff_activation 'gelu_exact')")
+    with pytest.raises(TF1FormatError, match="ff_activation 'gelu_exact'"):
+        original_config(SimpleNamespace(config=exact))
