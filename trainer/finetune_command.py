@@ -21,6 +21,8 @@ from typing import Any
 from trainer.finetune_config import TASKS
 
 EXIT_USAGE = 2
+# ModelConfig fields that shape the weights: fixed by --init-checkpoint.
+ARCHITECTURE = ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner", "untie_r")
 EXIT_DIVERGED = 3
 
 
@@ -142,15 +144,17 @@ def _resolve_configs(args: argparse.Namespace, source: dict[str, Any]):
     preset = args.preset or _matching_preset(base_model, MODEL_PRESETS)
     if base_model is None:
         base_model = model_preset(preset).replace(vocab_size=source["vocab_size"])
-    model, config, explicit = resolve_model_and(base_model, finetune_preset(preset), args.config, args.overrides,
+    model, config, _ = resolve_model_and(base_model, finetune_preset(preset), args.config, args.overrides,
                                                 "finetune")
     changes = {"task": args.task}
     if args.max_seq_length is not None:
         changes["max_seq_length"] = args.max_seq_length
     config = type(config).from_dict({**config.to_dict(), **changes})
-    if source["model"] is not None and explicit & {"vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner"}:
-        raise ValueError(f"--set/--config cannot change the architecture of --init-checkpoint "
-                         f"({', '.join(sorted(explicit))})")
+    if source["model"] is not None:
+        changed = sorted(name for name in ARCHITECTURE if getattr(model, name) != getattr(base_model, name))
+        if changed:
+            raise ValueError(f"--set/--config cannot change the architecture of --init-checkpoint "
+                             f"({', '.join(changed)})")
     return sequence_model_config(model), config
 
 
