@@ -298,10 +298,11 @@ def test_flags_override_the_recorded_settings(copy_of, tmp_path):
     assert (imported.config.mem_len, imported.config.bi_data, imported.config.clamp_len) == (9, False, 4)
 
 
-def test_import_from_a_bucket(exported, gcs_prefix):
+def test_export_to_and_import_from_a_bucket(exported, gcs_prefix):
     remote = posixpath.join(gcs_prefix, "hf")
-    for file in exported[2].iterdir():
-        tf.io.gfile.copy(str(file), posixpath.join(remote, file.name))
+    assert xlnet_cli.main(["export", "--model-dir", str(exported[1]), "--format", "huggingface",
+                           "--output", remote]) == 0
+    assert sorted(tf.io.gfile.listdir(remote)) == sorted(path.name for path in exported[2].iterdir())
     output = posixpath.join(gcs_prefix, "model")
     assert import_dir(remote, output) == 0
     assert_same_weights(exported[0], restore_model_dir(output)[0])
