@@ -479,20 +479,22 @@ def tokenizer_config(sp_model_proto: bytes, special_ids: Mapping[str, int], unca
             "mask_token": piece("mask"), "additional_special_tokens": [piece("eop"), piece("eod")]}
 
 
-def write_huggingface_directory(output: str, network: XLNetNetwork, special_ids: Mapping[str, int],
-                                sp_model_proto: bytes, uncased: bool, head=None,
+def write_huggingface_directory(output: str, network: XLNetNetwork, model_config: ModelConfig,
+                                special_ids: Mapping[str, int], sp_model_proto: bytes, uncased: bool, head=None,
                                 head_spec: Optional[HeadSpec] = None) -> list[str]:
     """Writes config.json, model.safetensors, spiece.model, tokenizer_config.json, tokenizer.json
     (trainer/huggingface_tokenizer.py) and special_tokens_map.json to ``output`` (local or gs://);
     returns the files written.
 
-    ``head``/``head_spec``: an XLNetForSequenceTask and what it is, for a fine-tuned model
-    (loaded by XLNetForSequenceClassification / XLNetForMultipleChoice), else XLNetLMHeadModel.
+    ``model_config``: the configuration to record (the model directory's; ``network`` may be its
+    whole-sequence version). ``head``/``head_spec``: an XLNetForSequenceTask and what it is, for a
+    fine-tuned model (loaded by XLNetForSequenceClassification / XLNetForMultipleChoice), else
+    XLNetLMHeadModel.
     """
     import safetensors.numpy
 
     join = _joiner(output.rstrip("/") or "/")
-    config = huggingface_config(network.config, special_ids, head_spec)  # refuses what it cannot express first
+    config = huggingface_config(model_config, special_ids, head_spec)  # refuses what it cannot express first
     tf.io.gfile.makedirs(output)
     # transformers refuses a safetensors file whose metadata lacks the framework format.
     write_bytes(join(WEIGHTS), safetensors.numpy.save(export_tensors(network, head), metadata={"format": "pt"}))

@@ -15,32 +15,8 @@ import sys
 import time
 from typing import Optional
 
-FORMATS = ("savedmodel", "huggingface", "tf1")
 # What marks an output directory as already holding an export of each format.
 EXISTING = {"huggingface": "config.json", "tf1": "xlnet_model.ckpt.index"}
-
-
-def restore_model(directory, checkpoint: str, head_spec):
-    """The network of ``directory`` (its own model_config.json, so the export records it whole)
-    and, for a fine-tuned directory, its head, restored from ``checkpoint``."""
-    import tensorflow as tf
-
-    from trainer.export import ExportError
-    from trainer.network import build_network
-
-    network = build_network(directory.model_config)
-    head = None if head_spec is None else head_spec.build(network)
-    objects = {"model": network} if head is None else {"model": network, "head": head}
-    try:
-        status = tf.train.Checkpoint(**objects).restore(checkpoint)
-        status.assert_existing_objects_matched()
-    except (tf.errors.OpError, IndexError) as error:
-        raise ExportError(f"cannot read checkpoint {checkpoint!r}: {getattr(error, 'message', error)}") from error
-    except (AssertionError, ValueError) as error:
-        raise ExportError(f"checkpoint {checkpoint!r} does not match model_config.json"
-                          f"{'' if head is None else ' and the fine-tuning head'}: {error}") from error
-    status.expect_partial()  # optimizer slots, step, mems and rng state are training-only
-    return network, head
 
 
 def export_format(model_dir: str, output: str, export_format: str, checkpoint: Optional[str] = None,
@@ -50,7 +26,8 @@ def export_format(model_dir: str, output: str, export_format: str, checkpoint: O
     TF1FormatError or StorageError, each naming the file, flag or field."""
     import tensorflow as tf
 
-    from trainer.export import ExportError, export_checkpoint, open_model_directory, resolve_uncased
+    from trainer.export import (ExportError, export_checkpoint, open_model_directory, resolve_uncased,
+                                restore_finetuned, restore_network)
     from trainer.head_files import read_head_spec
     from trainer.huggingface_format import TASK_ARCHITECTURES, write_huggingface_directory
     from trainer.tf1_format import write_tf1_directory
@@ -61,11 +38,17 @@ def export_format(model_dir: str, output: str, export_format: str, checkpoint: O
         raise ExportError(f"--output {output} already holds an export ({existing}); choose a new directory")
     checkpoint = export_checkpoint(directory, checkpoint)
     head_spec = read_head_spec(directory)
-    network, head = restore_model(directory, checkpoint, head_spec)
+    if head_spec is None:
+        network, head = restore_network(directory, checkpoint), None
+    else:
+        head = restore_finetuned(directory, checkpoint)
+        network = head.network
     if export_format == "huggingface":
         casing, why = resolve_uncased(directory, uncased)
-        files = write_huggingface_directory(output, network, directory.special_ids, directory.sp_model_proto,
-                                            casing, head, head_spec)
+        # The directory's own config, not the whole-sequence one the network was built with, so
+        # that the export records the pretraining settings too.
+        files = write_huggingface_directory(output, network, directory.model_config, directory.special_ids,
+                                            directory.sp_model_proto, casing, head, head_spec)
         loader = "XLNetLMHeadModel" if head_spec is None else TASK_ARCHITECTURES[head_spec.task]
         return files, (f"load with transformers' {loader}.from_pretrained and XLNetTokenizer.from_pretrained "
                        f"({'uncased' if casing else 'cased'} text: {why})")
