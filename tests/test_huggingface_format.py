@@ -164,7 +164,8 @@ def test_linear_weights_are_transposed_and_biases_sliced_per_layer(exported):
     network, _, output = exported
     tensors = safetensors.numpy.load_file(str(output / "model.safetensors"))
     block = network.blocks[1]
-    np.testing.assert_array_equal(tensors["transformer.layer.1.ff.layer_1.weight"], block.feed_forward.layer_1.kernel.numpy().T)
+    np.testing.assert_array_equal(tensors["transformer.layer.1.ff.layer_1.weight"],
+                                  block.feed_forward.layer_1.kernel.numpy().T)
     np.testing.assert_array_equal(tensors["transformer.layer.1.rel_attn.o"], block.attention.o_kernel.numpy())
     np.testing.assert_array_equal(tensors["transformer.layer.1.rel_attn.r_s_bias"],
                                   network.attention_biases.r_s_bias.numpy()[1])
@@ -261,8 +262,11 @@ def test_sharded_checkpoint_imports_like_a_single_file(tmp_path, exported, vocab
 
 def test_bare_xlnet_model_without_prefix_imports(copy_of, tmp_path, exported):
     """XLNetModel.save_pretrained: no "transformer." prefix and no lm_loss; the output bias is zero."""
-    rewrite_tensors(copy_of, lambda t: t.update({name.removeprefix("transformer."): t.pop(name)
-                                                 for name in list(t) if name != "lm_loss.bias"}) or t.pop("lm_loss.bias"))
+    def bare(tensors):
+        del tensors["lm_loss.bias"]
+        tensors.update({name.removeprefix("transformer."): tensors.pop(name) for name in list(tensors)})
+
+    rewrite_tensors(copy_of, bare)
     rewrite_config(copy_of, architectures=["XLNetModel"])
     assert import_dir(copy_of, tmp_path / "imported") == 0
     imported, _ = restore_model_dir(str(tmp_path / "imported"))
@@ -292,6 +296,14 @@ def test_activation_names_map_both_ways(copy_of, tmp_path, theirs, ours):
     assert values["ff_activation"] == theirs
 
 
+def test_old_vocabulary_size_name_n_token_is_read(copy_of, tmp_path, vocab):
+    values = json.loads((copy_of / "config.json").read_text())
+    values["n_token"] = values.pop("vocab_size")
+    (copy_of / "config.json").write_text(json.dumps(values))
+    assert import_dir(copy_of, tmp_path / "imported") == 0
+    assert restore_model_dir(str(tmp_path / "imported"))[0].config.vocab_size == vocab.vocab_size
+
+
 def test_flags_override_the_recorded_settings(copy_of, tmp_path):
     assert import_dir(copy_of, tmp_path / "imported", "--mem-len", "9", "--no-bi-data", "--clamp-len", "4") == 0
     imported, _ = restore_model_dir(str(tmp_path / "imported"))
@@ -315,12 +327,14 @@ def test_missing_tensor_is_named(copy_of, tmp_path, capsys):
 
 
 def test_extra_tensor_is_named(copy_of, tmp_path, capsys):
-    rewrite_tensors(copy_of, lambda t: t.update({"transformer.layer.2.rel_attn.q": t["transformer.layer.1.rel_attn.q"]}))
+    extra = "transformer.layer.2.rel_attn.q"  # a third layer in a two-layer model
+    rewrite_tensors(copy_of, lambda t: t.update({extra: t["transformer.layer.0.rel_attn.q"]}))
     assert "unexpected tensor transformer.layer.2.rel_attn.q" in import_error(copy_of, tmp_path, capsys)
 
 
 def test_wrong_shape_is_named(copy_of, tmp_path, capsys):
-    rewrite_tensors(copy_of, lambda t: t.update({"transformer.layer.0.ff.layer_1.weight": np.zeros((D, DI), np.float32)}))
+    wrong = np.zeros((D, DI), np.float32)
+    rewrite_tensors(copy_of, lambda t: t.update({"transformer.layer.0.ff.layer_1.weight": wrong}))
     assert (f"tensor transformer.layer.0.ff.layer_1.weight has shape [{D}, {DI}], the config needs [{DI}, {D}]"
             in import_error(copy_of, tmp_path, capsys))
 

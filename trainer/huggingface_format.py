@@ -102,12 +102,14 @@ def head_from_config(values: Mapping[str, Any], names: Iterable[str], source: st
         return None
     architecture = architectures[0]
     if architecture in NOT_YET:
-        raise HuggingFaceFormatError(f"{source}: architectures {architecture} is not supported: {NOT_YET[architecture]}")
+        raise HuggingFaceFormatError(f"{source}: architectures {architecture} is not supported: "
+                                     f"{NOT_YET[architecture]}")
     if architecture in (LM_ARCHITECTURE, BASE_ARCHITECTURE):
         return None
     if architecture not in TASK_ARCHITECTURES.values():
+        known = sorted({LM_ARCHITECTURE, BASE_ARCHITECTURE, *TASK_ARCHITECTURES.values()})
         raise HuggingFaceFormatError(f"{source}: architectures {architecture} is not an XLNet class we import "
-                                     f"(one of {', '.join(sorted({LM_ARCHITECTURE, BASE_ARCHITECTURE, *TASK_ARCHITECTURES.values()}))})")
+                                     f"(one of {', '.join(known)})")
     for key, needed in SUMMARY.items():
         if values.get(key, needed) != needed:
             raise HuggingFaceFormatError(f"{source}: {key} {values[key]!r} is not supported (the head summarises "
@@ -173,6 +175,8 @@ def model_config_from_huggingface(values: Mapping[str, Any], source: str, **over
     """
     if values.get("model_type") != "xlnet":
         raise HuggingFaceFormatError(f"{source}: model_type {values.get('model_type')!r} is not 'xlnet'")
+    if "vocab_size" not in values and "n_token" in values:  # the old name, which transformers still maps
+        values = dict(values, vocab_size=values["n_token"])
     missing = [key for key in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner") if key not in values]
     if missing:
         raise HuggingFaceFormatError(f"{source} lacks {', '.join(missing)}")
@@ -462,8 +466,8 @@ def read_huggingface_directory(directory: str, **overrides: Any) -> HuggingFaceM
         tokenizer = read_json(join(TOKENIZER_CONFIG))
         if isinstance(tokenizer, dict) and isinstance(tokenizer.get("do_lower_case"), bool):
             uncased = tokenizer["do_lower_case"]
-    return HuggingFaceModel(config, head, tensors, prefix, lm_head, sp_model_proto, vocab.special_ids.to_dict(), uncased,
-                            source=f"{directory} ({WEIGHTS})")
+    return HuggingFaceModel(config, head, tensors, prefix, lm_head, sp_model_proto, vocab.special_ids.to_dict(),
+                            uncased, source=f"{directory} ({WEIGHTS})")
 
 
 def tokenizer_config(sp_model_proto: bytes, special_ids: Mapping[str, int], uncased: bool) -> dict[str, Any]:
