@@ -16,8 +16,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "preprocess": ("pipeline.preprocess_command", "turn a text corpus into XLNet TFRecord shards (Apache Beam)"),
     "train": ("trainer.task", "pretrain XLNet on preprocessed records (tf.distribute)"),
     "finetune": ("trainer.finetune_command", "fine-tune a model for classification, regression or multiple choice"),
-    "import-checkpoint": ("trainer.import_command", "convert an original TF1 XLNet release or a Hugging Face XLNet directory into a model directory"),
-    "export": ("trainer.export_command", "export a model directory as a serving SavedModel (or for Hugging Face, or in the TF1 layout)"),
+    "import-checkpoint": ("trainer.import_command",
+                          "convert an original TF1 release or a Hugging Face XLNet directory into a model directory"),
+    "export": ("trainer.export_command",
+               "export a model directory as a serving SavedModel (or for Hugging Face, or in the TF1 layout)"),
 }
 # Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/tensorflow_startup.py).
 TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export")
