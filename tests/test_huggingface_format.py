@@ -383,6 +383,17 @@ def test_mixing_huggingface_and_release_flags_is_refused(exported, tmp_path, cap
     assert "drop --spm" in capsys.readouterr().err
 
 
+def test_an_incomplete_release_names_the_missing_flags(tmp_path, capsys):
+    assert xlnet_cli.main(["import-checkpoint", "--checkpoint", "x/xlnet_model.ckpt",
+                           "--output", str(tmp_path / "m")]) == 2
+    assert "needs --config, --spm as well (or pass --huggingface DIR)" in capsys.readouterr().err
+
+
+def test_an_output_with_checkpoints_is_refused(exported, capsys):
+    assert import_dir(exported[2], exported[1]) == 2
+    assert "already holds checkpoints" in capsys.readouterr().err
+
+
 def test_reader_checks_every_tensor_before_assigning(copy_of, vocab):
     """The Python API: a bad tensor leaves the target network untouched."""
     from trainer.network import build_network

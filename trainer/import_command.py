@@ -47,18 +47,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"else {DEFAULTS.dropatt})")
 
 
-def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output: str, **overrides) -> str:
-    """Converts the release and writes the model directory (local or gs://); returns the checkpoint written."""
-    import tensorflow as tf
-
-    from tfrecords.vocabulary import parse_vocab
-    from trainer.checkpoint_import import CheckpointImportError, import_original, read_original_config
+def new_model_directory(output: str):
+    """The --output ModelDirectory, refused when it already holds checkpoints."""
+    from trainer.checkpoint_import import CheckpointImportError
     from trainer.model_dir import ModelDirectory
-    from trainer.storage import read_bytes
 
     target = ModelDirectory(output)
     if target.latest_checkpoint() is not None:
         raise CheckpointImportError(f"--output {output}: already holds checkpoints; choose a new directory")
+    return target
+
+
+def save_checkpoint(target, **objects) -> str:
+    """The one checkpoint of an imported model directory (``model=network``, plus ``head`` when
+    fine-tuned); returns its prefix."""
+    import tensorflow as tf
+
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(**objects), target.checkpoints, max_to_keep=1)
+    return manager.save(checkpoint_number=0)
+
+
+def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output: str, **overrides) -> str:
+    """Converts the release and writes the model directory (local or gs://); returns the checkpoint written."""
+    from tfrecords.vocabulary import parse_vocab
+    from trainer.checkpoint_import import CheckpointImportError, import_original, read_original_config
+    from trainer.storage import read_bytes
+
+    target = new_model_directory(output)
     config = read_original_config(config_path, **overrides)
     vocab = parse_vocab(read_bytes(spm_path), spm_path, source=f"--spm {spm_path!r}")
     if vocab.vocab_size != config.vocab_size:
@@ -66,8 +81,7 @@ def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output
                                     f"has n_token {config.vocab_size}: they are not from the same release")
     network = import_original(checkpoint, config_path, **overrides)
     target.write_model_files(config, vocab.special_ids.to_dict(), spm_path)
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=network), target.checkpoints, max_to_keep=1)
-    return manager.save(checkpoint_number=0)
+    return save_checkpoint(target, model=network)
 
 
 def import_huggingface_to_model_dir(source: str, output: str, **overrides) -> str:
@@ -76,28 +90,21 @@ def import_huggingface_to_model_dir(source: str, output: str, **overrides) -> st
     Every tensor is checked before anything is assigned or written."""
     import posixpath
 
-    import tensorflow as tf
-
-    from trainer.checkpoint_import import CheckpointImportError
     from trainer.head_files import write_head_files
     from trainer.huggingface_format import VOCAB, read_huggingface_directory
-    from trainer.model_dir import ModelDirectory
     from trainer.network import build_network
 
-    target = ModelDirectory(output)
-    if target.latest_checkpoint() is not None:
-        raise CheckpointImportError(f"--output {output}: already holds checkpoints; choose a new directory")
+    target = new_model_directory(output)
     model = read_huggingface_directory(source, **overrides)
     network = build_network(model.config)
     head = None if model.head is None else model.head.build(network)
     model.load_into(network, head)
     target.write_model_files(model.config, model.special_ids, posixpath.join(source.rstrip("/"), VOCAB),
                              uncased=model.uncased)
-    objects = {"model": network} if head is None else {"model": network, "head": head}
-    if model.head is not None:
-        write_head_files(target, model.head)
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(**objects), target.checkpoints, max_to_keep=1)
-    return manager.save(checkpoint_number=0)
+    if head is None:
+        return save_checkpoint(target, model=network)
+    write_head_files(target, model.head)
+    return save_checkpoint(target, model=network, head=head)
 
 
 def run(args: argparse.Namespace) -> int:
