@@ -175,19 +175,28 @@ def test_save_pretrained_lm_model_imports_with_the_same_logits(tmp_path, vocab):
     np.testing.assert_allclose(network.logits(hidden).numpy(), theirs.numpy(), rtol=TOLERANCE, atol=TOLERANCE)
 
 
-def test_save_pretrained_classifier_imports_as_a_fine_tuned_model(tmp_path, vocab):
+@pytest.mark.parametrize("task", sorted(HEADS))
+def test_save_pretrained_head_model_imports_as_a_fine_tuned_model(tmp_path, vocab, task):
     labels = {0: "sad", 1: "neutral", 2: "happy"}
-    config = hf_config(vocab, id2label=labels, label2id={v: k for k, v in labels.items()})
-    model = randomized(transformers.XLNetForSequenceClassification(config), 1)
+    if task == "classification":
+        config = hf_config(vocab, id2label=labels, label2id={v: k for k, v in labels.items()})
+    elif task == "regression":
+        config = hf_config(vocab, num_labels=1, problem_type="regression")
+    else:
+        config = hf_config(vocab)
+    cls = transformers.XLNetForMultipleChoice if task == "multiple-choice" else \
+        transformers.XLNetForSequenceClassification
+    model = randomized(cls(config), 1)
     source = save_pretrained_dir(model, tmp_path / "hf", vocab)
     assert xlnet_cli.main(["import-checkpoint", "--huggingface", source, "--output", str(tmp_path / "model"),
                            "--no-bi-data"]) == 0
     _, head = restore_model_dir(str(tmp_path / "model"))
-    assert (head.task, head.num_labels) == ("classification", 3)
-    inputs = head_inputs(vocab, "classification")
+    assert (head.task, head.num_labels) == (task, 3 if task == "classification" else 1)
+    inputs = head_inputs(vocab, task)
     with torch.no_grad():
         theirs = model(**torch_inputs(inputs)).logits.numpy()
-    np.testing.assert_allclose(head(inputs).numpy(), theirs, rtol=TOLERANCE, atol=TOLERANCE)
+    np.testing.assert_allclose(head(inputs).numpy(), theirs[:, 0] if task == "regression" else theirs,
+                               rtol=TOLERANCE, atol=TOLERANCE)
 
 
 def test_exact_gelu_model_imports_with_the_same_logits(tmp_path, vocab):
