@@ -379,13 +379,14 @@ class XLNetServingModule(tf.Module):
 
     def _predict_text(self, text, text_b=None) -> dict[str, tf.Tensor]:
         """Raw strings [batch] (and their second texts) -> ``classify`` / ``regress`` outputs."""
+        # Calling the encoder's tf.functions (not their Python bodies) reuses their traced graphs.
         if text_b is None:
-            return self._task_outputs(self._encode_text(text)["sequence_output"])
-        return self._task_outputs(self._encode_text_pair(text, text_b)["sequence_output"])
+            return self._task_outputs(self.encode_text(text)["sequence_output"])
+        return self._task_outputs(self.encode_text_pair(text, text_b)["sequence_output"])
 
     def _predict_ids(self, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
         """Ids as ``encode`` takes them -> ``classify_ids`` / ``regress_ids`` outputs."""
-        return self._task_outputs(self._encode(input_ids, segment_ids, input_mask)["sequence_output"])
+        return self._task_outputs(self.encode(input_ids, segment_ids, input_mask)["sequence_output"])
 
     def _choice_outputs(self, hidden, batch_size, num_options) -> dict[str, tf.Tensor]:
         """States of every (example, option) row -> probabilities [batch, options] and the choice."""
@@ -412,7 +413,7 @@ class XLNetServingModule(tf.Module):
         """ids [batch, options, length] as ``encode`` takes them per option -> ``choose`` outputs."""
         shape = tf.shape(input_ids)
         flat = [tf.reshape(tensor, [-1, shape[2]]) for tensor in (input_ids, segment_ids, input_mask)]
-        return self._choice_outputs(self._encode(*flat)["sequence_output"], shape[0], shape[1])
+        return self._choice_outputs(self.encode(*flat)["sequence_output"], shape[0], shape[1])
 
 
 def mask_positions(is_masked: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
