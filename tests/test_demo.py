@@ -46,11 +46,15 @@ def test_noise_filter_drops_tensorflow_startup_lines_only():
 def test_demo_runs_end_to_end_and_reports_losses_and_predictions(tmp_path):
     output = tmp_path / "demo_output"
     run = subprocess.run([sys.executable, str(REPO / "demo.py"), "--output", str(output), "--train-steps", "20",
-                          "--eval-every", "10"], capture_output=True, text=True, timeout=1200)
+                          "--eval-every", "10", "--finetune-steps", "20"], capture_output=True, text=True,
+                         timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "project modules imported by the client: none" in run.stdout
     assert "final train loss:" in run.stdout and "final valid loss:" in run.stdout
     assert run.stdout.count("  <mask> 1: ") == 5
     assert (output / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (output / "serving" / "xlnet" / "1" / "saved_model.pb").is_file()
     assert list((output / "model" / "tensorboard" / "train").glob("events.out.tfevents.*"))
+    assert "dev accuracy" in run.stdout and (output / "classifier" / "eval_results.json").is_file()
+    assert run.stdout.count("project modules imported by the client: none") == 2
+    assert sum(line.split()[0] in ("fresh", "rotten") for line in run.stdout.splitlines() if line.strip()
+               and line.startswith("      ")) >= 4

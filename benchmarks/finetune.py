@@ -1,0 +1,140 @@
+"""Does pretraining help? Fine-tunes the same data from pretrained and from random weights.
+
+One pretraining run of the tiny preset on the bundled corpus (benchmarks/bundled_data.py) keeps
+a checkpoint at each of ``--pretrain-steps``; each becomes a model directory of its own, and
+`xlnet finetune` runs from it with the same task, steps and seed. Step 0 is the baseline from
+random weights (the same architecture and vocabulary, `--vocab` instead of `--init-checkpoint`).
+Every fine-tune is a real `xlnet finetune` process; one JSON line per fine-tune reports the
+dev-set scores from its eval_results.json, plus the pretraining valid loss at that checkpoint.
+
+    .venv/bin/python benchmarks/finetune.py [--pretrain-steps 0 1000 3000] [--finetune-steps 600]
+        [--seeds 0] [--workdir DIR] [--pretrained MODEL_DIR]
+
+``--pretrained MODEL_DIR`` skips the pretraining run and compares that model directory (e.g.
+demo_output/model) with random weights.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROTTEN = REPO / "data" / "finetune" / "rotten_tomatoes"
+
+
+def xlnet(*args: str) -> str:
+    """Runs one `xlnet` command; returns its stdout, or exits with its output on failure."""
+    completed = subprocess.run([sys.executable, "-m", "xlnet_cli", *args], cwd=REPO, capture_output=True,
+                               text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    if completed.returncode:
+        sys.exit(f"xlnet {args[0]} failed ({completed.returncode}):\n{completed.stdout[-3000:]}"
+                 f"{completed.stderr[-3000:]}")
+    return completed.stdout
+
+
+def pretrain(data_dir: str, model_dir: Path, steps: list[int]) -> dict[int, float]:
+    """Pretrains the tiny preset to max(steps), keeping a checkpoint at each; step -> valid loss."""
+    last = max(steps)
+    every = math.gcd(*steps)
+    xlnet("train", "--data", data_dir, "--model-dir", str(model_dir), "--preset", "tiny",
+          "--set", f"train_steps={last}", "--set", f"checkpoint_every={every}", "--set", f"eval_every={every}",
+          "--set", f"keep_checkpoints={last // every + 1}", "--set", "steps_per_loop=50")
+    return valid_losses(model_dir / "tensorboard" / "eval")
+
+
+def valid_losses(event_dir: Path) -> dict[int, float]:
+    """step -> valid loss from a pretraining run's TensorBoard eval events."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(event_dir), size_guidance={"tensors": 0})
+    events.Reload()
+    import tensorflow as tf
+
+    return {event.step: float(tf.make_ndarray(event.tensor_proto)) for event in events.Tensors("loss")}
+
+
+def snapshot(model_dir: Path, step: int, target: Path) -> Path:
+    """A model directory holding ``model_dir``'s files and only its checkpoint of ``step``."""
+    import tensorflow as tf
+
+    shutil.copytree(model_dir, target, ignore=shutil.ignore_patterns("checkpoints", "tensorboard", "*.jsonl"))
+    (target / "checkpoints").mkdir()
+    for path in (model_dir / "checkpoints").glob(f"ckpt-{step}.*"):
+        shutil.copy(path, target / "checkpoints" / path.name)
+    tf.train.update_checkpoint_state(str(target / "checkpoints"), str(target / "checkpoints" / f"ckpt-{step}"))
+    return target
+
+
+def finetune(out: Path, steps: int, seed: int, init: Path | None, vocab: Path) -> tuple[dict, float]:
+    """One `xlnet finetune` on the bundled Rotten Tomatoes splits; (eval_results.json, seconds)."""
+    source = ["--init-checkpoint", str(init)] if init else ["--vocab", str(vocab), "--preset", "tiny"]
+    began = time.time()
+    xlnet("finetune", "--task", "classification", "--train", str(ROTTEN / "train.tsv"), "--eval",
+          str(ROTTEN / "dev.tsv"), "--model-dir", str(out), *source, "--set", f"train_steps={steps}",
+          "--set", f"seed={seed}", "--set", f"eval_every={steps}", "--set", f"checkpoint_every={steps}")
+    return json.loads((out / "eval_results.json").read_text()), time.time() - began
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pretrain-steps", type=int, nargs="+", default=[0, 1000, 3000],
+                        help="pretraining checkpoints to fine-tune from (0: random weights)")
+    parser.add_argument("--finetune-steps", type=int, default=600, help="fine-tuning steps of every run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="fine-tuning seeds")
+    parser.add_argument("--pretrained", help="an existing model directory instead of the pretraining run")
+    parser.add_argument("--workdir", default=None, help="where data and models go (default: a temporary dir)")
+    args = parser.parse_args(argv)
+
+    import bundled_data
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="finetune-bench-"))
+    data_dir = bundled_data.prepare(workdir / "bundled")
+    vocab = workdir / "bundled" / "spiece.model"
+    sources: dict[int | str, Path | None] = {0: None}
+    valid: dict[int, float] = {}
+    if args.pretrained:
+        pretrained = Path(args.pretrained)
+        vocab = pretrained / "spiece.model"
+        sources[args.pretrained] = pretrained
+    elif any(args.pretrain_steps):
+        steps = [step for step in args.pretrain_steps if step > 0]
+        run = workdir / "pretrain"
+        if (run / "checkpoints" / f"ckpt-{max(steps)}.index").exists():  # a finished run in --workdir
+            valid = valid_losses(run / "tensorboard" / "eval")
+        else:
+            shutil.rmtree(run, ignore_errors=True)
+            valid = pretrain(data_dir, run, steps)
+        for step in steps:
+            target = workdir / f"pretrained-{step}"
+            shutil.rmtree(target, ignore_errors=True)
+            sources[step] = snapshot(run, step, target)
+    for seed in args.seeds:
+        for name, init in sources.items():
+            out = workdir / f"finetune-{name if isinstance(name, int) else 'given'}-seed{seed}"
+            shutil.rmtree(out, ignore_errors=True)
+            results, seconds = finetune(out, args.finetune_steps, seed, init, vocab)
+            print(json.dumps({
+                "benchmark": "finetune", "task": "classification", "data": "rotten_tomatoes dev (1000, balanced)",
+                "init": "random" if init is None else "pretrained",
+                "pretrain_steps": name if isinstance(name, int) else None,
+                "pretrained_model": str(init) if init is not None else None,
+                "pretrain_valid_loss": valid.get(name) if isinstance(name, int) else None,
+                "finetune_steps": args.finetune_steps, "seed": seed,
+                "dev": {key: round(results[key], 4) for key in ("accuracy", "macro_f1", "mcc", "loss")},
+                "seconds": round(seconds, 1)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
