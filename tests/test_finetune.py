@@ -306,3 +306,14 @@ def test_two_mirrored_replicas_compute_the_gradients_of_one_device(spm_model, tm
     np.testing.assert_allclose(loss_two, loss_one, rtol=1e-5)
     for a, b in zip(grads_one, grads_two):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-7)
+
+
+def test_finetuning_into_a_pretrained_model_directory_is_refused(classifier, spm_model, tmp_path, capsys):
+    model_dir, _ = classifier
+    pretrained = tmp_path / "pretrained"
+    import shutil
+
+    shutil.copytree(model_dir, pretrained)
+    (pretrained / ModelDirectory.FINETUNE_CONFIG).unlink()
+    assert xlnet_cli.main(finetune_args(pretrained, spm_model)) == 2
+    assert "pass it as --init-checkpoint" in capsys.readouterr().err

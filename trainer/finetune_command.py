@@ -170,14 +170,15 @@ def _matching_preset(model, presets) -> str:
 def _check_resume(out, model, config) -> tuple[str, ...] | None:
     """An existing output must hold the same task and architecture; returns its label list, if any."""
     if not out.has(out.FINETUNE_CONFIG):
+        if out.latest_checkpoint() is not None:
+            raise ValueError(f"--model-dir {out.path} holds a model that was not fine-tuned (no "
+                             f"{out.FINETUNE_CONFIG}); pass it as --init-checkpoint and fine-tune into a new "
+                             "--model-dir")
         return None
     existing = out.finetune_config
     if existing.task != config.task:
         raise ValueError(f"--model-dir {out.path} holds a {existing.task} model; use a new --model-dir")
-    if out.has(out.MODEL_CONFIG) and out.model_config != model:
-        changed = sorted(k for k, v in model.to_dict().items() if out.model_config.to_dict().get(k) != v)
-        raise ValueError(f"--model-dir {out.path} holds a model with different {', '.join(changed)}; "
-                         "use a new --model-dir or the same settings to resume")
+    out.check_same_model(model)
     return out.labels
 
 
@@ -200,18 +201,3 @@ def _write_outputs(controller, args: argparse.Namespace, result) -> dict[str, An
         if data.test.targets is not None:
             summary["test"] = task.scores(outputs, data.test.targets)
     return summary
-
-
-def main(argv=None) -> int:
-    from trainer.tensorflow_startup import import_tensorflow_quietly
-    from xlnet_cli import HelpFormatter
-
-    import_tensorflow_quietly()
-    parser = argparse.ArgumentParser(prog="python -m trainer.finetune_command", description=__doc__.splitlines()[0],
-                                     formatter_class=HelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -119,12 +119,7 @@ def _prepare_model_dir(model_dir, model, train, special_ids: dict, vocab_path: s
     An existing model directory must hold the same architecture: resuming with another one
     would silently restore mismatched weights.
     """
-    if model_dir.has(model_dir.MODEL_CONFIG):
-        existing = model_dir.model_config
-        if existing != model:
-            changed = sorted(k for k, v in model.to_dict().items() if existing.to_dict().get(k) != v)
-            raise ValueError(f"--model-dir {model_dir.path} holds a model with different {', '.join(changed)}; "
-                             "use a new --model-dir or the same model settings to resume")
+    model_dir.check_same_model(model)
     model_dir.write_model_files(model, special_ids, vocab_path, uncased=uncased)
     model_dir.write_train_config(train)
 
