@@ -51,3 +51,16 @@ def test_preprocess_benchmark_reports_capacity_both_set_ups_and_the_speed_up(spm
     speedup = round(one["seconds"] / two["seconds"], 2)
     assert summary["speedup_1_to_2_per_repeat"] == [speedup]
     assert summary["speedup_over_capacity_per_repeat"] == [round(speedup / capacity["capacity_2_vs_1"], 2)]
+
+
+@pytest.mark.slow
+def test_finetune_benchmark_reports_random_and_pretrained_runs_with_the_same_settings(tmp_path):
+    random, pretrained = run_benchmark("finetune.py", "--workdir", str(tmp_path), "--pretrain-steps", "0", "4",
+                                       "--finetune-steps", "4")
+
+    assert (random["init"], random["pretrain_steps"]) == ("random", 0)
+    assert (pretrained["init"], pretrained["pretrain_steps"]) == ("pretrained", 4)
+    assert random["finetune_steps"] == pretrained["finetune_steps"] == 4 and random["seed"] == pretrained["seed"]
+    assert pretrained["pretrain_valid_loss"] > 0 and random["pretrain_valid_loss"] is None
+    for line in (random, pretrained):
+        assert set(line["dev"]) == {"accuracy", "macro_f1", "mcc", "loss"} and 0 <= line["dev"]["accuracy"] <= 1

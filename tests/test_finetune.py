@@ -317,3 +317,30 @@ def test_finetuning_into_a_pretrained_model_directory_is_refused(classifier, spm
     (pretrained / ModelDirectory.FINETUNE_CONFIG).unlink()
     assert xlnet_cli.main(finetune_args(pretrained, spm_model)) == 2
     assert "pass it as --init-checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_two_worker_processes_finetune_in_lockstep_and_the_chief_writes_the_results(spm_model, tmp_path):
+    from test_distributed import free_ports, outputs_of
+
+    model_dir = tmp_path / "model"
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    args = [sys.executable, "-m", "xlnet_cli"] + finetune_args(
+        model_dir, spm_model, "train_steps=4", "checkpoint_every=4", "eval_every=2", "dropout=0", "dropatt=0",
+        extra=["--strategy", "multi-worker", "--test", str(ROTTEN / "dev.tsv")])
+    processes = []
+    for index in range(2):
+        config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        env = dict(os.environ, TF_CONFIG=json.dumps(config), TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+        processes.append(subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+    outputs = outputs_of(processes, timeout=600)
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output
+    chief, other = (step_losses(path / ModelDirectory.STEP_LOG) for path in (model_dir, model_dir / "workers"
+                                                                              / "worker-1"))
+    assert sorted(chief) == [1, 2, 3, 4]
+    np.testing.assert_allclose([other[s] for s in chief], [chief[s] for s in chief], rtol=1e-6)
+    assert len((model_dir / "predictions.jsonl").read_text().splitlines()) == 1000
+    assert json.loads((model_dir / "eval_results.json").read_text())["examples"] == 1000
+    assert last_json_line(outputs[0])["eval"] == last_json_line(outputs[1])["eval"]

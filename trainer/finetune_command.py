@@ -190,14 +190,17 @@ def _write_outputs(controller, args: argparse.Namespace, result) -> dict[str, An
                                                              ("test", data.test)) if split is not None}
     summary = {"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
                "eval": dict(result.eval_metrics), "truncated": truncated}
-    if result.stopped != "completed" or not controller.chief:
+    if result.stopped != "completed":
         return summary
-    out.write_json(out.EVAL_RESULTS, {"task": task.task, "step": result.step, "eval_files": args.eval,
-                                      "examples": len(data.eval.examples), **result.eval_metrics,
-                                      "truncated": truncated})
+    if controller.chief:
+        out.write_json(out.EVAL_RESULTS, {"task": task.task, "step": result.step, "eval_files": args.eval,
+                                          "examples": len(data.eval.examples), **result.eval_metrics,
+                                          "truncated": truncated})
     if data.test is not None:
+        # every worker predicts (the outputs are gathered across workers); the chief writes
         outputs = task.predict(controller.strategy, data.test.examples)
-        out.write_json_lines(out.PREDICTIONS, task.prediction_rows(outputs))
+        if controller.chief:
+            out.write_json_lines(out.PREDICTIONS, task.prediction_rows(outputs))
         if data.test.targets is not None:
             summary["test"] = task.scores(outputs, data.test.targets)
     return summary
