@@ -90,6 +90,8 @@ def build_controller(args: argparse.Namespace):
     model, config = _resolve_configs(args, source)
     if config.deterministic:
         make_deterministic()
+    # before any TensorFlow op runs (encoding counts pieces): multi-worker set-up needs a fresh runtime
+    strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
     out = ModelDirectory(args.model_dir)
     resumed_labels = _check_resume(out, model, config)
     encoder = XLNetTextEncoder(source["sp_model_proto"], source["special_ids"], config.max_seq_length,
@@ -102,7 +104,6 @@ def build_controller(args: argparse.Namespace):
         if split is not None and split.truncated:
             print(f"{split.truncated} of {len(split.examples)} {name} examples are longer than max_seq_length "
                   f"{config.max_seq_length} and are truncated", flush=True)
-    strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
     if is_chief(strategy):
         out.write_model_files(model, source["special_ids"], source["vocab_path"], uncased=source["uncased"])
         out.write_finetune_files(config, data.labels)
