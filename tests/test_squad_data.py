@@ -1,0 +1,259 @@
+"""SQuAD inputs (trainer/squad_data.py) on the bundled hand-written set data/squad/wiki_qa_v2.json
+and paragraphs of the bundled corpus."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import read_corpus_documents
+from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
+from tfrecords.text_normalization import normalize_text
+from trainer.squad_cloze import cloze_squad
+from trainer.squad_data import (SquadDataError, SquadTokenizer, answer_piece_range, build_features,
+                                context_windows, max_context_window, normalized_char_origins, read_squad)
+from trainer.text_encoding import XLNetTextEncoder
+
+REPO = Path(__file__).resolve().parents[1]
+WIKI_QA = REPO / "data" / "squad" / "wiki_qa_v2.json"
+WIKI = REPO / "data" / "corpus" / "wiki_summaries_en.txt.gz"
+
+
+@pytest.fixture(scope="module")
+def squad():
+    return read_squad(str(WIKI_QA))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(vocab) -> SquadTokenizer:
+    return SquadTokenizer(vocab, uncased=False)
+
+
+def write_squad(path: Path, paragraphs: list[dict]) -> str:
+    path.write_text(json.dumps({"data": [{"title": "t", "paragraphs": paragraphs}]}), encoding="utf-8")
+    return str(path)
+
+
+def raises_for(path: str, where: str, message: str) -> pytest.RaisesExc:
+    return pytest.raises(SquadDataError, match="^" + re.escape(f"{path}: {where}") + message)
+
+
+# ---------------------------------------------------------------------------------------- reading
+def test_the_bundled_set_reads_as_squad2_with_130_questions_21_unanswerable(squad):
+    assert squad.version_2
+    assert len(squad.examples) == 130
+    assert sum(example.is_impossible for example in squad.examples) == 21
+    first = squad.examples[0]
+    assert (first.qid, first.question, first.answers[0].text, first.answers[0].start) == (
+        "wiki-00001-00", "Who directed 2001: A Space Odyssey?", "Stanley Kubrick", 83)
+    assert first.context[83:98] == "Stanley Kubrick"
+
+
+def test_gold_answers_list_every_answer_and_none_for_unanswerable(squad):
+    golds = squad.gold_answers()
+    assert golds["wiki-00008-00"] == ["the Parthenon", "Parthenon"]
+    assert golds["wiki-00001-05"] == []
+
+
+def test_a_file_without_is_impossible_is_squad11(tmp_path):
+    context = " ".join(read_corpus_documents(WIKI, 2)[1])
+    path = write_squad(tmp_path / "v1.json", [{"context": context, "qas": [
+        {"id": "q1", "question": "Who directed it?", "answers": [{"text": "Stanley Kubrick", "answer_start": 83}]}]}])
+    data = read_squad(path)
+    assert not data.version_2 and data.examples[0].answers[0].text == "Stanley Kubrick"
+
+
+def test_a_missing_field_names_file_and_question(tmp_path):
+    path = write_squad(tmp_path / "bad.json", [{"context": "Some text.", "qas": [
+        {"id": "q7", "answers": [{"text": "Some", "answer_start": 0}]}]}])
+    with raises_for(path, "question 'q7'", ": missing field 'question'"):
+        read_squad(path)
+
+
+def test_an_answer_start_outside_the_context_names_file_and_question(tmp_path):
+    path = write_squad(tmp_path / "bad.json", [{"context": "Short text.", "qas": [
+        {"id": "q3", "question": "What?", "answers": [{"text": "text", "answer_start": 40}]}]}])
+    with raises_for(path, "question 'q3'", r": answers\[0\]: answer_start 40 with 4 characters is outside the context"):
+        read_squad(path)
+
+
+def test_an_answer_text_that_differs_from_the_context_there_names_file_and_question(tmp_path):
+    path = write_squad(tmp_path / "bad.json", [{"context": "Short text.", "qas": [
+        {"id": "q4", "question": "What?", "answers": [{"text": "text", "answer_start": 0}]}]}])
+    with raises_for(path, "question 'q4'", r": answers\[0\]: the context at answer_start 0 reads 'Shor'"):
+        read_squad(path)
+
+
+def test_an_empty_context_names_file_and_its_first_question(tmp_path):
+    path = write_squad(tmp_path / "bad.json", [{"context": " \n\u0301 ", "qas": [
+        {"id": "q5", "question": "What?", "answers": []}]}])
+    with raises_for(path, r"data[0].paragraphs[0] (question 'q5')", ": empty context"):
+        read_squad(path)
+
+
+def test_a_duplicate_id_and_an_unanswerable_question_with_answers_are_refused(tmp_path):
+    qa = {"id": "q1", "question": "What?", "answers": [{"text": "Short", "answer_start": 0}]}
+    path = write_squad(tmp_path / "dup.json", [{"context": "Short text.", "qas": [qa, qa]}])
+    with raises_for(path, "question 'q1'", r": duplicate id"):
+        read_squad(path)
+    path = write_squad(tmp_path / "imp.json", [{"context": "Short text.", "qas": [{**qa, "is_impossible": True}]}])
+    with raises_for(path, "question 'q1'", r": is_impossible is true but the question has 1 answer"):
+        read_squad(path)
+
+
+# ------------------------------------------------------------------------------------ alignment
+def test_origins_follow_accents_ligatures_quote_pairs_and_whitespace_runs():
+    text = "  Zürich ''ﬁne''\t\tday "
+    normalized, starts, ends = normalized_char_origins(text, uncased=False)
+    assert normalized == normalize_text(text) == 'Zurich "fine" day'
+    # Z ü r i c h at 2..7; space 8; '' at 9-10 -> one '"'; ﬁ (11) -> f and i; n e 12-13;
+    # '' at 14-15; the tab run 16-17 -> one space; d a y 18..20
+    assert starts.tolist() == [2, 3, 4, 5, 6, 7, 8, 9, 11, 11, 12, 13, 14, 16, 18, 19, 20]
+    assert ends.tolist() == [3, 4, 5, 6, 7, 8, 9, 11, 12, 12, 13, 14, 16, 18, 19, 20, 21]
+
+
+def test_origins_survive_a_context_dependent_lower_case():
+    # str.lower turns the last sigma into a final sigma; character by character it would not be
+    normalized, starts, ends = normalized_char_origins("ΟΔΟΣ Α", uncased=True)
+    assert normalized == "οδος α"
+    assert starts.tolist() == [0, 1, 2, 3, 4, 5] and ends.tolist() == [1, 2, 3, 4, 5, 6]
+
+
+def test_piece_ids_equal_the_serving_encoders(squad, tokenizer, vocab):
+    encoder = XLNetTextEncoder(vocab.model_proto, vocab.special_ids.to_dict(), max_length=512, uncased=False)
+    contexts = sorted({example.context for example in squad.examples})
+    texts = contexts + [example.question for example in squad.examples]
+    served = encoder.tokenize(tf.constant(texts)).to_list()
+    ours = [tokenizer.encode_with_spans(text).ids.tolist() for text in contexts]
+    ours += [tokenizer.encode(example.question) for example in squad.examples]
+    assert ours == served
+
+
+def test_every_bundled_answer_maps_to_pieces_whose_span_is_the_answer(squad, tokenizer):
+    # answers are whole words, and the vocabulary splits at spaces, quotes and dashes: the
+    # original text between the first and last answer piece is exactly the answer
+    for example in squad.examples:
+        spans = tokenizer.encode_with_spans(example.context)
+        for answer in example.answers:
+            first, last = answer_piece_range(spans, answer.start, answer.end)
+            assert example.context[spans.char_start[first]:spans.char_end[last]] == answer.text, example.qid
+
+
+def test_an_answer_with_accents_is_returned_with_its_accents(squad, tokenizer):
+    example = next(e for e in squad.examples if e.qid == "wiki-00100-01")  # Prosper Mérimée
+    spans = tokenizer.encode_with_spans(example.context)
+    first, last = answer_piece_range(spans, example.answers[0].start, example.answers[0].end)
+    assert example.context[spans.char_start[first]:spans.char_end[last]] == "Prosper Mérimée"
+
+
+# -------------------------------------------------------------------------------------- windows
+def test_windows_advance_by_the_stride_until_one_reaches_the_end():
+    # 10 pieces, budget 4, stride 3: [0..3], [3..6], [6..9]
+    assert context_windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
+    # a window shorter than the stride advances by its length: one window
+    assert context_windows(3, 4, 128) == [(0, 3)]
+
+
+def test_the_max_context_window_maximises_the_smaller_side():
+    windows = [(0, 4), (3, 4), (6, 4)]
+    # piece 4: only window 1 holds it...; piece 3: window 0 (left 3, right 0) -> 0.04,
+    # window 1 (left 0, right 3) -> 0.04: the first wins; piece 5: window 1 (2, 1) -> 1.04
+    assert max_context_window(windows, 4) == 1
+    assert max_context_window(windows, 3) == 0
+    assert max_context_window(windows, 5) == 1
+
+
+# ------------------------------------------------------------------------------------- features
+def test_a_feature_is_left_padded_context_sep_question_sep_cls(squad, tokenizer, vocab):
+    example = squad.examples[0]
+    features = build_features([example], tokenizer, training=True, max_seq_length=256)
+    special = vocab.special_ids
+    context = tokenizer.encode_with_spans(example.context).ids.tolist()
+    question = tokenizer.encode(example.question)
+    real = len(context) + len(question) + 3
+    pad = 256 - real
+    assert len(features) == 1
+    assert features.input_ids[0].tolist() == [special.pad] * pad + context + [special.sep] + question + [
+        special.sep, special.cls]
+    assert features.segment_ids[0].tolist() == [SEG_A] * (pad + len(context) + 1) + [SEG_B] * (len(question) + 1) + [
+        SEG_CLS]
+    assert features.input_mask[0].tolist() == [0] * pad + [1] * real
+    assert features.p_mask[0].tolist() == [1.0] * pad + [0.0] * len(context) + [1.0] * (len(question) + 2) + [0.0]
+
+
+def test_training_targets_point_at_the_answer_pieces(squad, tokenizer):
+    example = squad.examples[0]
+    features = build_features([example], tokenizer, training=True, max_seq_length=256)
+    start, end = features.start_positions[0], features.end_positions[0]
+    text = example.context[features.token_char_start[0, start]:features.token_char_end[0, end]]
+    assert text == "Stanley Kubrick" and features.is_impossible[0] == 0.0
+
+
+def test_an_unanswerable_question_targets_cls(squad, tokenizer):
+    example = next(e for e in squad.examples if e.is_impossible)
+    features = build_features([example], tokenizer, training=True, max_seq_length=256)
+    assert features.start_positions.tolist() == features.end_positions.tolist() == [255]
+    assert features.is_impossible.tolist() == [1.0]
+
+
+def test_long_contexts_slide_and_answers_outside_a_window_target_cls(squad, tokenizer):
+    example = next(e for e in squad.examples if e.qid == "wiki-00389-03")  # "1986", late in the paragraph
+    features = build_features([example], tokenizer, training=True, max_seq_length=64, doc_stride=16,
+                              max_query_length=16)
+    pieces = len(tokenizer.encode_with_spans(example.context).ids)
+    budget = 64 - len(tokenizer.encode(example.question)) - 3
+    assert len(features) == len(context_windows(pieces, budget, 16)) > 2
+    inside = features.is_impossible == 0.0
+    assert 1 <= inside.sum() < len(features)
+    assert (features.start_positions[~inside] == 63).all()
+    for row in np.flatnonzero(inside):
+        start, end = features.start_positions[row], features.end_positions[row]
+        assert example.context[features.token_char_start[row, start]:features.token_char_end[row, end]] == "1986"
+    # every context piece is the max-context piece of exactly one window
+    assert features.token_is_max_context.sum() == pieces
+
+
+def test_long_questions_are_truncated_and_counted(squad, tokenizer):
+    features = build_features(squad.examples[:10], tokenizer, training=False, max_seq_length=128,
+                              max_query_length=6)
+    long_questions = sum(len(tokenizer.encode(e.question)) > 6 for e in squad.examples[:10])
+    assert features.truncated_questions == long_questions > 0
+    assert (features.input_mask.sum(axis=1) <= 128).all()
+
+
+def test_an_answer_the_normalisation_drops_is_counted_and_skipped_when_training(tmp_path, tokenizer):
+    # the answer is the combining acute accent of "Cafe\u0301": normalisation strips it
+    path = write_squad(tmp_path / "accent.json", [{"context": "Cafe\u0301 noir is strong.", "qas": [
+        {"id": "acc", "question": "Which mark?", "answers": [{"text": "\u0301", "answer_start": 4}]},
+        {"id": "ok", "question": "Which drink?", "answers": [{"text": "noir", "answer_start": 6}]}]}])
+    examples = read_squad(path).examples
+    training = build_features(examples, tokenizer, training=True, max_seq_length=64, max_query_length=16)
+    assert training.unaligned == ("acc",) and training.example_index.tolist() == [1]
+    evaluation = build_features(examples, tokenizer, training=False, max_seq_length=64, max_query_length=16)
+    assert evaluation.unaligned == ("acc",) and evaluation.example_index.tolist() == [0, 1]
+    assert evaluation.start_positions[0] == 63
+
+
+def test_the_whole_bundled_set_builds_at_the_default_settings(squad, tokenizer):
+    features = build_features(squad.examples, tokenizer, training=True)
+    assert len(features) == 130 and features.input_ids.shape == (130, 512)
+    assert features.unaligned == () and features.truncated_questions == 0
+    assert (features.is_impossible == 1.0).sum() == 21
+
+
+# ---------------------------------------------------------------------------------------- cloze
+def test_cloze_questions_blank_a_span_that_stands_in_the_context(tmp_path, tokenizer):
+    dataset = cloze_squad(read_corpus_documents(WIKI, 30), seed=3, impossible_fraction=0.2)
+    path = tmp_path / "cloze.json"
+    path.write_text(json.dumps(dataset), encoding="utf-8")
+    data = read_squad(str(path))  # answer offsets are checked by the reader
+    answerable = [e for e in data.examples if not e.is_impossible]
+    assert data.version_2 and len(answerable) >= 15 and len(data.examples) - len(answerable) >= 2
+    for example in answerable:
+        assert example.question.count("_") >= 1
+        assert example.question.replace("_", example.answers[0].text, 1) in example.context
+    assert cloze_squad(read_corpus_documents(WIKI, 30), seed=3, impossible_fraction=0.2) == dataset
