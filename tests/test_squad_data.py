@@ -2,7 +2,9 @@
 and paragraphs of the bundled corpus."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import posixpath
 import re
 from pathlib import Path
 
@@ -15,7 +17,8 @@ from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
 from tfrecords.text_normalization import normalize_text
 from trainer.squad_cloze import cloze_squad
 from trainer.squad_data import (SquadDataError, SquadTokenizer, answer_piece_range, build_features,
-                                context_windows, max_context_window, normalized_char_origins, read_squad)
+                                context_windows, max_context_owners, max_context_window, normalized_char_origins,
+                                read_squad)
 from trainer.text_encoding import XLNetTextEncoder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,6 +54,14 @@ def test_the_bundled_set_reads_as_squad2_with_130_questions_21_unanswerable(squa
     assert (first.qid, first.question, first.answers[0].text, first.answers[0].start) == (
         "wiki-00001-00", "Who directed 2001: A Space Odyssey?", "Stanley Kubrick", 83)
     assert first.context[83:98] == "Stanley Kubrick"
+
+
+def test_a_squad_file_on_cloud_storage_reads_like_the_local_one(gcs_prefix, squad):
+    remote = posixpath.join(gcs_prefix, "squad", "dev.json")
+    tf.io.gfile.makedirs(posixpath.dirname(remote))
+    tf.io.gfile.copy(str(WIKI_QA), remote)
+    data = read_squad(posixpath.join(gcs_prefix, "squad", "*.json"))
+    assert data.examples == tuple(dataclasses.replace(e, path=remote) for e in squad.examples)
 
 
 def test_gold_answers_list_every_answer_and_none_for_unanswerable(squad):
@@ -165,6 +176,7 @@ def test_the_max_context_window_maximises_the_smaller_side():
     assert max_context_window(windows, 4) == 1
     assert max_context_window(windows, 3) == 0
     assert max_context_window(windows, 5) == 1
+    assert max_context_owners(10, windows).tolist() == [max_context_window(windows, p) for p in range(10)]
 
 
 # ------------------------------------------------------------------------------------- features
