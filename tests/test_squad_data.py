@@ -161,6 +161,15 @@ def test_an_answer_with_accents_is_returned_with_its_accents(squad, tokenizer):
     assert example.context[spans.char_start[first]:spans.char_end[last]] == "Prosper Mérimée"
 
 
+def test_an_uncased_model_still_returns_the_original_capitals(squad, vocab):
+    uncased = SquadTokenizer.from_model_proto(vocab.model_proto, uncased=True)
+    example = next(e for e in squad.examples if e.qid == "wiki-00325-00")  # Diego Velázquez
+    spans = uncased.encode_with_spans(example.context)
+    assert spans.ids.tolist() == uncased.processor.encode(normalize_text(example.context, uncased=True))
+    first, last = answer_piece_range(spans, example.answers[0].start, example.answers[0].end)
+    assert example.context[spans.char_start[first]:spans.char_end[last]] == "Diego Velázquez"
+
+
 # -------------------------------------------------------------------------------------- windows
 def test_windows_advance_by_the_stride_until_one_reaches_the_end():
     # 10 pieces, budget 4, stride 3: [0..3], [3..6], [6..9]
