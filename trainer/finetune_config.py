@@ -13,7 +13,8 @@ import dataclasses
 from trainer.config import MODEL_PRESETS
 from trainer.train_config import LoopConfig
 
-TASKS = ("classification", "regression", "multiple-choice")
+SEQUENCE_TASKS = ("classification", "regression", "multiple-choice")  # one head on the <cls> summary
+TASKS = SEQUENCE_TASKS + ("squad",)  # squad: extractive question answering (trainer/squad_task.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,9 +32,19 @@ class FinetuneConfig(LoopConfig):
     # Set from the training file, not by hand: its rows have a second text (text_b), so the
     # served signatures take one too.
     text_pair: bool = False
+    # squad only: context windows every doc_stride pieces, questions cut to max_query_length
+    # pieces, answers of at most max_answer_length pieces, n_best candidates per question from
+    # a start_n_top x end_n_top beam per window.
+    doc_stride: int = 128
+    max_query_length: int = 64
+    max_answer_length: int = 30
+    n_best: int = 20
+    start_n_top: int = 5
+    end_n_top: int = 5
 
     CONFIG_KIND = "fine-tuning"
-    POSITIVE = LoopConfig.POSITIVE + ("max_seq_length", "layer_decay_rate")
+    POSITIVE = LoopConfig.POSITIVE + ("max_seq_length", "layer_decay_rate", "doc_stride", "max_query_length",
+                                      "max_answer_length", "n_best", "start_n_top", "end_n_top")
 
     def problems(self) -> list[str]:
         problems = super().problems()

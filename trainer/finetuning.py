@@ -15,7 +15,7 @@ from typing import Mapping
 import keras
 import tensorflow as tf
 
-from trainer.finetune_config import TASKS
+from trainer.finetune_config import SEQUENCE_TASKS
 from trainer.layers.sequence_summary import SequenceSummary
 from trainer.network import XLNetNetwork
 
@@ -27,7 +27,7 @@ class XLNetForSequenceTask(keras.Model):
 
     Args:
       network: an XLNetNetwork (its config should come from ``trainer.config.sequence_model_config``).
-      task: one of TASKS.
+      task: one of SEQUENCE_TASKS.
       num_labels: classes for classification (ignored otherwise).
     Call: dict of int32 ``input_ids``, ``segment_ids``, ``input_mask``, each [batch, seq_len]
     ([batch, options, seq_len] for multiple choice) -> float32 logits [batch, num_labels]
@@ -36,8 +36,8 @@ class XLNetForSequenceTask(keras.Model):
 
     def __init__(self, network: XLNetNetwork, task: str, num_labels: int = 1, **kwargs):
         super().__init__(**kwargs)
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+        if task not in SEQUENCE_TASKS:
+            raise ValueError(f"task must be one of {', '.join(SEQUENCE_TASKS)}, got {task!r}")
         if task == "classification" and num_labels < 2:
             raise ValueError(f"classification needs at least 2 labels, got {num_labels}")
         config = network.config

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from trainer.finetune_config import TASKS, FinetuneConfig
+from trainer.finetune_config import SEQUENCE_TASKS, FinetuneConfig
 from trainer.finetuning import XLNetForSequenceTask
 from trainer.model_dir import ModelDirectory, ModelDirectoryError
 from trainer.network import XLNetNetwork
@@ -17,15 +17,15 @@ from trainer.network import XLNetNetwork
 
 @dataclasses.dataclass(frozen=True)
 class HeadSpec:
-    """A fine-tuning head: ``task`` (one of trainer.finetune_config.TASKS) and, for classification,
+    """A fine-tuning head: ``task`` (one of trainer.finetune_config.SEQUENCE_TASKS) and, for classification,
     the label names (index = class id)."""
 
     task: str
     labels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        if self.task not in SEQUENCE_TASKS:
+            raise ValueError(f"task must be one of {', '.join(SEQUENCE_TASKS)}, got {self.task!r}")
         if self.task == "classification" and len(self.labels) < 2:
             raise ValueError(f"classification needs at least 2 labels, got {len(self.labels)}")
 
