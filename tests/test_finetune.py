@@ -83,8 +83,10 @@ def test_replica_batches_are_consecutive_slices_of_the_global_batch(vocab):
     targets = finetune_data.label_ids(examples, finetune_data.label_list(examples))
     encoder = XLNetTextEncoder(vocab.model_proto, vocab.special_ids.to_dict(), 32, uncased=False)
 
+    columns, encode = finetune_data.example_columns(examples, encoder)
+
     def first(pipeline, count):
-        dataset = finetune_data.training_dataset(examples, encoder, 8, targets, seed=1, accumulation_steps=2,
+        dataset = finetune_data.training_dataset(columns, encode, 8, targets, seed=1, accumulation_steps=2,
                                                  input_context=pipeline)
         return [(features["input_ids"].numpy(), labels.numpy()) for features, labels in dataset.take(count)]
 

@@ -418,18 +418,22 @@ def example_order(num_examples: int, seed: int, start: int = 0) -> tf.data.Datas
     return tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch).skip(offset)
 
 
-def training_dataset(examples: Sequence[TextExample] | Sequence[ChoiceExample], encoder: XLNetTextEncoder,
-                     global_batch_size: int, targets: np.ndarray, *, seed: int, start_step: int = 0,
+def training_dataset(columns: dict[str, np.ndarray], encode: Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]],
+                     global_batch_size: int, targets: Any, *, seed: int, start_step: int = 0,
                      accumulation_steps: int = 1,
                      input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
     """Endless training batches for one input pipeline, as tf.distribute hands them to its replicas.
 
+    Args:
+      columns: per-example arrays (first axis = example), e.g. :func:`example_columns`' raw
+        strings or SQuAD features.
+      encode: turns a batch of ``columns`` rows into model features (in the tf.data graph).
+      targets: an array or a dict of arrays with one row per example.
     Step s takes the examples ``example_order`` lists at positions [s·G·A, (s+1)·G·A) (G the global
     batch, A ``accumulation_steps``); micro-step a of replica r gets the r-th slice of the a-th
     global batch. Each element is ``(features, targets)`` for ONE replica, with a leading
-    micro-step axis: features int32 [A, G / replicas, ...] (as :func:`text_dataset` or
-    :func:`choice_dataset` lay them out), targets [A, G / replicas]. Elements come replica by
-    replica for the replicas of ``input_context``'s pipeline (all replicas when None).
+    micro-step axis: [A, G / replicas, ...]. Elements come replica by replica for the replicas
+    of ``input_context``'s pipeline (all replicas when None).
     """
     num_replicas = input_context.num_replicas_in_sync if input_context else 1
     pipelines = input_context.num_input_pipelines if input_context else 1
@@ -438,9 +442,8 @@ def training_dataset(examples: Sequence[TextExample] | Sequence[ChoiceExample], 
     if remainder or batch == 0:
         raise ValueError(f"train_batch_size {global_batch_size} cannot be split over {num_replicas} replicas")
     local = num_replicas // pipelines
-    columns, encode = _columns_and_encoder(examples, encoder)
     tables = {name: tf.constant(values) for name, values in columns.items()}
-    target_table = tf.constant(targets)
+    target_tables = tf.nest.map_structure(tf.constant, targets)
     step_size = global_batch_size * accumulation_steps
 
     def replica_batches(indices: tf.Tensor) -> tf.data.Dataset:
@@ -448,20 +451,23 @@ def training_dataset(examples: Sequence[TextExample] | Sequence[ChoiceExample], 
         grid = tf.transpose(tf.reshape(indices, [accumulation_steps, num_replicas, batch]), [1, 0, 2])
         return tf.data.Dataset.from_tensor_slices(grid[pipeline_id * local:(pipeline_id + 1) * local])
 
+    def micro_steps(value: tf.Tensor) -> tf.Tensor:
+        return tf.reshape(value, tf.concat([[accumulation_steps, batch], tf.shape(value)[1:]], 0))
+
     def lookup(indices: tf.Tensor):
         flat = tf.reshape(indices, [-1])
         features = encode({name: tf.gather(table, flat) for name, table in tables.items()})
-        features = {name: tf.reshape(value, tf.concat([[accumulation_steps, batch], tf.shape(value)[1:]], 0))
-                    for name, value in features.items()}
-        return features, tf.reshape(tf.gather(target_table, flat), [accumulation_steps, batch])
+        gathered = tf.nest.map_structure(lambda table: tf.gather(table, flat), target_tables)
+        return tf.nest.map_structure(micro_steps, features), tf.nest.map_structure(micro_steps, gathered)
 
-    order = example_order(len(targets), seed, start_step * step_size).batch(step_size, drop_remainder=True)
+    num_examples = len(next(iter(columns.values())))
+    order = example_order(num_examples, seed, start_step * step_size).batch(step_size, drop_remainder=True)
     return order.flat_map(replica_batches).map(lookup, num_parallel_calls=tf.data.AUTOTUNE,
                                                deterministic=True).prefetch(tf.data.AUTOTUNE)
 
 
-def _columns_and_encoder(examples: Sequence[TextExample] | Sequence[ChoiceExample], encoder: XLNetTextEncoder
-                         ) -> tuple[dict[str, np.ndarray], Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]]:
+def example_columns(examples: Sequence[TextExample] | Sequence[ChoiceExample], encoder: XLNetTextEncoder
+                    ) -> tuple[dict[str, np.ndarray], Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]]:
     """The raw-string columns of ``examples`` (one row per example) and the in-graph function
     that encodes a batch of those rows into model features."""
     first = _first(examples)
@@ -505,7 +511,7 @@ def text_dataset(examples: Sequence[TextExample], encoder: XLNetTextEncoder, bat
     """
     if isinstance(_first(examples), ChoiceExample):
         raise TypeError("text_dataset takes text examples; use choice_dataset for multiple choice")
-    columns, encode = _columns_and_encoder(examples, encoder)
+    columns, encode = example_columns(examples, encoder)
     return _batched(columns, targets, encode, batch_size, shuffle_seed, drop_remainder)
 
 
@@ -527,7 +533,7 @@ def choice_dataset(examples: Sequence[ChoiceExample], encoder: XLNetTextEncoder,
     """
     if not isinstance(_first(examples), ChoiceExample):
         raise TypeError("choice_dataset takes multiple-choice examples; use text_dataset for texts")
-    columns, encode = _columns_and_encoder(examples, encoder)
+    columns, encode = example_columns(examples, encoder)
     return _batched(columns, targets, encode, batch_size, shuffle_seed, drop_remainder)
 
 

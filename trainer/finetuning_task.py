@@ -161,9 +161,11 @@ class FinetuningTask:
     def train_dataset(self, strategy: tf.distribute.Strategy, start_step: int) -> tf.distribute.DistributedDataset:
         config, split = self.config, self.data.train
 
+        columns, encode = finetune_data.example_columns(split.examples, self.encoder)
+
         def dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
-            return finetune_data.training_dataset(split.examples, self.encoder, config.train_batch_size,
-                                                  split.targets, seed=config.seed, start_step=start_step,
+            return finetune_data.training_dataset(columns, encode, config.train_batch_size, split.targets,
+                                                  seed=config.seed, start_step=start_step,
                                                   accumulation_steps=config.accumulation_steps,
                                                   input_context=context)
 
