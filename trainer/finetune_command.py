@@ -21,6 +21,7 @@ from typing import Any
 from trainer.finetune_config import TASKS
 
 EXIT_USAGE = 2
+SQUAD_MAX_SEQ_LENGTH = 512
 # ModelConfig fields that shape the weights: fixed by --init-checkpoint.
 ARCHITECTURE = ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner", "untie_r")
 EXIT_DIVERGED = 3
@@ -55,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label-field", default="label", help="column or key of the label")
     parser.add_argument("--format", dest="file_format", choices=("csv", "tsv", "jsonl"),
                         help="file format of --train/--eval/--test (default: from each file's extension)")
+    squad = parser.add_argument_group("squad", "extractive question answering (SQuAD JSON files)")
+    squad.add_argument("--doc-stride", type=int, help="pieces between the starts of context windows (default 128)")
+    squad.add_argument("--max-query-length", type=int, help="question pieces kept; longer ones are truncated and "
+                                                            "counted (default 64)")
+    squad.add_argument("--max-answer-length", type=int, help="longest answer in pieces (default 30)")
+    squad.add_argument("--n-best", type=int, help="candidate answers kept per question (default 20)")
     add_run_arguments(parser, "finetune")
 
 
@@ -82,9 +89,7 @@ def build_controller(args: argparse.Namespace):
     """Reads the files, resolves the configs, prepares the model directory; returns the Controller."""
     from trainer.controller import Controller
     from trainer.distribution import create_strategy, is_chief, make_deterministic
-    from trainer.finetuning_task import FieldNames, FinetuningTask, load_task_data
     from trainer.model_dir import ModelDirectory
-    from trainer.text_encoding import XLNetTextEncoder
 
     source = _model_source(args)
     model, config = _resolve_configs(args, source)
@@ -94,22 +99,53 @@ def build_controller(args: argparse.Namespace):
     strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
     out = ModelDirectory(args.model_dir)
     resumed_labels = _check_resume(out, model, config)
+    if config.task == "squad":
+        task, labels = _squad_task(args, source, model, config), None
+    else:
+        task = _sequence_task(args, source, model, config, resumed_labels)
+        labels = task.data.labels
+    if is_chief(strategy):
+        out.write_model_files(model, source["special_ids"], source["vocab_path"], uncased=source["uncased"])
+        out.write_finetune_files(task.config, labels)
+    return Controller(task, task.config, model_dir=args.model_dir, strategy=strategy,
+                      init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True))
+
+
+def _sequence_task(args: argparse.Namespace, source: dict[str, Any], model, config, resumed_labels):
+    """Classification, regression or multiple choice: files -> examples -> FinetuningTask."""
+    from trainer.finetuning_task import FieldNames, FinetuningTask, load_task_data
+    from trainer.text_encoding import XLNetTextEncoder
+
     encoder = XLNetTextEncoder(source["sp_model_proto"], source["special_ids"], config.max_seq_length,
                                source["uncased"])
     fields = FieldNames(args.text_field, args.text_b_field, args.label_field, args.file_format)
     data = load_task_data(config.task, encoder, args.train, args.eval, args.test, fields, resumed_labels)
-    first = data.train.examples[0]
-    config = config.replace(text_pair=getattr(first, "text_b", None) is not None)
+    config = config.replace(text_pair=getattr(data.train.examples[0], "text_b", None) is not None)
     for name, split in (("train", data.train), ("eval", data.eval), ("test", data.test)):
         if split is not None and split.truncated:
             print(f"{split.truncated} of {len(split.examples)} {name} examples are longer than max_seq_length "
                   f"{config.max_seq_length} and are truncated", flush=True)
-    if is_chief(strategy):
-        out.write_model_files(model, source["special_ids"], source["vocab_path"], uncased=source["uncased"])
-        out.write_finetune_files(config, data.labels)
-    task = FinetuningTask(config, model, encoder, data)
-    return Controller(task, config, model_dir=args.model_dir, strategy=strategy,
-                      init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True))
+    return FinetuningTask(config, model, encoder, data)
+
+
+def _squad_task(args: argparse.Namespace, source: dict[str, Any], model, config):
+    """SQuAD files -> windowed features -> SquadTask."""
+    from trainer.squad_data import SquadTokenizer
+    from trainer.squad_task import SquadTask, load_squad_splits
+
+    if args.test:
+        raise ValueError("--test is not supported with --task squad: score a file with --eval "
+                         "(its answers go to predictions.json)")
+    tokenizer = SquadTokenizer.from_model_proto(source["sp_model_proto"], source["uncased"], source["vocab_path"])
+    data = load_squad_splits(config, tokenizer, args.train, args.eval)
+    task = SquadTask(config, model, data)
+    counts = task.summary()
+    print(f"{counts['train_questions']} training questions in {counts['train_windows']} windows "
+          f"({counts['unaligned_skipped']} skipped: answer not aligned with the context), "
+          f"{counts['eval_questions']} eval questions in {counts['eval_windows']} windows; questions longer "
+          f"than max_query_length {config.max_query_length}, truncated: {counts['truncated_questions']}",
+          flush=True)
+    return task
 
 
 def _model_source(args: argparse.Namespace) -> dict[str, Any]:
@@ -145,11 +181,14 @@ def _resolve_configs(args: argparse.Namespace, source: dict[str, Any]):
     preset = args.preset or _matching_preset(base_model, MODEL_PRESETS)
     if base_model is None:
         base_model = model_preset(preset).replace(vocab_size=source["vocab_size"])
-    model, config, _ = resolve_model_and(base_model, finetune_preset(preset), args.config, args.overrides,
-                                                "finetune")
+    defaults = finetune_preset(preset)
+    if args.task == "squad":  # a context needs room: the original's sequence length, below any --set
+        defaults = defaults.replace(max_seq_length=SQUAD_MAX_SEQ_LENGTH)
+    model, config, _ = resolve_model_and(base_model, defaults, args.config, args.overrides, "finetune")
     changes = {"task": args.task}
-    if args.max_seq_length is not None:
-        changes["max_seq_length"] = args.max_seq_length
+    for flag in ("max_seq_length", "doc_stride", "max_query_length", "max_answer_length", "n_best"):
+        if getattr(args, flag) is not None:
+            changes[flag] = getattr(args, flag)
     config = type(config).from_dict({**config.to_dict(), **changes})
     if source["model"] is not None:
         changed = sorted(name for name in ARCHITECTURE if getattr(model, name) != getattr(base_model, name))
@@ -186,6 +225,8 @@ def _check_resume(out, model, config) -> tuple[str, ...] | None:
 def _write_outputs(controller, args: argparse.Namespace, result) -> dict[str, Any]:
     """eval_results.json and, with --test, predictions.jsonl (chief only); the run's summary."""
     task, out = controller.task, controller.model_dir
+    if task.task == "squad":
+        return _write_squad_outputs(controller, args, result)
     data = task.data
     truncated = {name: split.truncated for name, split in (("train", data.train), ("eval", data.eval),
                                                              ("test", data.test)) if split is not None}
@@ -204,4 +245,22 @@ def _write_outputs(controller, args: argparse.Namespace, result) -> dict[str, An
             out.write_json_lines(out.PREDICTIONS, task.prediction_rows(outputs))
         if data.test.targets is not None:
             summary["test"] = task.scores(outputs, data.test.targets)
+    return summary
+
+
+def _write_squad_outputs(controller, args: argparse.Namespace, result) -> dict[str, Any]:
+    """eval_results.json, predictions.json (official format) and, for SQuAD 2.0, null_odds.json."""
+    from trainer.squad_postprocess import no_answer_scores, predictions_json
+
+    task, out = controller.task, controller.model_dir
+    summary = {"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
+               "eval": dict(result.eval_metrics), **task.summary()}
+    if result.stopped != "completed" or not controller.chief:
+        return summary
+    out.write_json(out.EVAL_RESULTS, {"task": "squad", "step": result.step, "eval_files": args.eval,
+                                      "version_2": task.data.eval.data.version_2, **result.eval_metrics,
+                                      **task.summary()})
+    out.write_json(out.SQUAD_PREDICTIONS, predictions_json(task.predictions))
+    if task.data.eval.data.version_2:
+        out.write_json(out.NULL_ODDS, no_answer_scores(task.predictions))
     return summary

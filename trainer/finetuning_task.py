@@ -114,7 +114,72 @@ def _check_same_layout(train: Examples, other: Examples) -> None:
             f"unlike the training file {first.path}")
 
 
-class FinetuningTask:
+class HeadTask:
+    """What every fine-tuning task shares (a controller Task, completed by a subclass).
+
+    A subclass sets ``config``, ``model_config``, ``metric_names`` and ``tokens_per_example``,
+    builds ``network`` and ``head`` in ``build`` and defines ``training_columns``, ``compute``
+    and ``evaluate``. The query stream's ``mask_emb`` and the LM output bias are left out of the
+    trained variables: only permutation-LM targets use them (their gradient would be None).
+    """
+
+    config: FinetuneConfig
+    _predict_fn: Callable | None = None  # traced on the first prediction, for the strategy it was given
+
+    def trainable_variables(self) -> list[tf.Variable]:
+        unused = {variable_key(self.network.mask_emb), variable_key(self.network.lm_bias)}
+        return [v for v in self.head.trainable_variables if variable_key(v) not in unused]
+
+    def learning_rate_multipliers(self) -> dict[int, float] | None:
+        """Layer-wise decay factors of ``config.layer_decay_rate`` (None when it is 1)."""
+        rate = self.config.layer_decay_rate
+        if rate == 1.0:
+            return None
+        trained = {variable_key(v) for v in self.trainable_variables()}
+        return {key: factor for key, factor in layer_decay_multipliers(self.network, rate).items() if key in trained}
+
+    def checkpoint_items(self, first_replica: int) -> dict[str, Any]:
+        del first_replica  # every replica holds the same weights
+        return {"model": self.network, "head": self.head}
+
+    def training_columns(self) -> tuple[dict[str, np.ndarray], Callable, Any]:
+        """(per-example columns, in-graph encode of a batch of them, per-example targets)."""
+        raise NotImplementedError
+
+    def train_dataset(self, strategy: tf.distribute.Strategy, start_step: int) -> tf.distribute.DistributedDataset:
+        config = self.config
+        columns, encode, targets = self.training_columns()
+
+        def dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            return finetune_data.training_dataset(columns, encode, config.train_batch_size, targets,
+                                                  seed=config.seed, start_step=start_step,
+                                                  accumulation_steps=config.accumulation_steps,
+                                                  input_context=context)
+
+        return strategy.distribute_datasets_from_function(dataset)
+
+    def read_state(self) -> None:
+        return None  # no memory: every example is encoded on its own
+
+    def write_state(self, state) -> None:
+        del state
+
+    def gathered_outputs(self, strategy: tf.distribute.Strategy, dataset: tf.data.Dataset) -> Any:
+        """The head's inference outputs on ``dataset``'s batches (features only), gathered from
+        every replica and concatenated in dataset order, as NumPy (same structure as the head's)."""
+        if self._predict_fn is None:
+            def replica_outputs(features):
+                return self.head(features, training=False)
+
+            self._predict_fn = tf.function(
+                lambda features: strategy.gather(strategy.run(replica_outputs, args=(features,)), axis=0),
+                reduce_retracing=True)
+        batches = [tf.nest.map_structure(lambda t: t.numpy(), self._predict_fn(features))
+                   for features in strategy.experimental_distribute_dataset(dataset)]
+        return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0), *batches)
+
+
+class FinetuningTask(HeadTask):
     """Fine-tunes ``model_config``'s network on ``data`` (a controller Task).
 
     Step-log metric: ``accuracy`` for classification and multiple choice (none for regression).
@@ -129,7 +194,6 @@ class FinetuningTask:
         self.metric_names = {} if self.task == "regression" else {"accuracy": "accuracy"}
         options = len(data.train.examples[0].options) if self.task == "multiple-choice" else 1
         self.tokens_per_example = config.max_seq_length * options
-        self._predict_fn: Callable | None = None
 
     def build(self, strategy: tf.distribute.Strategy) -> None:
         """The network and its head (under the caller's strategy scope)."""
@@ -141,41 +205,9 @@ class FinetuningTask:
         num_labels = len(self.data.labels) if self.data.labels else 1
         self.model = self.head = XLNetForSequenceTask(self.network, self.task, num_labels, name="finetuned")
 
-    def trainable_variables(self) -> list[tf.Variable]:
-        """Every weight the head's output depends on: not the query stream's mask_emb nor the LM
-        output bias, which only permutation-LM targets use (their gradient would be None)."""
-        unused = {variable_key(self.network.mask_emb), variable_key(self.network.lm_bias)}
-        return [v for v in self.head.trainable_variables if variable_key(v) not in unused]
-
-    def learning_rate_multipliers(self) -> dict[int, float] | None:
-        rate = self.config.layer_decay_rate
-        if rate == 1.0:
-            return None
-        trained = {variable_key(v) for v in self.trainable_variables()}
-        return {key: factor for key, factor in layer_decay_multipliers(self.network, rate).items() if key in trained}
-
-    def checkpoint_items(self, first_replica: int) -> dict[str, Any]:
-        del first_replica  # every replica holds the same weights
-        return {"model": self.network, "head": self.head}
-
-    def train_dataset(self, strategy: tf.distribute.Strategy, start_step: int) -> tf.distribute.DistributedDataset:
-        config, split = self.config, self.data.train
-
-        columns, encode = finetune_data.example_columns(split.examples, self.encoder)
-
-        def dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
-            return finetune_data.training_dataset(columns, encode, config.train_batch_size, split.targets,
-                                                  seed=config.seed, start_step=start_step,
-                                                  accumulation_steps=config.accumulation_steps,
-                                                  input_context=context)
-
-        return strategy.distribute_datasets_from_function(dataset)
-
-    def read_state(self) -> None:
-        return None  # no memory: every example is encoded on its own
-
-    def write_state(self, state) -> None:
-        del state
+    def training_columns(self) -> tuple[dict[str, np.ndarray], Callable, np.ndarray]:
+        columns, encode = finetune_data.example_columns(self.data.train.examples, self.encoder)
+        return columns, encode, self.data.train.targets
 
     def compute(self, batch, state, training: bool) -> StepOutputs:
         features, targets = batch
@@ -196,16 +228,7 @@ class FinetuningTask:
             dataset = finetune_data.choice_dataset(examples, self.encoder, self.config.eval_batch_size)
         else:
             dataset = finetune_data.text_dataset(examples, self.encoder, self.config.eval_batch_size)
-        if self._predict_fn is None:
-            def replica_outputs(features):
-                return self.head(features, training=False)
-
-            self._predict_fn = tf.function(
-                lambda features: strategy.gather(strategy.run(replica_outputs, args=(features,)), axis=0),
-                reduce_retracing=True)
-        batches = [self._predict_fn(features).numpy()
-                   for features in strategy.experimental_distribute_dataset(dataset)]
-        return np.concatenate(batches, axis=0)
+        return self.gathered_outputs(strategy, dataset)
 
     def scores(self, outputs: np.ndarray, targets: np.ndarray) -> dict[str, float]:
         """The task's metrics and mean loss of head ``outputs`` against ``targets``."""

@@ -16,6 +16,7 @@ by a resumed run and by `xlnet export`. Layout::
               labels.json              the classification labels, index = class id (`xlnet finetune`)
               eval_results.json        the fine-tuned model's metrics on the eval file
               predictions.jsonl        one JSON line per --test example
+              predictions.json         squad: the eval answers in the official format (null_odds.json: 2.0)
               workers/worker-N/        multi-worker runs: worker N's own checkpoints and step log
 
 Every path is a plain string joined with posixpath, never a pathlib.Path: ``gs://bucket/m``
@@ -54,6 +55,8 @@ class ModelDirectory:
     LABELS = "labels.json"
     EVAL_RESULTS = "eval_results.json"
     PREDICTIONS = "predictions.jsonl"
+    SQUAD_PREDICTIONS = "predictions.json"  # squad: the official format, question id -> answer
+    NULL_ODDS = "null_odds.json"  # squad 2.0: question id -> no-answer score
     # What `xlnet export` and --init-checkpoint need besides a checkpoint.
     REQUIRED = (MODEL_CONFIG, VOCAB, SPECIAL_IDS)
 

@@ -1,0 +1,116 @@
+"""The extractive question-answering task (SQuAD v1.1 / v2.0) on the controller.
+
+What it adds to the controller (trainer/controller.py): XLNet's SQuAD head
+(trainer/squad_head.py) as the model, the windowed features of trainer/squad_data.py as the
+input (in the seeded, resumable order every fine-tuning task uses), the original's loss, and the
+official evaluation (trainer/squad_metrics.py) of the n-best answers over every window
+(trainer/squad_postprocess.py) on the whole eval file.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from trainer.config import ModelConfig
+from trainer.controller import Controller, StepOutputs
+from trainer.finetune_config import FinetuneConfig
+from trainer.finetuning_task import HeadTask
+from trainer.network import build_network
+from trainer.squad_data import SquadData, SquadFeatures, SquadTokenizer, build_features, read_squad
+from trainer.squad_head import XLNetForQuestionAnswering, squad_losses
+from trainer.squad_postprocess import AnswerPrediction, evaluate_predictions, predict_answers
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadSplit:
+    """The questions of one SQuAD file set and their windowed features."""
+
+    data: SquadData
+    features: SquadFeatures
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadTaskData:
+    train: SquadSplit
+    eval: SquadSplit
+
+
+def load_squad_splits(config: FinetuneConfig, tokenizer: SquadTokenizer, train: str, eval: str) -> SquadTaskData:
+    """Reads the SQuAD files (local or gs://) and builds their windows with ``config``'s shapes.
+
+    Training features skip (and count) questions whose answer covers no piece; eval features keep
+    every question. SquadDataError names the file and question id of a bad entry.
+    """
+    shapes = dict(max_seq_length=config.max_seq_length, doc_stride=config.doc_stride,
+                  max_query_length=config.max_query_length)
+    train_data, eval_data = read_squad(train), read_squad(eval)
+    return SquadTaskData(SquadSplit(train_data, build_features(train_data.examples, tokenizer, training=True, **shapes)),
+                         SquadSplit(eval_data, build_features(eval_data.examples, tokenizer, training=False,
+                                                              **shapes)))
+
+
+class SquadTask(HeadTask):
+    """Fine-tunes ``model_config``'s network for extractive question answering (a controller Task).
+
+    Evaluation on the whole eval file: the official ``exact`` and ``f1`` (with the HasAns / NoAns
+    splits and the best no-answer threshold for SQuAD 2.0). ``predictions`` holds the answers of
+    the last evaluation.
+    """
+
+    metric_names: dict[str, str] = {}
+
+    def __init__(self, config: FinetuneConfig, model_config: ModelConfig, data: SquadTaskData):
+        self.config, self.model_config, self.data = config, model_config, data
+        self.task = config.task
+        self.tokens_per_example = config.max_seq_length
+        self.predictions: list[AnswerPrediction] = []
+
+    def build(self, strategy: tf.distribute.Strategy) -> None:
+        """The network and the SQuAD head (under the caller's strategy scope)."""
+        del strategy
+        self.network = build_network(self.model_config)
+        self.model = self.head = XLNetForQuestionAnswering(self.network, self.config.start_n_top,
+                                                           self.config.end_n_top, name="finetuned")
+
+    def training_columns(self) -> tuple[dict[str, np.ndarray], Callable, dict[str, np.ndarray]]:
+        features = self.data.train.features
+        if not len(features):
+            raise ValueError("no training question could be aligned with its context")
+        targets = {name: getattr(features, name) for name in SquadFeatures.TARGETS}
+        return features.model_inputs(with_targets=False), _unchanged, targets
+
+    def compute(self, batch, state, training: bool) -> StepOutputs:
+        features, targets = batch
+        outputs = self.head({**features, "start_positions": targets["start_positions"]}, training=training)
+        losses = squad_losses(outputs, targets["start_positions"], targets["end_positions"], targets["is_impossible"])
+        return StepOutputs(loss_sum=tf.reduce_sum(losses), count=tf.cast(tf.shape(losses)[0], tf.float32),
+                           metric_sums={}, state=state)
+
+    def answer(self, strategy: tf.distribute.Strategy, split: SquadSplit) -> list[AnswerPrediction]:
+        """The best answer to every question of ``split``, as a span of its original context."""
+        dataset = tf.data.Dataset.from_tensor_slices(split.features.model_inputs(with_targets=False))
+        beam = self.gathered_outputs(strategy, dataset.batch(self.config.eval_batch_size))
+        return predict_answers(split.data.examples, split.features, beam, n_best=self.config.n_best,
+                               max_answer_length=self.config.max_answer_length)
+
+    def evaluate(self, controller: Controller) -> dict[str, float]:
+        """The official SQuAD scores on the whole eval file."""
+        self.predictions = self.answer(controller.strategy, self.data.eval)
+        return {name: float(value) for name, value in evaluate_predictions(self.data.eval.data,
+                                                                           self.predictions).items()}
+
+    def summary(self) -> dict[str, Any]:
+        """Counts worth reporting: questions and windows per split, truncated and skipped questions."""
+        train, eval = self.data.train.features, self.data.eval.features
+        return {"train_questions": len(self.data.train.data.examples), "train_windows": len(train),
+                "eval_questions": len(self.data.eval.data.examples), "eval_windows": len(eval),
+                "truncated_questions": {"train": train.truncated_questions, "eval": eval.truncated_questions},
+                "unaligned_skipped": len(train.unaligned)}
+
+
+def _unchanged(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """SQuAD features are model inputs already (built ahead of the graph by squad_data)."""
+    return batch
