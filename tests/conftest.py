@@ -77,6 +77,16 @@ def tiny_data_dir(tmp_path_factory, corpus_sample, spm_model) -> str:
     return str(output)
 
 
+@pytest.fixture(scope="session")
+def mirrored_strategy():
+    """MirroredStrategy over the two logical CPUs, one for the whole session: strategies created one
+    after another in a process number their collectives alike, and a second one's all-reduce
+    can meet a first one's."""
+    import tensorflow as tf
+
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
 def pytest_configure(config) -> None:
     """Two logical CPU devices for the whole session, so MirroredStrategy tests have two replicas.
 

@@ -30,10 +30,10 @@ def make_trainer(data_dir, model_dir, strategy) -> Controller:
                    model_dir=str(model_dir), strategy=strategy, log=lambda line: None)
 
 
-def test_mirrored_over_two_devices_matches_one_device_with_the_same_global_batch(tiny_data_dir, tmp_path):
+def test_mirrored_over_two_devices_matches_one_device_with_the_same_global_batch(tiny_data_dir, tmp_path,
+                                                                                   mirrored_strategy):
     results = {}
-    for name, strategy in (("one", tf.distribute.OneDeviceStrategy("/cpu:0")),
-                           ("two", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
+    for name, strategy in (("one", tf.distribute.OneDeviceStrategy("/cpu:0")), ("two", mirrored_strategy)):
         trainer = make_trainer(tiny_data_dir, tmp_path / name, strategy)
         iterator = iter(trainer.train_dataset())
         # two steps: the second one runs on the memory the first one left on each replica

@@ -294,16 +294,16 @@ def test_an_init_checkpoint_without_checkpoints_is_named(tmp_path, spm_model, ca
     assert "--init-checkpoint" in capsys.readouterr().err
 
 
-def test_two_mirrored_replicas_compute_the_gradients_of_one_device(spm_model, tmp_path):
+def test_two_mirrored_replicas_compute_the_gradients_of_one_device(spm_model, tmp_path, mirrored_strategy):
     parser = __import__("argparse").ArgumentParser()
     add_arguments(parser)
     results = {}
-    for strategy in ("cpu", "mirrored"):  # mirrored: the two logical CPUs tests/conftest.py makes
-        args = parser.parse_args(finetune_args(tmp_path / strategy, spm_model, "train_steps=2", "dropout=0",
-                                               "dropatt=0", "train_batch_size=8")[1:] + ["--strategy", strategy])
-        controller = build_controller(args)
-        assert controller.strategy.num_replicas_in_sync == (2 if strategy == "mirrored" else 1)
-        results[strategy] = controller.gradients(iter(controller.train_dataset()))
+    for name, strategy in (("cpu", tf.distribute.OneDeviceStrategy("/cpu:0")), ("mirrored", mirrored_strategy)):
+        args = parser.parse_args(finetune_args(tmp_path / name, spm_model, "train_steps=2", "dropout=0",
+                                               "dropatt=0", "train_batch_size=8")[1:])
+        controller = build_controller(args, strategy)
+        assert controller.strategy.num_replicas_in_sync == (2 if name == "mirrored" else 1)
+        results[name] = controller.gradients(iter(controller.train_dataset()))
     (grads_one, loss_one), (grads_two, loss_two) = results["cpu"], results["mirrored"]
     np.testing.assert_allclose(loss_two, loss_one, rtol=1e-5)
     for a, b in zip(grads_one, grads_two):

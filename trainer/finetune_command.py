@@ -85,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_controller(args: argparse.Namespace):
-    """Reads the files, resolves the configs, prepares the model directory; returns the Controller."""
+def build_controller(args: argparse.Namespace, strategy=None):
+    """Reads the files, resolves the configs, prepares the model directory; returns the Controller.
+    ``strategy``: an existing tf.distribute strategy instead of the one --strategy names."""
     from trainer.controller import Controller
     from trainer.distribution import create_strategy, is_chief, make_deterministic
     from trainer.model_dir import ModelDirectory
@@ -96,7 +97,8 @@ def build_controller(args: argparse.Namespace):
     if config.deterministic:
         make_deterministic()
     # before any TensorFlow op runs (encoding counts pieces): multi-worker set-up needs a fresh runtime
-    strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
+    if strategy is None:
+        strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
     out = ModelDirectory(args.model_dir)
     resumed_labels = _check_resume(out, model, config)
     if config.task == "squad":
