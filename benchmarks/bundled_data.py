@@ -7,9 +7,19 @@ directory of its own (WORKDIR/data-seqS-reuseR-predictP); the vocabulary is shar
 """
 from __future__ import annotations
 
+import gzip
+import itertools
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+WIKIPEDIA = REPO / "data" / "corpus" / "wiki_summaries_en.txt.gz"
+
+
+def wikipedia_documents(limit: int) -> list[list[str]]:
+    """The first ``limit`` documents of the bundled Wikipedia text, each a list of its lines
+    (the corpus format: one sentence or paragraph per line, a blank line between documents)."""
+    with gzip.open(WIKIPEDIA, "rt", encoding="utf-8") as handle:
+        return [document.splitlines() for document in itertools.islice(handle.read().split("\n\n"), limit)]
 
 
 def prepare(workdir: str | Path, num_streams: int = 32, seq_len: int = 128, reuse_len: int = 64,

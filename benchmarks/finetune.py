@@ -7,8 +7,12 @@ random weights (the same architecture and vocabulary, `--vocab` instead of `--in
 Every fine-tune is a real `xlnet finetune` process; one JSON line per fine-tune reports the
 dev-set scores from its eval_results.json, plus the pretraining valid loss at that checkpoint.
 
-    .venv/bin/python benchmarks/finetune.py [--pretrain-steps 0 1000 3000] [--finetune-steps 600]
-        [--seeds 0] [--workdir DIR] [--pretrained MODEL_DIR]
+    .venv/bin/python benchmarks/finetune.py [--task classification|squad] [--pretrain-steps 0 1000 3000]
+        [--finetune-steps 600] [--seeds 0] [--workdir DIR] [--pretrained MODEL_DIR]
+
+classification: the bundled Rotten Tomatoes splits (data/finetune). squad: a cloze QA set
+generated from the bundled Wikipedia text (trainer/squad_cloze.py; 2 questions per paragraph of
+the first 1200 documents for training, 1 per paragraph of the next 200 for eval).
 
 ``--pretrained MODEL_DIR`` skips the pretraining run and compares that model directory (e.g.
 demo_output/model) with random weights.
@@ -72,22 +76,50 @@ def snapshot(model_dir: Path, step: int, target: Path) -> Path:
     (target / "checkpoints").mkdir()
     for path in (model_dir / "checkpoints").glob(f"ckpt-{step}.*"):
         shutil.copy(path, target / "checkpoints" / path.name)
-    tf.train.update_checkpoint_state(str(target / "checkpoints"), str(target / "checkpoints" / f"ckpt-{step}"))
+    checkpoints = target / "checkpoints"
+    tf.compat.v1.train.update_checkpoint_state(str(checkpoints), str(checkpoints / f"ckpt-{step}"))
     return target
 
 
-def finetune(out: Path, steps: int, seed: int, init: Path | None, vocab: Path) -> tuple[dict, float]:
-    """One `xlnet finetune` on the bundled Rotten Tomatoes splits; (eval_results.json, seconds)."""
+# What each task fine-tunes on, and the dev scores reported.
+TASKS = {
+    "classification": {"data": "rotten_tomatoes dev (1000, balanced)",
+                       "scores": ("accuracy", "macro_f1", "mcc", "loss")},
+    "squad": {"data": "cloze QA from the bundled Wikipedia text: 2400 train / 200 held-out paragraphs' questions",
+              "scores": ("exact", "f1")},
+}
+# The cloze set's contexts are short paragraphs: windows of 160 pieces hold most of them.
+SQUAD_SHAPES = ["--max-seq-length", "160", "--doc-stride", "64", "--max-query-length", "48"]
+
+
+def task_files(task: str, workdir: Path) -> list[str]:
+    """--train/--eval (and shape flags) of ``task``: the bundled Rotten Tomatoes splits, or a cloze
+    QA set generated from the bundled Wikipedia text (held-out paragraphs for eval)."""
+    if task == "classification":
+        return ["--train", str(ROTTEN / "train.tsv"), "--eval", str(ROTTEN / "dev.tsv")]
+    from bundled_data import wikipedia_documents
+    from trainer.squad_cloze import cloze_squad
+
+    documents = wikipedia_documents(1400)
+    train, dev = workdir / "cloze-train.json", workdir / "cloze-dev.json"
+    train.write_text(json.dumps(cloze_squad(documents[:1200], seed=0, questions_per_document=2, id_prefix="train")))
+    dev.write_text(json.dumps(cloze_squad(documents[1200:], seed=1, questions_per_document=1, id_prefix="dev")))
+    return ["--train", str(train), "--eval", str(dev), *SQUAD_SHAPES]
+
+
+def finetune(task: str, files: list[str], out: Path, steps: int, seed: int, init: Path | None,
+             vocab: Path) -> tuple[dict, float]:
+    """One `xlnet finetune` of ``task``; (its eval_results.json, seconds)."""
     source = ["--init-checkpoint", str(init)] if init else ["--vocab", str(vocab), "--preset", "tiny"]
     began = time.time()
-    xlnet("finetune", "--task", "classification", "--train", str(ROTTEN / "train.tsv"), "--eval",
-          str(ROTTEN / "dev.tsv"), "--model-dir", str(out), *source, "--set", f"train_steps={steps}",
+    xlnet("finetune", "--task", task, *files, "--model-dir", str(out), *source, "--set", f"train_steps={steps}",
           "--set", f"seed={seed}", "--set", f"eval_every={steps}", "--set", f"checkpoint_every={steps}")
     return json.loads((out / "eval_results.json").read_text()), time.time() - began
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=sorted(TASKS), default="classification", help="what to fine-tune")
     parser.add_argument("--pretrain-steps", type=int, nargs="+", default=[0, 1000, 3000],
                         help="pretraining checkpoints to fine-tune from (0: random weights)")
     parser.add_argument("--finetune-steps", type=int, default=600, help="fine-tuning steps of every run")
@@ -119,19 +151,20 @@ def main(argv: list[str] | None = None) -> int:
             target = workdir / f"pretrained-{step}"
             shutil.rmtree(target, ignore_errors=True)
             sources[step] = snapshot(run, step, target)
+    files = task_files(args.task, workdir)
     for seed in args.seeds:
         for name, init in sources.items():
-            out = workdir / f"finetune-{name if isinstance(name, int) else 'given'}-seed{seed}"
+            out = workdir / f"finetune-{args.task}-{name if isinstance(name, int) else 'given'}-seed{seed}"
             shutil.rmtree(out, ignore_errors=True)
-            results, seconds = finetune(out, args.finetune_steps, seed, init, vocab)
+            results, seconds = finetune(args.task, files, out, args.finetune_steps, seed, init, vocab)
             print(json.dumps({
-                "benchmark": "finetune", "task": "classification", "data": "rotten_tomatoes dev (1000, balanced)",
+                "benchmark": "finetune", "task": args.task, "data": TASKS[args.task]["data"],
                 "init": "random" if init is None else "pretrained",
                 "pretrain_steps": name if isinstance(name, int) else None,
                 "pretrained_model": str(init) if init is not None else None,
                 "pretrain_valid_loss": valid.get(name) if isinstance(name, int) else None,
                 "finetune_steps": args.finetune_steps, "seed": seed,
-                "dev": {key: round(results[key], 4) for key in ("accuracy", "macro_f1", "mcc", "loss")},
+                "dev": {key: round(results[key], 4) for key in TASKS[args.task]["scores"]},
                 "seconds": round(seconds, 1)}), flush=True)
     return 0
 
