@@ -32,6 +32,10 @@ in training; the ``*_ids`` variants take ids like ``encode`` (any length up to `
 * multiple choice: ``choose``: ``context`` [batch], ``question`` [batch], ``options`` string
   [batch, options] -> ``probabilities`` float32 [batch, options] and ``choice`` int32 [batch];
   ``choose_ids``: ids [batch, options, length] -> the same.
+* extractive QA (squad): ``answer``: ``question``, ``context`` string [batch] -> ``answer`` string,
+  ``char_start``, ``char_end`` int32 (code points of the original context), ``score``,
+  ``no_answer_probability`` float32 [batch]; windows, spans and decoding in the graph
+  (trainer/squad_serving.py).
 
 The masked prediction is XLNet's permutation-LM inference: every mask is a target of the query
 stream, and the permutation mask lets every position see every non-mask token but no mask
@@ -56,13 +60,15 @@ from trainer.finetune_data import question_with_option_graph
 from trainer.finetuning import XLNetForSequenceTask
 from trainer.model_dir import ModelDirectory
 from trainer.network import XLNetNetwork, build_network
+from trainer.squad_head import XLNetForQuestionAnswering
+from trainer.squad_serving import SquadServingConfig, answer
 from trainer.storage import StorageError, write_bytes, write_json
 from trainer.text_encoding import XLNetTextEncoder
 
 EXPORT_FORMAT_VERSION = 1
 SIGNATURES = ("serving_default", "encode", "encode_text", "encode_text_pair", "predict_masked")
 TASK_SIGNATURES = {"classification": ("classify", "classify_ids"), "regression": ("regress", "regress_ids"),
-                   "multiple-choice": ("choose", "choose_ids")}
+                   "multiple-choice": ("choose", "choose_ids"), "squad": ("answer",)}
 SMALLEST_LENGTH_BUCKET = 16
 
 
@@ -197,6 +203,37 @@ def restore_finetuned(directory: ModelDirectory, checkpoint: str) -> XLNetForSeq
     return head
 
 
+def restore_question_answering(directory: ModelDirectory, checkpoint: str) -> XLNetForQuestionAnswering:
+    """The fine-tuned SQuAD model (network and XLNetForQuestionAnswering head, with the beam widths
+    of finetune_config.json) of a directory written by `xlnet finetune --task squad`."""
+    config = directory.finetune_config
+    network = build_network(sequence_model_config(directory.model_config))
+    head = XLNetForQuestionAnswering(network, start_n_top=config.start_n_top, end_n_top=config.end_n_top)
+    try:
+        status = tf.train.Checkpoint(model=network, head=head).restore(checkpoint)
+        status.assert_existing_objects_matched()
+    except (tf.errors.OpError, IndexError) as error:
+        raise ExportError(f"cannot read checkpoint {checkpoint!r}: {getattr(error, 'message', error)}") from error
+    except (AssertionError, ValueError) as error:
+        raise ExportError(f"checkpoint {checkpoint!r} does not hold the fine-tuned SQuAD model of "
+                          f"{directory.path!r}: {error}") from error
+    status.expect_partial()
+    return head
+
+
+def squad_serving_config(directory: ModelDirectory, max_length: int) -> SquadServingConfig:
+    """The ``answer`` signature's settings: the fine-tuned ones, with windows of the export's max_length."""
+    finetuned = directory.finetune_config
+    config = SquadServingConfig(max_length=max_length, doc_stride=finetuned.doc_stride,
+                                max_query_length=finetuned.max_query_length,
+                                max_answer_length=finetuned.max_answer_length,
+                                start_n_top=finetuned.start_n_top, end_n_top=finetuned.end_n_top)
+    problems = config.problems()
+    if problems:
+        raise ExportError(f"cannot export the answer signature of {directory.path!r}: {'; '.join(problems)}")
+    return config
+
+
 def signature_names(task: str | None) -> tuple[str, ...]:
     """The signatures of an export: the encoder's, plus the task's for a fine-tuned model."""
     return SIGNATURES + (TASK_SIGNATURES[task] if task else ())
@@ -229,11 +266,14 @@ class XLNetServingModule(tf.Module):
       head: the fine-tuned model around ``network`` (trainer/finetuning.py), or None.
       labels: the classification labels of ``head`` (index = class id).
       text_pair: ``head`` was trained on text pairs (its text signatures take ``text_b``).
+      squad: the ``answer`` signature's settings, required when ``head`` is a
+        XLNetForQuestionAnswering.
     """
 
     def __init__(self, network, encoder: XLNetTextEncoder, top_k: int, assets: dict[str, str] | None = None,
-                 head: XLNetForSequenceTask | None = None, labels: tuple[str, ...] | None = None,
-                 text_pair: bool = False):
+                 head: XLNetForSequenceTask | XLNetForQuestionAnswering | None = None,
+                 labels: tuple[str, ...] | None = None, text_pair: bool = False,
+                 squad: SquadServingConfig | None = None):
         super().__init__(name="xlnet_serving")
         # The Keras models are kept out of the object graph (Keras would add its own default
         # serving signature, which cannot call a multi-input network); their variables are
@@ -241,7 +281,7 @@ class XLNetServingModule(tf.Module):
         object.__setattr__(self, "network", network)
         object.__setattr__(self, "head", head)
         self.network_variables = [variable.value for variable in (head or network).weights]
-        self.task = head.task if head is not None else None
+        self.task = "squad" if isinstance(head, XLNetForQuestionAnswering) else getattr(head, "task", None)
         self.text_pair = bool(text_pair)
         if labels is not None:
             self.label_names = tf.constant(list(labels))
@@ -261,6 +301,11 @@ class XLNetServingModule(tf.Module):
             self.choose = tf.function(self._choose, input_signature=[text_spec, text_spec,
                                                                      tf.TensorSpec([None, None], tf.string)])
             self.choose_ids = tf.function(self._choose_ids, input_signature=[choice_ids_spec] * 3)
+        elif self.task == "squad":
+            if squad is None:
+                raise ValueError("a XLNetForQuestionAnswering head needs its SquadServingConfig (squad=)")
+            self.squad = squad
+            self.answer = tf.function(self._answer, input_signature=[text_spec, text_spec])
         elif self.task is not None:
             texts = [text_spec, text_spec] if self.text_pair else [text_spec]
             self.predict_text = tf.function(self._predict_text, input_signature=texts)
@@ -276,6 +321,8 @@ class XLNetServingModule(tf.Module):
         if self.task == "multiple-choice":
             functions.update(choose=self.choose.get_concrete_function(),
                              choose_ids=self.choose_ids.get_concrete_function())
+        elif self.task == "squad":
+            functions.update(answer=self.answer.get_concrete_function())
         elif self.task is not None:
             text_name, ids_name = TASK_SIGNATURES[self.task]
             functions.update({text_name: self.predict_text.get_concrete_function(),
@@ -415,6 +462,11 @@ class XLNetServingModule(tf.Module):
         flat = [tf.reshape(tensor, [-1, shape[2]]) for tensor in (input_ids, segment_ids, input_mask)]
         return self._choice_outputs(self.encode(*flat)["sequence_output"], shape[0], shape[1])
 
+    def _answer(self, question, context) -> dict[str, tf.Tensor]:
+        """question, context string [batch] -> ``answer`` string, ``char_start``, ``char_end`` int32,
+        ``score``, ``no_answer_probability`` float32 [batch] (trainer/squad_serving.py)."""
+        return answer(question, context, encoder=self.encoder, encode=self.encode, head=self.head, config=self.squad)
+
 
 def mask_positions(is_masked: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
     """[batch, length] 0/1 mask flags -> int32 [batch, rows] positions of the masks, -1 padded."""
@@ -454,14 +506,19 @@ def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: st
     if config.top_k > model_config.vocab_size:
         raise ExportError(f"--top-k {config.top_k} exceeds the vocabulary size {model_config.vocab_size}")
     finetuned = directory.finetune_config
-    head = restore_finetuned(directory, checkpoint) if finetuned is not None else None
+    is_squad = finetuned is not None and finetuned.task == "squad"
+    squad = squad_serving_config(directory, config.max_length) if is_squad else None
+    if finetuned is None:
+        head = None
+    else:
+        head = (restore_question_answering if is_squad else restore_finetuned)(directory, checkpoint)
     network = head.network if head is not None else restore_network(directory, checkpoint)
     encoder = XLNetTextEncoder(directory.sp_model_proto, directory.special_ids, config.max_length, config.uncased)
     staging = _staging_directory(output, version)
     try:
         assets = _write_assets(posixpath.join(staging, "asset_sources"), directory, checkpoint, config, version)
         module = XLNetServingModule(network, encoder, config.top_k, assets, head=head, labels=directory.labels,
-                                    text_pair=bool(finetuned and finetuned.text_pair))
+                                    text_pair=bool(finetuned and finetuned.text_pair), squad=squad)
         saved = posixpath.join(staging, "saved_model")
         tf.saved_model.save(module, saved, signatures=module.signatures())
         _publish(saved, target)
