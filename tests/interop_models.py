@@ -23,6 +23,8 @@ TINY = dict(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24, mem_len=6, re
 LABELS = ("negative", "neutral", "positive")
 HEADS = {"classification": HeadSpec("classification", LABELS), "regression": HeadSpec("regression"),
          "multiple-choice": HeadSpec("multiple-choice")}
+# The SQuAD head (XLNetForQuestionAnswering), with beam widths other than the defaults (5, 5).
+SQUAD = HeadSpec("squad", start_n_top=3, end_n_top=2)
 
 
 def tiny_config(vocab_size: int, **changes) -> ModelConfig:
@@ -78,6 +80,32 @@ def head_inputs(vocab, task: str) -> dict[str, tf.Tensor]:
     if task == "multiple-choice":
         inputs = {name: value.reshape(2, 2, -1) for name, value in inputs.items()}
     return {name: tf.constant(value) for name, value in inputs.items()}
+
+
+def squad_inputs(vocab, length: int = 16, skip: int = 7) -> dict[str, tf.Tensor]:
+    """SQuAD-style inputs on real text, two rows, left-padded with <cls> last: the first three
+    real pieces play the question (segment 0) and the rest the context (segment 1); ``p_mask`` is 1
+    on padding, question and <sep>; gold ``start_positions`` lie in the context."""
+    ids, _ = text_inputs(vocab, length=length, batch=2, skip=skip)
+    ids[1, :4] = vocab.special_ids.pad  # the second row shorter: real left padding
+    special = vocab.special_ids
+    real = ids != special.pad
+    positions = np.arange(length)[None]
+    question = real & (positions < real.argmax(axis=1)[:, None] + 3)
+    segments = np.where(question | ~real, 0, 1)
+    segments[:, -1] = 2
+    p_mask = (~real | question | (ids == special.sep)).astype(np.float32)
+    inputs = {"input_ids": ids, "segment_ids": segments.astype(np.int32), "input_mask": real.astype(np.int32),
+              "p_mask": p_mask}
+    return {name: tf.constant(value) for name, value in inputs.items()}
+
+
+def squad_outputs(head, inputs: dict, start_positions=(10, 12)) -> dict[str, np.ndarray]:
+    """The beam (``beam/...``) and the outputs teacher-forced on ``start_positions`` (``gold/...``)."""
+    beam = head(inputs)
+    gold = head({**inputs, "start_positions": tf.constant(start_positions, tf.int32)})
+    return {**{f"beam/{name}": value.numpy() for name, value in beam.items()},
+            **{f"gold/{name}": value.numpy() for name, value in gold.items()}}
 
 
 def write_model_dir(path: str, config: ModelConfig, vocab, seed: int = 1, head: HeadSpec | None = None,

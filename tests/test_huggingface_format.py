@@ -15,8 +15,10 @@ import safetensors.numpy
 import tensorflow as tf
 
 import xlnet_cli
-from interop_models import (HEADS, LABELS, assert_same_weights, head_inputs, pretraining_outputs, restore_model_dir,
-                            tiny_config, write_model_dir)
+from interop_models import (HEADS, LABELS, SQUAD, assert_same_weights, head_inputs, pretraining_outputs,
+                            restore_model_dir, squad_inputs, squad_outputs, tiny_config, write_model_dir)
+from trainer.finetune_config import FinetuneConfig
+from trainer.model_dir import ModelDirectory
 from trainer.huggingface_format import HuggingFaceFormatError, read_huggingface_directory
 
 D, H, DH, DI, LAYERS = 16, 2, 8, 24, 2  # interop_models.TINY
@@ -43,6 +45,19 @@ def head_table(vocab_size: int, num_labels: int) -> dict[str, tuple[int, ...]]:
     table = {name: shape for name, shape in lm_head_table(vocab_size).items() if not name.startswith("lm_loss")}
     table.update({"sequence_summary.summary.weight": (D, D), "sequence_summary.summary.bias": (D,),
                   "logits_proj.weight": (num_labels, D), "logits_proj.bias": (num_labels,)})
+    return table
+
+
+def question_answering_table(vocab_size: int) -> dict[str, tuple[int, ...]]:
+    """XLNetForQuestionAnswering: no lm_loss; its poolers (torch Linear weights [out, in];
+    answer_class.dense_1 has no bias)."""
+    table = {name: shape for name, shape in lm_head_table(vocab_size).items() if not name.startswith("lm_loss")}
+    table.update({"start_logits.dense.weight": (1, D), "start_logits.dense.bias": (1,),
+                  "end_logits.dense_0.weight": (D, 2 * D), "end_logits.dense_0.bias": (D,),
+                  "end_logits.LayerNorm.weight": (D,), "end_logits.LayerNorm.bias": (D,),
+                  "end_logits.dense_1.weight": (1, D), "end_logits.dense_1.bias": (1,),
+                  "answer_class.dense_0.weight": (D, 2 * D), "answer_class.dense_0.bias": (D,),
+                  "answer_class.dense_1.weight": (1, D)})
     return table
 
 
@@ -245,6 +260,70 @@ def test_classification_model_without_labels_is_refused_by_file_name(tmp_path, v
     assert "labels.json: file not found" in capsys.readouterr().err
 
 
+@pytest.fixture(scope="module")
+def squad_export(tmp_path_factory, vocab):
+    """A tiny fine-tuned SQuAD model directory (beam widths 3 and 2) and its huggingface export."""
+    base = tmp_path_factory.mktemp("hf-squad")
+    _, head = write_model_dir(str(base / "model"), tiny_config(vocab.vocab_size), vocab, seed=11, head=SQUAD)
+    return head, base / "model", export(base / "model", base / "hf")
+
+
+def test_squad_export_has_the_question_answering_names_shapes_and_config(squad_export, vocab):
+    head, _, output = squad_export
+    tensors = safetensors.numpy.load_file(str(output / "model.safetensors"))
+    assert {name: t.shape for name, t in tensors.items()} == question_answering_table(vocab.vocab_size)
+    assert {t.dtype for t in tensors.values()} == {np.dtype(np.float32)}
+    # A fine-tuned directory records its whole-sequence configuration (no memory, bi_data off).
+    expected = {**config_table(vocab), "architectures": ["XLNetForQuestionAnswering"], "start_n_top": 3,
+                "end_n_top": 2, "xlnet_pretraining": {"bi_data": False, "mem_len": 0, "reuse_len": 4, "dropatt": 0.1}}
+    assert json.loads((output / "config.json").read_text()) == expected
+    # Keras kernels [in, out] -> torch [out, in]; the concatenated inputs keep their order.
+    np.testing.assert_array_equal(tensors["end_logits.dense_0.weight"], head.end_logits.dense_0.kernel.numpy().T)
+    np.testing.assert_array_equal(tensors["answer_class.dense_1.weight"],
+                                  head.answer_class.dense_1.kernel.numpy().T)
+    np.testing.assert_array_equal(tensors["end_logits.LayerNorm.weight"], head.end_logits.layer_norm.gamma.numpy())
+
+
+def test_squad_round_trip_keeps_the_head_beam_and_log_probs(squad_export, tmp_path, vocab):
+    head, _, output = squad_export
+    assert import_dir(output, tmp_path / "imported") == 0
+    assert ModelDirectory(str(tmp_path / "imported")).finetune_config == \
+        FinetuneConfig(task="squad", start_n_top=3, end_n_top=2)
+    imported, imported_head = restore_model_dir(str(tmp_path / "imported"))
+    assert (imported_head.start_n_top, imported_head.end_n_top) == (3, 2)
+    assert_same_weights(head, imported_head, skip=("xlnet/lm_bias",))
+    assert not imported.lm_bias.numpy().any()
+    inputs = squad_inputs(vocab)
+    expected, actual = squad_outputs(head, inputs), squad_outputs(imported_head, inputs)
+    assert sorted(actual) == sorted(expected)
+    for name in expected:
+        np.testing.assert_allclose(actual[name], expected[name], rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def test_squad_tensor_problems_are_named(squad_export, tmp_path, capsys):
+    source = tmp_path / "hf"
+    shutil.copytree(squad_export[2], source)
+
+    def break_head(tensors):
+        tensors["end_logits.dense_0.weight"] = np.ascontiguousarray(tensors["end_logits.dense_0.weight"].T)
+        tensors["answer_class.dense_1.bias"] = np.zeros(1, np.float32)  # transformers' has no bias
+        del tensors["start_logits.dense.bias"]
+
+    rewrite_tensors(source, break_head)
+    error = import_error(source, tmp_path, capsys)
+    assert f"tensor end_logits.dense_0.weight has shape [{2 * D}, {D}], the config needs [{D}, {2 * D}]" in error
+    assert "unexpected tensor answer_class.dense_1.bias" in error and "missing tensor start_logits.dense.bias" in error
+
+
+def test_squad_config_problems_are_named(squad_export, tmp_path, capsys):
+    source = tmp_path / "hf"
+    shutil.copytree(squad_export[2], source)
+    rewrite_config(source, end_n_top=0)
+    assert "end_n_top 0 is not supported" in import_error(source, tmp_path, capsys)
+    rewrite_config(source, architectures=None)
+    assert 'add e.g. "architectures": ["XLNetForQuestionAnswering"]' in import_error(source, tmp_path, capsys)
+
+
 def test_sharded_checkpoint_imports_like_a_single_file(tmp_path, exported, vocab):
     tensors = safetensors.numpy.load_file(str(exported[2] / "model.safetensors"))
     source = tmp_path / "sharded"
@@ -357,7 +436,8 @@ def test_vocab_size_mismatch_is_named(copy_of, tmp_path, capsys):
 @pytest.mark.parametrize("field, value, message", [
     ("attn_type", "uni", "attn_type 'uni'"), ("same_length", True, "same_length true"),
     ("ff_activation", "swish", "ff_activation 'swish'"), ("layer_norm_eps", 1e-5, "layer_norm_eps 1e-05"),
-    ("model_type", "bert", "model_type 'bert'"), ("architectures", ["XLNetForQuestionAnswering"], "SQuAD"),
+    ("model_type", "bert", "model_type 'bert'"), ("architectures", ["XLNetForQuestionAnsweringSimple"],
+     "XLNetForQuestionAnsweringSimple is not supported: its qa_outputs layer"),
     ("summary_type", "mean", "summary_type 'mean'")])
 def test_unsupported_config_value_is_named(copy_of, tmp_path, capsys, field, value, message):
     rewrite_config(copy_of, **{field: value})

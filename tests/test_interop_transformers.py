@@ -1,7 +1,9 @@
 """Interop with the real Hugging Face client (torch + transformers, `make test-interop`, .venv-interop):
 our huggingface export loads in XLNetLMHeadModel / XLNetForSequenceClassification /
-XLNetForMultipleChoice and XLNetTokenizer without missing or unexpected weights and gives our
-logits and token ids; a directory written by save_pretrained imports into the same outputs.
+XLNetForMultipleChoice / XLNetForQuestionAnswering and XLNetTokenizer without missing or
+unexpected weights and gives our logits (for SQuAD: the beam's and the teacher-forced
+log-probabilities and the answer-class logits) and token ids; a directory written by
+save_pretrained imports into the same outputs.
 Nothing is downloaded: transformers models are built locally from configs."""
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ transformers = pytest.importorskip(
 torch = pytest.importorskip("torch", reason="torch is not installed: `make test-interop` installs the CPU build")
 
 import xlnet_cli  # noqa: E402
-from interop_models import (HEADS, corpus_sentences, head_inputs, restore_model_dir, text_inputs,  # noqa: E402
-                            tiny_config, write_model_dir)
+from interop_models import (HEADS, SQUAD, corpus_sentences, head_inputs, restore_model_dir,  # noqa: E402
+                            squad_inputs, squad_outputs, text_inputs, tiny_config, write_model_dir)
+from trainer.squad_head import squad_losses  # noqa: E402
 from trainer.text_encoding import XLNetTextEncoder  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -98,6 +101,65 @@ def test_head_classes_load_and_give_our_logits(tmp_path, vocab, task):
                                atol=TOLERANCE)
     if task == "classification":
         assert model.config.id2label == dict(enumerate(HEADS[task].labels))
+
+
+GOLD_STARTS, GOLD_ENDS = (10, 12), (13, 14)  # in the context of squad_inputs' rows
+
+
+def question_answering_outputs(model, inputs: dict) -> dict[str, np.ndarray]:
+    """transformers' XLNetForQuestionAnswering on our inputs, in our output convention
+    (trainer/squad_head.py): the beam as log-probabilities, ends start-major; teacher-forced
+    start/end log-probabilities from its poolers (its forward returns only the loss then); and
+    the answer-class logit on the softmax-weighted start state (what its beam computes: in
+    training it takes the gold start state instead, which ours, as the original, does not)."""
+    start_n_top, end_n_top = model.config.start_n_top, model.config.end_n_top
+    p_mask = torch.tensor(np.asarray(inputs["p_mask"]))
+    with torch.no_grad():
+        beam = model(**torch_inputs(inputs), p_mask=p_mask)
+        hidden = model.transformer(**torch_inputs(inputs)).last_hidden_state
+        start_logits = model.start_logits(hidden, p_mask=p_mask)
+        end_logits = model.end_logits(hidden, start_positions=torch.tensor(GOLD_STARTS), p_mask=p_mask)
+    batch = hidden.shape[0]
+
+    def start_major(values):  # theirs: entry j * start_n_top + i is end j of start i
+        return values.numpy().reshape(batch, end_n_top, start_n_top).transpose(0, 2, 1).reshape(batch, -1)
+
+    return {"beam/start_top_log_probs": np.log(beam.start_top_log_probs.numpy()),  # probabilities in transformers
+            "beam/start_top_index": beam.start_top_index.numpy(),
+            "beam/end_top_log_probs": np.log(start_major(beam.end_top_log_probs)),
+            "beam/end_top_index": start_major(beam.end_top_index),
+            "beam/cls_logits": beam.cls_logits.numpy(), "gold/cls_logits": beam.cls_logits.numpy(),
+            "gold/start_log_probs": torch.log_softmax(start_logits, -1).numpy(),
+            "gold/end_log_probs": torch.log_softmax(end_logits, -1).numpy()}
+
+
+def assert_same_question_answering(model, head, inputs) -> None:
+    """Their outputs equal ours (indices exactly), and so does their span loss (no answer class)."""
+    ours, theirs = squad_outputs(head, inputs, GOLD_STARTS), question_answering_outputs(model, inputs)
+    assert sorted(theirs) == sorted(ours)
+    for name in ours:
+        if name.endswith("_index"):
+            np.testing.assert_array_equal(theirs[name], ours[name], err_msg=name)
+        else:
+            finite = np.isfinite(ours[name]) & (ours[name] > -1e20)  # masked positions: -1e30 less a constant
+            np.testing.assert_array_equal(finite, np.isfinite(theirs[name]) & (theirs[name] > -1e20), err_msg=name)
+            np.testing.assert_allclose(theirs[name][finite], ours[name][finite], rtol=TOLERANCE, atol=TOLERANCE,
+                                       err_msg=name)
+    gold = {name.removeprefix("gold/"): tf.constant(value) for name, value in ours.items() if name.startswith("gold/")}
+    our_loss = squad_losses(gold, tf.constant(GOLD_STARTS), tf.constant(GOLD_ENDS), tf.zeros(2),
+                            answer_class=False).numpy().mean()
+    with torch.no_grad():
+        their_loss = model(**torch_inputs(inputs), p_mask=torch.tensor(np.asarray(inputs["p_mask"])),
+                           start_positions=torch.tensor(GOLD_STARTS), end_positions=torch.tensor(GOLD_ENDS)).loss
+    np.testing.assert_allclose(their_loss.item(), our_loss, rtol=TOLERANCE, atol=TOLERANCE)
+
+
+def test_question_answering_export_loads_and_gives_our_beam_and_log_probs(tmp_path, vocab):
+    _, head = write_model_dir(str(tmp_path / "model"), tiny_config(vocab.vocab_size, **CONFIG), vocab, seed=6,
+                              head=SQUAD)
+    model = load(transformers.XLNetForQuestionAnswering, export(tmp_path / "model", tmp_path / "hf"))
+    assert (model.config.start_n_top, model.config.end_n_top) == (SQUAD.start_n_top, SQUAD.end_n_top)
+    assert_same_question_answering(model, head, squad_inputs(vocab))
 
 
 @pytest.mark.parametrize("uncased", [False, True])
@@ -197,6 +259,23 @@ def test_save_pretrained_head_model_imports_as_a_fine_tuned_model(tmp_path, voca
         theirs = model(**torch_inputs(inputs)).logits.numpy()
     np.testing.assert_allclose(head(inputs).numpy(), theirs[:, 0] if task == "regression" else theirs,
                                rtol=TOLERANCE, atol=TOLERANCE)
+
+
+def test_save_pretrained_question_answering_model_imports_as_a_squad_model(tmp_path, vocab):
+    model = randomized(transformers.XLNetForQuestionAnswering(hf_config(vocab, start_n_top=4, end_n_top=3)), 7)
+    source = save_pretrained_dir(model, tmp_path / "hf", vocab)
+    assert xlnet_cli.main(["import-checkpoint", "--huggingface", source, "--output", str(tmp_path / "model"),
+                           "--no-bi-data"]) == 0
+    _, head = restore_model_dir(str(tmp_path / "model"))
+    assert (head.start_n_top, head.end_n_top) == (4, 3)
+    assert_same_question_answering(model, head, squad_inputs(vocab, skip=11))
+
+
+def test_question_answering_simple_is_refused_by_name(tmp_path, vocab, capsys):
+    model = transformers.XLNetForQuestionAnsweringSimple(hf_config(vocab))
+    source = save_pretrained_dir(model, tmp_path / "hf", vocab)
+    assert xlnet_cli.main(["import-checkpoint", "--huggingface", source, "--output", str(tmp_path / "model")]) == 2
+    assert "XLNetForQuestionAnsweringSimple is not supported: its qa_outputs layer" in capsys.readouterr().err
 
 
 def test_exact_gelu_model_imports_with_the_same_logits(tmp_path, vocab):

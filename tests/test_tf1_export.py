@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
-from interop_models import (HEADS, assert_same_weights, pretraining_outputs, restore_model_dir, tiny_config,
+from interop_models import (HEADS, SQUAD, assert_same_weights, pretraining_outputs, restore_model_dir, tiny_config,
                             write_model_dir)
 from trainer.checkpoint_import import ORIGINAL_CONFIG_KEYS
 
@@ -83,6 +83,32 @@ def test_fine_tuned_model_exports_its_encoder(tmp_path, vocab, capsys):
     reader = tf.train.load_checkpoint(str(tmp_path / "release" / "xlnet_model.ckpt"))
     np.testing.assert_array_equal(reader.get_tensor("model/transformer/seg_embed"),
                                   network.attention_biases.seg_embed.numpy())
+
+
+# run_squad.py's head (function_builder.get_qa_outputs), top-level scopes, tf.layers kernels [in, out].
+SQUAD_TABLE = {"start_logits/dense/kernel": (D, 1), "start_logits/dense/bias": (1,),
+               "end_logits/dense_0/kernel": (2 * D, D), "end_logits/dense_0/bias": (D,),
+               "end_logits/LayerNorm/gamma": (D,), "end_logits/LayerNorm/beta": (D,),
+               "end_logits/dense_1/kernel": (D, 1), "end_logits/dense_1/bias": (1,),
+               "answer_class/dense_0/kernel": (2 * D, D), "answer_class/dense_0/bias": (D,),
+               "answer_class/dense_1/kernel": (D, 1)}
+
+
+def test_squad_model_exports_run_squads_head_and_imports_its_encoder(tmp_path, vocab, capsys):
+    config = tiny_config(vocab.vocab_size)
+    network, head = write_model_dir(str(tmp_path / "model"), config, vocab, seed=9, head=SQUAD)
+    assert export_tf1(tmp_path / "model", tmp_path / "release") == 0
+    assert "with the squad head under run_squad.py's names" in capsys.readouterr().out
+    reader = tf.train.load_checkpoint(str(tmp_path / "release" / "xlnet_model.ckpt"))
+    assert reader.get_variable_to_shape_map() == {**{name: list(shape) for name, shape in SQUAD_TABLE.items()},
+                                                  **{name: list(shape) for name, shape in
+                                                     release_table(vocab.vocab_size, True).items()}}
+    np.testing.assert_array_equal(reader.get_tensor("end_logits/dense_0/kernel"),
+                                  head.end_logits.dense_0.kernel.numpy())
+    np.testing.assert_array_equal(reader.get_tensor("answer_class/dense_1/kernel"),
+                                  head.answer_class.dense_1.kernel.numpy())
+    assert import_release(tmp_path / "release", tmp_path / "imported", network.config) == 0
+    assert_same_weights(network, restore_model_dir(str(tmp_path / "imported"))[0])
 
 
 def test_export_to_a_bucket_imports_back(tmp_path, vocab, gcs_prefix):

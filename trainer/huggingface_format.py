@@ -3,7 +3,7 @@
 Both directions, without torch: tensors are read and written with the ``safetensors`` package's
 NumPy API, every file goes through tf.io.gfile (trainer/storage.py), so a directory may be local
 or gs://. Names and layouts are those of transformers v5 (``XLNetLMHeadModel``,
-``XLNetForSequenceClassification``, ``XLNetForMultipleChoice``):
+``XLNetForSequenceClassification``, ``XLNetForMultipleChoice``, ``XLNetForQuestionAnswering``):
 
 * ``transformer.word_embedding.weight`` [vocab, d_model], ``transformer.mask_emb`` [1, 1, d_model];
 * per layer ``transformer.layer.{i}.rel_attn.{q,k,v,o,r}`` [d_model, n_head, d_head] (our layout),
@@ -13,7 +13,13 @@ or gs://. Names and layouts are those of transformers v5 (``XLNetLMHeadModel``,
   ``ff.layer_{1,2}.{weight,bias}`` (torch Linear weights are [out, in]: our kernels transposed);
 * ``lm_loss.bias`` [vocab] (``lm_loss.weight`` is tied to the word embedding and not saved);
 * heads: ``sequence_summary.summary.{weight,bias}`` [d_model, d_model] and ``logits_proj``
-  [num_labels or 1, d_model] (+ bias), the XLNetForSequenceTask of trainer/finetuning.py.
+  [num_labels or 1, d_model] (+ bias), the XLNetForSequenceTask of trainer/finetuning.py; for
+  squad (trainer/squad_head.py, layers named as transformers' poolers) ``start_logits.dense``
+  [1, d_model], ``end_logits.dense_0`` [d_model, 2 d_model], ``end_logits.LayerNorm``,
+  ``end_logits.dense_1`` [1, d_model], ``answer_class.dense_0`` [d_model, 2 d_model] and
+  ``answer_class.dense_1.weight`` [1, d_model] (no bias), each with the concatenation order of
+  both (end: [h_j ; h_start], answer class: [start ; <cls>]), and config.json's
+  ``start_n_top``/``end_n_top`` as our beam widths.
 
 Hugging Face has no ``untie_r``: its biases are always per layer. On import, biases equal
 (bit for bit) in every layer come back tied (untie_r false), which is what our export of a tied
@@ -61,10 +67,15 @@ BASE_ARCHITECTURE = "XLNetModel"
 # Our fine-tuning task -> the transformers class holding the same head.
 TASK_ARCHITECTURES = {"classification": "XLNetForSequenceClassification",
                       "regression": "XLNetForSequenceClassification",
-                      "multiple-choice": "XLNetForMultipleChoice"}
-NOT_YET = {"XLNetForQuestionAnswering": "the SQuAD task does not exist in `xlnet finetune` yet",
-           "XLNetForQuestionAnsweringSimple": "`xlnet finetune` has no span-extraction task",
+                      "multiple-choice": "XLNetForMultipleChoice",
+                      "squad": "XLNetForQuestionAnswering"}
+NOT_YET = {"XLNetForQuestionAnsweringSimple": "its qa_outputs layer scores starts and ends independently; "
+                                              "`xlnet finetune --task squad` has XLNetForQuestionAnswering's head "
+                                              "(start_logits, end_logits conditioned on the start, answer_class), "
+                                              "so import an XLNetForQuestionAnswering model instead",
            "XLNetForTokenClassification": "`xlnet finetune` has no token-classification task"}
+# Tensor-name prefixes of each head (for a config.json without "architectures").
+HEAD_PREFIXES = ("logits_proj.", "sequence_summary.", "start_logits.", "end_logits.", "answer_class.")
 # XLNetConfig summary settings our SequenceSummary implements (last position, dense + tanh).
 SUMMARY = {"summary_type": "last", "summary_use_proj": True, "summary_activation": "tanh"}
 
@@ -78,6 +89,9 @@ def head_config_fields(head: Optional[HeadSpec]) -> dict[str, Any]:
     """config.json fields that say which class loads the model and, for its head, the labels."""
     if head is None:
         return {"architectures": [LM_ARCHITECTURE]}
+    if head.task == "squad":
+        return {"architectures": [TASK_ARCHITECTURES[head.task]], "start_n_top": head.start_n_top,
+                "end_n_top": head.end_n_top}
     fields: dict[str, Any] = {"architectures": [TASK_ARCHITECTURES[head.task]], **SUMMARY}
     if head.task == "classification":
         fields["problem_type"] = "single_label_classification"
@@ -96,9 +110,11 @@ def head_from_config(values: Mapping[str, Any], names: Iterable[str], source: st
         raise HuggingFaceFormatError(f"{source}: architectures {architectures} names several classes; "
                                      "expected one XLNet class")
     if not architectures:
-        if any(name.startswith(("logits_proj.", "sequence_summary.")) for name in names):
+        names = list(names)
+        if any(name.startswith(HEAD_PREFIXES) for name in names):
+            task = "squad" if any(name.startswith("answer_class.") for name in names) else "classification"
             raise HuggingFaceFormatError(f"{source} has no \"architectures\" but the weights hold a head: "
-                                         f"add e.g. \"architectures\": [\"{TASK_ARCHITECTURES['classification']}\"]")
+                                         f"add e.g. \"architectures\": [\"{TASK_ARCHITECTURES[task]}\"]")
         return None
     architecture = architectures[0]
     if architecture in NOT_YET:
@@ -110,6 +126,14 @@ def head_from_config(values: Mapping[str, Any], names: Iterable[str], source: st
         known = sorted({LM_ARCHITECTURE, BASE_ARCHITECTURE, *TASK_ARCHITECTURES.values()})
         raise HuggingFaceFormatError(f"{source}: architectures {architecture} is not an XLNet class we import "
                                      f"(one of {', '.join(known)})")
+    if architecture == TASK_ARCHITECTURES["squad"]:
+        widths = {key: values.get(key, 5) for key in ("start_n_top", "end_n_top")}  # XLNetConfig's defaults
+        bad = [f"{key} {value!r}" for key, value in widths.items()
+               if isinstance(value, bool) or not isinstance(value, int) or value < 1]
+        if bad:
+            raise HuggingFaceFormatError(f"{source}: {' and '.join(bad)} is not supported (the beam widths must be "
+                                         "integers of at least 1)")
+        return HeadSpec("squad", **widths)
     for key, needed in SUMMARY.items():
         if values.get(key, needed) != needed:
             raise HuggingFaceFormatError(f"{source}: {key} {values[key]!r} is not supported (the head summarises "
@@ -262,8 +286,30 @@ def network_bindings(network: XLNetNetwork, prefix: str = BASE_PREFIX) -> list[B
     return bindings
 
 
+def dense_bindings(name: str, dense, bias: bool = True) -> list[Binding]:
+    """A Keras Dense as a torch Linear: ``name.weight`` [out, in] (the kernel transposed), ``name.bias``."""
+    return [Binding(f"{name}.weight", dense.kernel, transpose=True)] + \
+        ([Binding(f"{name}.bias", dense.bias)] if bias else [])
+
+
+def question_answering_bindings(head) -> list[Binding]:
+    """Bindings of a trainer.squad_head.XLNetForQuestionAnswering's own layers, as transformers'
+    XLNetForQuestionAnswering names them (our layers carry the same names)."""
+    start, end, answer = head.start_logits, head.end_logits, head.answer_class
+    return [*dense_bindings("start_logits.dense", start.dense),
+            *dense_bindings("end_logits.dense_0", end.dense_0),
+            Binding("end_logits.LayerNorm.weight", end.layer_norm.gamma),
+            Binding("end_logits.LayerNorm.bias", end.layer_norm.beta),
+            *dense_bindings("end_logits.dense_1", end.dense_1),
+            *dense_bindings("answer_class.dense_0", answer.dense_0),
+            *dense_bindings("answer_class.dense_1", answer.dense_1, bias=False)]
+
+
 def head_bindings(head) -> list[Binding]:
-    """Bindings of a trainer.finetuning.XLNetForSequenceTask's own layers (summary and logits_proj)."""
+    """Bindings of a head model's own layers: an XLNetForSequenceTask's summary and logits_proj,
+    or an XLNetForQuestionAnswering's start_logits, end_logits and answer_class."""
+    if hasattr(head, "answer_class"):
+        return question_answering_bindings(head)
     summary, projection = head.sequence_summary.summary, head.logits_proj
     return [Binding("sequence_summary.summary.weight", summary.kernel, transpose=True),
             Binding("sequence_summary.summary.bias", summary.bias),
@@ -491,8 +537,9 @@ def write_huggingface_directory(output: str, network: XLNetNetwork, model_config
     returns the files written.
 
     ``model_config``: the configuration to record (the model directory's; ``network`` may be its
-    whole-sequence version). ``head``/``head_spec``: an XLNetForSequenceTask and what it is, for a
-    fine-tuned model (loaded by XLNetForSequenceClassification / XLNetForMultipleChoice), else
+    whole-sequence version). ``head``/``head_spec``: an XLNetForSequenceTask or
+    XLNetForQuestionAnswering and what it is, for a fine-tuned model (loaded by
+    XLNetForSequenceClassification / XLNetForMultipleChoice / XLNetForQuestionAnswering), else
     XLNetLMHeadModel.
     """
     import safetensors.numpy

@@ -4,9 +4,9 @@ Hugging Face transformers XLNet directory (--huggingface) -> a model directory (
 Writes OUTPUT/model_config.json, OUTPUT/spiece.model, OUTPUT/special_ids.json and
 OUTPUT/checkpoints/ (tf.train.CheckpointManager with tf.train.Checkpoint(model=network)), which
 `xlnet train --init-checkpoint` and `xlnet export` read. A Hugging Face model with a fine-tuning
-head (XLNetForSequenceClassification, XLNetForMultipleChoice) becomes a fine-tuned model
-directory: its checkpoint also holds ``head`` and finetune_config.json (and labels.json) say
-which (trainer/head_files.py). Every path may be local or gs://.
+head (XLNetForSequenceClassification, XLNetForMultipleChoice, XLNetForQuestionAnswering) becomes
+a fine-tuned model directory: its checkpoint also holds ``head`` and finetune_config.json (and
+labels.json) say which (trainer/head_files.py). Every path may be local or gs://.
 """
 from __future__ import annotations
 

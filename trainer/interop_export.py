@@ -1,10 +1,11 @@
 """`xlnet export --format huggingface|tf1`: a model directory -> another framework's checkpoint layout.
 
 * ``huggingface``: trainer/huggingface_format.py, loaded by transformers' XLNetLMHeadModel (or,
-  for a fine-tuned model directory, XLNetForSequenceClassification / XLNetForMultipleChoice)
-  and XLNetTokenizer.
-* ``tf1``: trainer/tf1_format.py, the original 2019 release layout. A fine-tuned model's head is
-  not written there: the original names its head variables after its own --task_name.
+  for a fine-tuned model directory, XLNetForSequenceClassification / XLNetForMultipleChoice /
+  XLNetForQuestionAnswering) and XLNetTokenizer.
+* ``tf1``: trainer/tf1_format.py, the original 2019 release layout. A SQuAD model's head is
+  written under run_squad.py's variable names; the other heads are not: the original names their
+  variables after its own --task_name.
 
 The SavedModel (trainer/export.py) stays the default format of `xlnet export`.
 """
@@ -27,7 +28,7 @@ def export_format(model_dir: str, output: str, export_format: str, checkpoint: O
     import tensorflow as tf
 
     from trainer.export import (ExportError, export_checkpoint, open_model_directory, resolve_uncased,
-                                restore_finetuned, restore_network)
+                                restore_finetuned, restore_network, restore_question_answering)
     from trainer.head_files import read_head_spec
     from trainer.huggingface_format import TASK_ARCHITECTURES, write_huggingface_directory
     from trainer.tf1_format import write_tf1_directory
@@ -41,7 +42,8 @@ def export_format(model_dir: str, output: str, export_format: str, checkpoint: O
     if head_spec is None:
         network, head = restore_network(directory, checkpoint), None
     else:
-        head = restore_finetuned(directory, checkpoint)
+        restore = restore_finetuned if head_spec.sequence_task else restore_question_answering
+        head = restore(directory, checkpoint)
         network = head.network
     if export_format == "huggingface":
         casing, why = resolve_uncased(directory, uncased)
@@ -52,9 +54,12 @@ def export_format(model_dir: str, output: str, export_format: str, checkpoint: O
         loader = "XLNetLMHeadModel" if head_spec is None else TASK_ARCHITECTURES[head_spec.task]
         return files, (f"load with transformers' {loader}.from_pretrained and XLNetTokenizer.from_pretrained "
                        f"({'uncased' if casing else 'cased'} text: {why})")
-    files = write_tf1_directory(output, network, directory.sp_model_proto)
+    squad = head_spec is not None and head_spec.task == "squad"
+    files = write_tf1_directory(output, network, directory.sp_model_proto, head if squad else None)
     note = "the original release layout"
-    if head_spec is not None:
+    if squad:
+        note += " (with the squad head under run_squad.py's names: start_logits, end_logits, answer_class)"
+    elif head_spec is not None:
         note += f" (the encoder only: the {head_spec.task} head is not written, the original names it per task)"
     return files, note
 

@@ -4,6 +4,11 @@ OUTPUT/xlnet_model.ckpt.{index,data-00000-of-00001} with the original variable n
 (``model/transformer/...``, ``model/lm_loss/bias``), OUTPUT/xlnet_config.json with the original
 keys and OUTPUT/spiece.model: what the original's run_classifier.py / run_squad.py take as
 --init_checkpoint and what transformers' own TF-to-PyTorch converter reads. Local or gs://.
+
+A fine-tuned SQuAD model also writes its head under run_squad.py's names
+(function_builder.get_qa_outputs: top-level ``start_logits/dense``, ``end_logits/{dense_0,
+LayerNorm, dense_1}``, ``answer_class/{dense_0, dense_1}``; tf.layers kernels are [in, out] like
+ours). The other heads are not written: the original names them after its --task_name.
 """
 from __future__ import annotations
 
@@ -41,6 +46,18 @@ def original_weights(network: XLNetNetwork) -> dict[str, np.ndarray]:
     return {name: variable.numpy() for name, variable in original_variable_map(network).items()}
 
 
+def question_answering_weights(head) -> dict[str, np.ndarray]:
+    """run_squad.py's variable name -> float32 array, for a trainer.squad_head.XLNetForQuestionAnswering."""
+    start, end, answer = head.start_logits, head.end_logits, head.answer_class
+    variables = {"start_logits/dense/kernel": start.dense.kernel, "start_logits/dense/bias": start.dense.bias,
+                 "end_logits/dense_0/kernel": end.dense_0.kernel, "end_logits/dense_0/bias": end.dense_0.bias,
+                 "end_logits/LayerNorm/gamma": end.layer_norm.gamma, "end_logits/LayerNorm/beta": end.layer_norm.beta,
+                 "end_logits/dense_1/kernel": end.dense_1.kernel, "end_logits/dense_1/bias": end.dense_1.bias,
+                 "answer_class/dense_0/kernel": answer.dense_0.kernel, "answer_class/dense_0/bias": answer.dense_0.bias,
+                 "answer_class/dense_1/kernel": answer.dense_1.kernel}
+    return {name: variable.numpy() for name, variable in variables.items()}
+
+
 def write_original_checkpoint(prefix: str, weights: dict[str, np.ndarray]) -> str:
     """A TF checkpoint (V2 format, what a TF1 Saver writes) holding exactly ``weights`` under their names."""
     names = sorted(weights)
@@ -49,12 +66,16 @@ def write_original_checkpoint(prefix: str, weights: dict[str, np.ndarray]) -> st
     return prefix
 
 
-def write_tf1_directory(output: str, network: XLNetNetwork, sp_model_proto: bytes) -> list[str]:
-    """Writes the release layout of ``network`` to ``output``; returns the files written."""
+def write_tf1_directory(output: str, network: XLNetNetwork, sp_model_proto: bytes, squad_head=None) -> list[str]:
+    """Writes the release layout of ``network`` (and of ``squad_head``, an XLNetForQuestionAnswering,
+    when given) to ``output``; returns the files written."""
     output = output.rstrip("/") or "/"
     config = original_config(network)  # refuses what the original cannot express before writing
+    weights = original_weights(network)
+    if squad_head is not None:
+        weights.update(question_answering_weights(squad_head))
     tf.io.gfile.makedirs(output)
-    prefix = write_original_checkpoint(posixpath.join(output, CHECKPOINT_NAME), original_weights(network))
+    prefix = write_original_checkpoint(posixpath.join(output, CHECKPOINT_NAME), weights)
     write_bytes(posixpath.join(output, VOCAB_NAME), sp_model_proto)
     write_json(posixpath.join(output, CONFIG_NAME), config)
     return [prefix + ".index", prefix + ".data-00000-of-00001", posixpath.join(output, CONFIG_NAME),
