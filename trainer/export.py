@@ -171,14 +171,7 @@ def restore_network(directory: ModelDirectory, checkpoint: str) -> XLNetNetwork:
     """Builds the serving network of ``directory`` and restores ``checkpoint`` into it (every network
     variable must match)."""
     network = build_network(sequence_model_config(directory.model_config))
-    try:
-        status = tf.train.Checkpoint(model=network).restore(checkpoint)
-        status.assert_existing_objects_matched()
-    except (tf.errors.OpError, IndexError) as error:
-        raise ExportError(f"cannot read checkpoint {checkpoint!r}: {getattr(error, 'message', error)}") from error
-    except (AssertionError, ValueError) as error:
-        raise ExportError(f"checkpoint {checkpoint!r} does not match model_config.json: {error}") from error
-    status.expect_partial()  # optimizer slots, step, mems and rng state are training-only
+    _restore(checkpoint, "match model_config.json", model=network)
     return network
 
 
@@ -191,15 +184,7 @@ def restore_finetuned(directory: ModelDirectory, checkpoint: str) -> XLNetForSeq
                           f"{ModelDirectory.LABELS}")
     network = build_network(sequence_model_config(directory.model_config))
     head = XLNetForSequenceTask(network, config.task, len(labels) if labels else 1)
-    try:
-        status = tf.train.Checkpoint(model=network, head=head).restore(checkpoint)
-        status.assert_existing_objects_matched()
-    except (tf.errors.OpError, IndexError) as error:
-        raise ExportError(f"cannot read checkpoint {checkpoint!r}: {getattr(error, 'message', error)}") from error
-    except (AssertionError, ValueError) as error:
-        raise ExportError(f"checkpoint {checkpoint!r} does not hold the fine-tuned model of "
-                          f"{directory.path!r}: {error}") from error
-    status.expect_partial()
+    _restore(checkpoint, f"hold the fine-tuned model of {directory.path!r}", model=network, head=head)
     return head
 
 
@@ -209,16 +194,21 @@ def restore_question_answering(directory: ModelDirectory, checkpoint: str) -> XL
     config = directory.finetune_config
     network = build_network(sequence_model_config(directory.model_config))
     head = XLNetForQuestionAnswering(network, start_n_top=config.start_n_top, end_n_top=config.end_n_top)
+    _restore(checkpoint, f"hold the fine-tuned SQuAD model of {directory.path!r}", model=network, head=head)
+    return head
+
+
+def _restore(checkpoint: str, expectation: str, **objects) -> None:
+    """Restores ``objects`` (tf.train.Checkpoint keys) from ``checkpoint``; every variable they hold
+    must be found. ExportError says why not: unreadable, or it does not ``expectation``."""
     try:
-        status = tf.train.Checkpoint(model=network, head=head).restore(checkpoint)
+        status = tf.train.Checkpoint(**objects).restore(checkpoint)
         status.assert_existing_objects_matched()
     except (tf.errors.OpError, IndexError) as error:
         raise ExportError(f"cannot read checkpoint {checkpoint!r}: {getattr(error, 'message', error)}") from error
     except (AssertionError, ValueError) as error:
-        raise ExportError(f"checkpoint {checkpoint!r} does not hold the fine-tuned SQuAD model of "
-                          f"{directory.path!r}: {error}") from error
-    status.expect_partial()
-    return head
+        raise ExportError(f"checkpoint {checkpoint!r} does not {expectation}: {error}") from error
+    status.expect_partial()  # optimizer slots, step, mems and rng state are training-only
 
 
 def squad_serving_config(directory: ModelDirectory, max_length: int) -> SquadServingConfig:
