@@ -56,11 +56,16 @@ def free_ports(count: int) -> list[int]:
 
 def start_two_workers(data_dir, model_dir, *overrides: str) -> list[subprocess.Popen]:
     """`python -m trainer.task --strategy multi-worker` as worker 0 (chief) and worker 1 on 127.0.0.1."""
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     args = [sys.executable, "-m", "trainer.task", "--data", str(data_dir), "--model-dir", str(model_dir),
             "--preset", "tiny", "--strategy", "multi-worker"]
     for item in SMALL + list(overrides):
         args += ["--set", item]
+    return start_as_two_workers(args)
+
+
+def start_as_two_workers(args: list[str]) -> list[subprocess.Popen]:
+    """The command ``args`` as worker 0 (chief) and worker 1 of one TF_CONFIG cluster on 127.0.0.1."""
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     processes = []
     for index in range(2):
         config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}

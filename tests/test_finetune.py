@@ -323,19 +323,12 @@ def test_finetuning_into_a_pretrained_model_directory_is_refused(classifier, spm
 
 @pytest.mark.slow
 def test_two_worker_processes_finetune_in_lockstep_and_the_chief_writes_the_results(spm_model, tmp_path):
-    from test_distributed import free_ports, outputs_of
+    from test_distributed import outputs_of, start_as_two_workers
 
     model_dir = tmp_path / "model"
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    args = [sys.executable, "-m", "xlnet_cli"] + finetune_args(
+    processes = start_as_two_workers([sys.executable, "-m", "xlnet_cli"] + finetune_args(
         model_dir, spm_model, "train_steps=4", "checkpoint_every=4", "eval_every=2", "dropout=0", "dropatt=0",
-        extra=["--strategy", "multi-worker", "--test", str(ROTTEN / "dev.tsv")])
-    processes = []
-    for index in range(2):
-        config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, TF_CONFIG=json.dumps(config), TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-        processes.append(subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))
+        extra=["--strategy", "multi-worker", "--test", str(ROTTEN / "dev.tsv")]))
     outputs = outputs_of(processes, timeout=600)
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output
