@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                            "(default: the preset's)")
     parser.add_argument("--preset", choices=sorted(MODEL_PRESETS),
                         help="fine-tuning defaults (and, without --init-checkpoint, the architecture); default: "
-                             "the preset whose architecture matches --init-checkpoint, else base")
+                             "the preset whose architecture matches --init-checkpoint, else base; tiny without "
+                             "--init-checkpoint")
     parser.add_argument("--vocab", help="SentencePiece model for a run without --init-checkpoint")
     parser.add_argument("--uncased", action=argparse.BooleanOptionalAction, default=None,
                         help="lower-case text (default: as the --init-checkpoint model was trained)")
@@ -201,7 +202,8 @@ def _resolve_configs(args: argparse.Namespace, source: dict[str, Any]):
 
 
 def _matching_preset(model, presets) -> str:
-    """The preset whose architecture is ``model``'s (so its fine-tuning defaults fit), else base."""
+    """The preset whose architecture is ``model``'s (so its fine-tuning defaults fit), else base;
+    tiny when there is no model (a run from random weights without --preset)."""
     if model is not None:
         for name, preset in presets.items():
             if (preset.n_layer, preset.d_model, preset.n_head) == (model.n_layer, model.d_model, model.n_head):
