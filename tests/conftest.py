@@ -9,6 +9,8 @@
 * ``tiny_data_dir``: ``corpus_sample`` preprocessed by the real Beam pipeline
   (FnApiRunner, 1 worker) with seq_len 128, reuse_len 64, num_predict 21, bi_data on,
   16 streams, 4 train shards + 2 valid shards, valid fraction 0.1.
+* ``wiki_qa``: the bundled SQuAD 2.0-format set data/squad/wiki_qa_v2.json, read by
+  ``trainer.squad_data.read_squad``; ``squad_tokenizer`` is the cased SquadTokenizer of ``vocab``.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS_DIR = REPO / "data" / "corpus"
+WIKI_QA = REPO / "data" / "squad" / "wiki_qa_v2.json"
 TINY_DATA = dict(seq_len=128, reuse_len=64, num_predict=21, bi_data=True, num_streams=16,
                  num_shards=4, valid_shards=2, valid_fraction=0.1, seed=0)
 SAMPLE_DOCUMENTS_PER_FILE = {"wiki_summaries_en.txt.gz": 400, "kjv_bible.txt.gz": 40}
@@ -64,6 +67,20 @@ def vocab(spm_model):
     from pipeline.vocab import load_vocab
 
     return load_vocab(spm_model)
+
+
+@pytest.fixture(scope="session")
+def wiki_qa():
+    from trainer.squad_data import read_squad
+
+    return read_squad(str(WIKI_QA))
+
+
+@pytest.fixture(scope="session")
+def squad_tokenizer(vocab):
+    from trainer.squad_data import SquadTokenizer
+
+    return SquadTokenizer(vocab, uncased=False)
 
 
 @pytest.fixture(scope="session")

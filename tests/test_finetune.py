@@ -122,6 +122,21 @@ def test_a_short_finetune_beats_the_majority_class_on_dev(classifier):
     assert summary["eval"]["accuracy"] == results["accuracy"]
 
 
+def test_rerunning_a_finished_finetune_evaluates_again_without_a_step(classifier, spm_model, tmp_path):
+    model_dir, summary = classifier
+    again = tmp_path / "again"
+    subprocess.run(["cp", "-r", str(model_dir), str(again)], check=True)
+    args = finetune_args(again, spm_model, "train_steps=100", "steps_per_loop=50", "eval_every=50",
+                         "checkpoint_every=50")
+    completed = subprocess.run([sys.executable, "-m", "xlnet_cli"] + args, cwd=REPO, capture_output=True,
+                               text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    rerun = last_json_line(completed.stdout)
+    assert (rerun["step"], rerun["stopped"], rerun["last_loss"]) == (100, "completed", None)
+    assert rerun["eval"]["accuracy"] == summary["eval"]["accuracy"]
+    assert step_losses(again / "train_steps.jsonl") == step_losses(model_dir / "train_steps.jsonl")
+
+
 def test_the_model_directory_holds_what_export_and_resume_need(classifier):
     model_dir, _ = classifier
     directory = ModelDirectory(str(model_dir))

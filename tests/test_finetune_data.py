@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from trainer.finetune_data import (ChoiceExample, FinetuneDataError, TextExample, choice_dataset, choice_pairs,
-                                   choice_targets, count_truncated, label_ids, label_list, read_choice_examples,
-                                   read_text_examples, regression_targets, text_dataset)
+                                   choice_targets, count_truncated, label_ids, label_list, pad_rows,
+                                   read_choice_examples, read_text_examples, regression_targets, text_dataset)
 from trainer.text_encoding import XLNetTextEncoder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -301,17 +301,23 @@ def test_a_choice_batch_is_batch_by_options_by_max_length(tmp_path, encoder):
     assert labels.numpy().tolist() == [0, 1]
 
 
-def test_a_seeded_shuffle_is_a_reproducible_permutation(train, encoder):
-    examples = train[:16]
-    targets = np.arange(16, dtype=np.int32)
+def test_a_padded_last_batch_is_full_and_repeats_the_last_example(train, encoder):
+    examples = train[:7]
+    targets = np.arange(7, dtype=np.int32)
+    batches = list(text_dataset(examples, encoder, batch_size=3, targets=targets, pad_last_batch=True))
+    assert [labels.numpy().tolist() for _, labels in batches] == [[0, 1, 2], [3, 4, 5], [6, 6, 6]]
+    last_ids = batches[-1][0]["input_ids"].numpy()
+    assert (last_ids == last_ids[0]).all()
+    unpadded = list(text_dataset(examples, encoder, batch_size=3, targets=targets))
+    assert [labels.numpy().tolist() for _, labels in unpadded][-1] == [6]
 
-    def order(seed: int | None) -> list[int]:
-        dataset = text_dataset(examples, encoder, batch_size=16, targets=targets, shuffle_seed=seed)
-        return next(iter(dataset))[1].numpy().tolist()
 
-    assert order(None) == list(range(16))
-    shuffled = order(7)
-    assert shuffled == order(7) and sorted(shuffled) == list(range(16)) and shuffled != list(range(16))
+def test_pad_rows_leaves_a_whole_number_of_batches_alone():
+    columns = {"a": np.arange(6), "b": np.arange(12).reshape(6, 2)}
+    assert pad_rows(columns, 3) is columns
+    padded = pad_rows(columns, 4)
+    assert padded["a"].tolist() == [0, 1, 2, 3, 4, 5, 5, 5]
+    assert padded["b"][-3:].tolist() == [[10, 11]] * 3
 
 
 def test_count_truncated_counts_examples_longer_than_max_length(train, encoder):

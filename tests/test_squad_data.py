@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import read_corpus_documents
+from conftest import WIKI_QA, read_corpus_documents
 from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
 from tfrecords.text_normalization import normalize_text
 from trainer.squad_cloze import cloze_squad
@@ -22,18 +22,7 @@ from trainer.squad_data import (SquadDataError, SquadTokenizer, answer_piece_ran
 from trainer.text_encoding import XLNetTextEncoder
 
 REPO = Path(__file__).resolve().parents[1]
-WIKI_QA = REPO / "data" / "squad" / "wiki_qa_v2.json"
 WIKI = REPO / "data" / "corpus" / "wiki_summaries_en.txt.gz"
-
-
-@pytest.fixture(scope="module")
-def squad():
-    return read_squad(str(WIKI_QA))
-
-
-@pytest.fixture(scope="module")
-def tokenizer(vocab) -> SquadTokenizer:
-    return SquadTokenizer(vocab, uncased=False)
 
 
 def write_squad(path: Path, paragraphs: list[dict]) -> str:
@@ -46,26 +35,26 @@ def raises_for(path: str, where: str, message: str) -> pytest.RaisesExc:
 
 
 # ---------------------------------------------------------------------------------------- reading
-def test_the_bundled_set_reads_as_squad2_with_130_questions_21_unanswerable(squad):
-    assert squad.version_2
-    assert len(squad.examples) == 130
-    assert sum(example.is_impossible for example in squad.examples) == 21
-    first = squad.examples[0]
+def test_the_bundled_set_reads_as_squad2_with_130_questions_21_unanswerable(wiki_qa):
+    assert wiki_qa.version_2
+    assert len(wiki_qa.examples) == 130
+    assert sum(example.is_impossible for example in wiki_qa.examples) == 21
+    first = wiki_qa.examples[0]
     assert (first.qid, first.question, first.answers[0].text, first.answers[0].start) == (
         "wiki-00001-00", "Who directed 2001: A Space Odyssey?", "Stanley Kubrick", 83)
     assert first.context[83:98] == "Stanley Kubrick"
 
 
-def test_a_squad_file_on_cloud_storage_reads_like_the_local_one(gcs_prefix, squad):
+def test_a_squad_file_on_cloud_storage_reads_like_the_local_one(gcs_prefix, wiki_qa):
     remote = posixpath.join(gcs_prefix, "squad", "dev.json")
     tf.io.gfile.makedirs(posixpath.dirname(remote))
     tf.io.gfile.copy(str(WIKI_QA), remote)
     data = read_squad(posixpath.join(gcs_prefix, "squad", "*.json"))
-    assert data.examples == tuple(dataclasses.replace(e, path=remote) for e in squad.examples)
+    assert data.examples == tuple(dataclasses.replace(e, path=remote) for e in wiki_qa.examples)
 
 
-def test_gold_answers_list_every_answer_and_none_for_unanswerable(squad):
-    golds = squad.gold_answers()
+def test_gold_answers_list_every_answer_and_none_for_unanswerable(wiki_qa):
+    golds = wiki_qa.gold_answers()
     assert golds["wiki-00008-00"] == ["the Parthenon", "Parthenon"]
     assert golds["wiki-00001-05"] == []
 
@@ -134,36 +123,36 @@ def test_origins_survive_a_context_dependent_lower_case():
     assert starts.tolist() == [0, 1, 2, 3, 4, 5] and ends.tolist() == [1, 2, 3, 4, 5, 6]
 
 
-def test_piece_ids_equal_the_serving_encoders(squad, tokenizer, vocab):
+def test_piece_ids_equal_the_serving_encoders(wiki_qa, squad_tokenizer, vocab):
     encoder = XLNetTextEncoder(vocab.model_proto, vocab.special_ids.to_dict(), max_length=512, uncased=False)
-    contexts = sorted({example.context for example in squad.examples})
-    texts = contexts + [example.question for example in squad.examples]
+    contexts = sorted({example.context for example in wiki_qa.examples})
+    texts = contexts + [example.question for example in wiki_qa.examples]
     served = encoder.tokenize(tf.constant(texts)).to_list()
-    ours = [tokenizer.encode_with_spans(text).ids.tolist() for text in contexts]
-    ours += [tokenizer.encode(example.question) for example in squad.examples]
+    ours = [squad_tokenizer.encode_with_spans(text).ids.tolist() for text in contexts]
+    ours += [squad_tokenizer.encode(example.question) for example in wiki_qa.examples]
     assert ours == served
 
 
-def test_every_bundled_answer_maps_to_pieces_whose_span_is_the_answer(squad, tokenizer):
+def test_every_bundled_answer_maps_to_pieces_whose_span_is_the_answer(wiki_qa, squad_tokenizer):
     # answers are whole words, and the vocabulary splits at spaces, quotes and dashes: the
     # original text between the first and last answer piece is exactly the answer
-    for example in squad.examples:
-        spans = tokenizer.encode_with_spans(example.context)
+    for example in wiki_qa.examples:
+        spans = squad_tokenizer.encode_with_spans(example.context)
         for answer in example.answers:
             first, last = answer_piece_range(spans, answer.start, answer.end)
             assert example.context[spans.char_start[first]:spans.char_end[last]] == answer.text, example.qid
 
 
-def test_an_answer_with_accents_is_returned_with_its_accents(squad, tokenizer):
-    example = next(e for e in squad.examples if e.qid == "wiki-00100-01")  # Prosper Mérimée
-    spans = tokenizer.encode_with_spans(example.context)
+def test_an_answer_with_accents_is_returned_with_its_accents(wiki_qa, squad_tokenizer):
+    example = next(e for e in wiki_qa.examples if e.qid == "wiki-00100-01")  # Prosper Mérimée
+    spans = squad_tokenizer.encode_with_spans(example.context)
     first, last = answer_piece_range(spans, example.answers[0].start, example.answers[0].end)
     assert example.context[spans.char_start[first]:spans.char_end[last]] == "Prosper Mérimée"
 
 
-def test_an_uncased_model_still_returns_the_original_capitals(squad, vocab):
+def test_an_uncased_model_still_returns_the_original_capitals(wiki_qa, vocab):
     uncased = SquadTokenizer.from_model_proto(vocab.model_proto, uncased=True)
-    example = next(e for e in squad.examples if e.qid == "wiki-00325-00")  # Diego Velázquez
+    example = next(e for e in wiki_qa.examples if e.qid == "wiki-00325-00")  # Diego Velázquez
     spans = uncased.encode_with_spans(example.context)
     assert spans.ids.tolist() == uncased.processor.encode(normalize_text(example.context, uncased=True))
     first, last = answer_piece_range(spans, example.answers[0].start, example.answers[0].end)
@@ -189,12 +178,12 @@ def test_the_max_context_window_maximises_the_smaller_side():
 
 
 # ------------------------------------------------------------------------------------- features
-def test_a_feature_is_left_padded_context_sep_question_sep_cls(squad, tokenizer, vocab):
-    example = squad.examples[0]
-    features = build_features([example], tokenizer, training=True, max_seq_length=256)
+def test_a_feature_is_left_padded_context_sep_question_sep_cls(wiki_qa, squad_tokenizer, vocab):
+    example = wiki_qa.examples[0]
+    features = build_features([example], squad_tokenizer, training=True, max_seq_length=256)
     special = vocab.special_ids
-    context = tokenizer.encode_with_spans(example.context).ids.tolist()
-    question = tokenizer.encode(example.question)
+    context = squad_tokenizer.encode_with_spans(example.context).ids.tolist()
+    question = squad_tokenizer.encode(example.question)
     real = len(context) + len(question) + 3
     pad = 256 - real
     assert len(features) == 1
@@ -206,27 +195,27 @@ def test_a_feature_is_left_padded_context_sep_question_sep_cls(squad, tokenizer,
     assert features.p_mask[0].tolist() == [1.0] * pad + [0.0] * len(context) + [1.0] * (len(question) + 2) + [0.0]
 
 
-def test_training_targets_point_at_the_answer_pieces(squad, tokenizer):
-    example = squad.examples[0]
-    features = build_features([example], tokenizer, training=True, max_seq_length=256)
+def test_training_targets_point_at_the_answer_pieces(wiki_qa, squad_tokenizer):
+    example = wiki_qa.examples[0]
+    features = build_features([example], squad_tokenizer, training=True, max_seq_length=256)
     start, end = features.start_positions[0], features.end_positions[0]
     text = example.context[features.token_char_start[0, start]:features.token_char_end[0, end]]
     assert text == "Stanley Kubrick" and features.is_impossible[0] == 0.0
 
 
-def test_an_unanswerable_question_targets_cls(squad, tokenizer):
-    example = next(e for e in squad.examples if e.is_impossible)
-    features = build_features([example], tokenizer, training=True, max_seq_length=256)
+def test_an_unanswerable_question_targets_cls(wiki_qa, squad_tokenizer):
+    example = next(e for e in wiki_qa.examples if e.is_impossible)
+    features = build_features([example], squad_tokenizer, training=True, max_seq_length=256)
     assert features.start_positions.tolist() == features.end_positions.tolist() == [255]
     assert features.is_impossible.tolist() == [1.0]
 
 
-def test_long_contexts_slide_and_answers_outside_a_window_target_cls(squad, tokenizer):
-    example = next(e for e in squad.examples if e.qid == "wiki-00389-03")  # "1986", late in the paragraph
-    features = build_features([example], tokenizer, training=True, max_seq_length=64, doc_stride=16,
+def test_long_contexts_slide_and_answers_outside_a_window_target_cls(wiki_qa, squad_tokenizer):
+    example = next(e for e in wiki_qa.examples if e.qid == "wiki-00389-03")  # "1986", late in the paragraph
+    features = build_features([example], squad_tokenizer, training=True, max_seq_length=64, doc_stride=16,
                               max_query_length=16)
-    pieces = len(tokenizer.encode_with_spans(example.context).ids)
-    budget = 64 - len(tokenizer.encode(example.question)) - 3
+    pieces = len(squad_tokenizer.encode_with_spans(example.context).ids)
+    budget = 64 - len(squad_tokenizer.encode(example.question)) - 3
     assert len(features) == len(context_windows(pieces, budget, 16)) > 2
     inside = features.is_impossible == 0.0
     assert 1 <= inside.sum() < len(features)
@@ -238,36 +227,36 @@ def test_long_contexts_slide_and_answers_outside_a_window_target_cls(squad, toke
     assert features.token_is_max_context.sum() == pieces
 
 
-def test_long_questions_are_truncated_and_counted(squad, tokenizer):
-    features = build_features(squad.examples[:10], tokenizer, training=False, max_seq_length=128,
+def test_long_questions_are_truncated_and_counted(wiki_qa, squad_tokenizer):
+    features = build_features(wiki_qa.examples[:10], squad_tokenizer, training=False, max_seq_length=128,
                               max_query_length=6)
-    long_questions = sum(len(tokenizer.encode(e.question)) > 6 for e in squad.examples[:10])
+    long_questions = sum(len(squad_tokenizer.encode(e.question)) > 6 for e in wiki_qa.examples[:10])
     assert features.truncated_questions == long_questions > 0
     assert (features.input_mask.sum(axis=1) <= 128).all()
 
 
-def test_an_answer_the_normalisation_drops_is_counted_and_skipped_when_training(tmp_path, tokenizer):
+def test_an_answer_the_normalisation_drops_is_counted_and_skipped_when_training(tmp_path, squad_tokenizer):
     # the answer is the combining acute accent of "Cafe\u0301": normalisation strips it
     path = write_squad(tmp_path / "accent.json", [{"context": "Cafe\u0301 noir is strong.", "qas": [
         {"id": "acc", "question": "Which mark?", "answers": [{"text": "\u0301", "answer_start": 4}]},
         {"id": "ok", "question": "Which drink?", "answers": [{"text": "noir", "answer_start": 6}]}]}])
     examples = read_squad(path).examples
-    training = build_features(examples, tokenizer, training=True, max_seq_length=64, max_query_length=16)
+    training = build_features(examples, squad_tokenizer, training=True, max_seq_length=64, max_query_length=16)
     assert training.unaligned == ("acc",) and training.example_index.tolist() == [1]
-    evaluation = build_features(examples, tokenizer, training=False, max_seq_length=64, max_query_length=16)
+    evaluation = build_features(examples, squad_tokenizer, training=False, max_seq_length=64, max_query_length=16)
     assert evaluation.unaligned == ("acc",) and evaluation.example_index.tolist() == [0, 1]
     assert evaluation.start_positions[0] == 63
 
 
-def test_the_whole_bundled_set_builds_at_the_default_settings(squad, tokenizer):
-    features = build_features(squad.examples, tokenizer, training=True)
+def test_the_whole_bundled_set_builds_at_the_default_settings(wiki_qa, squad_tokenizer):
+    features = build_features(wiki_qa.examples, squad_tokenizer, training=True)
     assert len(features) == 130 and features.input_ids.shape == (130, 512)
     assert features.unaligned == () and features.truncated_questions == 0
     assert (features.is_impossible == 1.0).sum() == 21
 
 
 # ---------------------------------------------------------------------------------------- cloze
-def test_cloze_questions_blank_a_span_that_stands_in_the_context(tmp_path, tokenizer):
+def test_cloze_questions_blank_a_span_that_stands_in_the_context(tmp_path, squad_tokenizer):
     dataset = cloze_squad(read_corpus_documents(WIKI, 30), seed=3, impossible_fraction=0.2)
     path = tmp_path / "cloze.json"
     path.write_text(json.dumps(dataset), encoding="utf-8")

@@ -5,26 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from trainer.squad_data import SquadTokenizer, build_features, read_squad
+from trainer.squad_data import build_features
 from trainer.squad_postprocess import (evaluate_predictions, no_answer_scores, predict_answers,
                                        predictions_json)
-
-WIKI_QA = Path(__file__).resolve().parents[1] / "data" / "squad" / "wiki_qa_v2.json"
-
-
-@pytest.fixture(scope="module")
-def squad():
-    return read_squad(str(WIKI_QA))
-
-
-@pytest.fixture(scope="module")
-def tokenizer(vocab) -> SquadTokenizer:
-    return SquadTokenizer(vocab, uncased=False)
 
 
 def oracle_beam(features, cls_logits=None) -> dict[str, np.ndarray]:
@@ -35,10 +22,10 @@ def oracle_beam(features, cls_logits=None) -> dict[str, np.ndarray]:
             "cls_logits": features.is_impossible * 10 - 5 if cls_logits is None else cls_logits}
 
 
-def test_the_gold_beam_answers_every_question_with_its_original_text(squad, tokenizer):
-    features = build_features(squad.examples, tokenizer, training=False)
-    predictions = predict_answers(squad.examples, features, oracle_beam(features))
-    for example, prediction in zip(squad.examples, predictions):
+def test_the_gold_beam_answers_every_question_with_its_original_text(wiki_qa, squad_tokenizer):
+    features = build_features(wiki_qa.examples, squad_tokenizer, training=False)
+    predictions = predict_answers(wiki_qa.examples, features, oracle_beam(features))
+    for example, prediction in zip(wiki_qa.examples, predictions):
         if example.is_impossible:
             assert (prediction.text, prediction.char_start, prediction.nbest) == ("", -1, ())
         else:
@@ -47,9 +34,9 @@ def test_the_gold_beam_answers_every_question_with_its_original_text(squad, toke
             assert example.context[prediction.char_start:prediction.char_end] == prediction.text
 
 
-def test_the_gold_beam_scores_100_on_the_official_squad2_evaluation(squad, tokenizer):
-    features = build_features(squad.examples, tokenizer, training=False)
-    result = evaluate_predictions(squad, predict_answers(squad.examples, features, oracle_beam(features)))
+def test_the_gold_beam_scores_100_on_the_official_squad2_evaluation(wiki_qa, squad_tokenizer):
+    features = build_features(wiki_qa.examples, squad_tokenizer, training=False)
+    result = evaluate_predictions(wiki_qa, predict_answers(wiki_qa.examples, features, oracle_beam(features)))
     assert result["exact"] == result["f1"] == result["HasAns_exact"] == result["NoAns_exact"] == 100.0
     assert (result["total"], result["HasAns_total"], result["NoAns_total"]) == (130, 109, 21)
     # unanswerable questions already predict "" (adding 0): the walk starts at 21 and reaches 130
@@ -57,9 +44,9 @@ def test_the_gold_beam_scores_100_on_the_official_squad2_evaluation(squad, token
     assert result["best_exact"] == 100.0 and result["best_exact_thresh"] == -5.0
 
 
-def test_candidates_outside_the_context_reversed_or_too_long_are_dropped(squad, tokenizer):
-    example = squad.examples[0]  # Stanley Kubrick
-    features = build_features([example], tokenizer, training=True, max_seq_length=256)
+def test_candidates_outside_the_context_reversed_or_too_long_are_dropped(wiki_qa, squad_tokenizer):
+    example = wiki_qa.examples[0]  # Stanley Kubrick
+    features = build_features([example], squad_tokenizer, training=True, max_seq_length=256)
     start, end = int(features.start_positions[0]), int(features.end_positions[0])
     question_position = 250  # between the two <sep>s: p_mask 1
     assert features.p_mask[0, question_position] == 1 and end > start
@@ -74,9 +61,9 @@ def test_candidates_outside_the_context_reversed_or_too_long_are_dropped(squad, 
     assert (too_short.text, too_short.score, too_short.nbest) == ("", -1e6, ())
 
 
-def test_windows_share_candidates_dedupe_texts_and_the_no_answer_score_is_their_minimum(squad, tokenizer):
-    example = next(e for e in squad.examples if e.qid == "wiki-00389-03")  # "1986"
-    features = build_features([example], tokenizer, training=False, max_seq_length=64, doc_stride=16,
+def test_windows_share_candidates_dedupe_texts_and_the_no_answer_score_is_their_minimum(wiki_qa, squad_tokenizer):
+    example = next(e for e in wiki_qa.examples if e.qid == "wiki-00389-03")  # "1986"
+    features = build_features([example], squad_tokenizer, training=False, max_seq_length=64, doc_stride=16,
                               max_query_length=16)
     inside = features.is_impossible == 0
     assert inside.sum() >= 2  # the answer is in several windows
@@ -97,9 +84,9 @@ def test_windows_share_candidates_dedupe_texts_and_the_no_answer_score_is_their_
     assert prediction.no_answer_score == cls_logits.min() == -1.5
 
 
-def test_predictions_are_written_in_the_official_format(squad, tokenizer):
-    examples = squad.examples[:3]
-    features = build_features(examples, tokenizer, training=False)
+def test_predictions_are_written_in_the_official_format(wiki_qa, squad_tokenizer):
+    examples = wiki_qa.examples[:3]
+    features = build_features(examples, squad_tokenizer, training=False)
     predictions = predict_answers(examples, features, oracle_beam(features))
     assert json.loads(json.dumps(predictions_json(predictions))) == {
         "wiki-00001-00": "Stanley Kubrick", "wiki-00001-01": "1968", "wiki-00001-02": "Arthur C. Clarke"}
@@ -107,10 +94,10 @@ def test_predictions_are_written_in_the_official_format(squad, tokenizer):
     assert predictions[0].no_answer_probability == pytest.approx(1 / (1 + math.exp(5)))
 
 
-def test_squad11_data_is_evaluated_without_no_answer_thresholds(squad, tokenizer):
-    answerable = tuple(e for e in squad.examples if not e.is_impossible)[:5]
-    data = dataclasses.replace(squad, examples=answerable, version_2=False)
-    features = build_features(answerable, tokenizer, training=False)
+def test_squad11_data_is_evaluated_without_no_answer_thresholds(wiki_qa, squad_tokenizer):
+    answerable = tuple(e for e in wiki_qa.examples if not e.is_impossible)[:5]
+    data = dataclasses.replace(wiki_qa, examples=answerable, version_2=False)
+    features = build_features(answerable, squad_tokenizer, training=False)
     result = evaluate_predictions(data, predict_answers(answerable, features, oracle_beam(features)))
     assert result == {"exact": 100.0, "f1": 100.0, "total": 5, "HasAns_exact": 100.0, "HasAns_f1": 100.0,
                       "HasAns_total": 5}

@@ -39,7 +39,7 @@ class TrainingDivergedError(RuntimeError):
 class TrainResult:
     step: int
     stopped: str  # "completed" or "preempted"
-    last_loss: float
+    last_loss: float | None  # None when no step ran (resumed at train_steps)
     eval_metrics: Mapping[str, float]
 
 
@@ -232,7 +232,7 @@ class Controller:
         writers = self._summary_writers()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         tokens_per_step = config.examples_per_step * self.task.tokens_per_example
-        step, last_loss, eval_metrics, evaluated_at, began = start, float("nan"), {}, -1, time.time()
+        step, last_loss, eval_metrics, evaluated_at, began = start, None, {}, -1, time.time()
         try:
             while step < config.train_steps and not self._stopping():
                 count = self._steps_until_event(step)

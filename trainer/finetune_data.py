@@ -493,17 +493,17 @@ def example_columns(examples: Sequence[TextExample] | Sequence[ChoiceExample], e
 
 
 def text_dataset(examples: Sequence[TextExample], encoder: XLNetTextEncoder, batch_size: int,
-                 targets: np.ndarray | None = None, *, shuffle_seed: int | None = None,
-                 drop_remainder: bool = False) -> tf.data.Dataset:
-    """Batches of encoded text examples, in file order unless ``shuffle_seed`` is given.
+                 targets: np.ndarray | None = None, *, pad_last_batch: bool = False) -> tf.data.Dataset:
+    """Batches of encoded text examples, in file order (training order is :func:`training_dataset`'s).
 
     Args:
       examples: from :func:`read_text_examples`.
       encoder: lays out and pads each batch (its ``max_length`` is the sequence length).
       batch_size: examples per batch.
       targets: [num_examples] (:func:`label_ids` or :func:`regression_targets`), or None.
-      shuffle_seed: shuffles over all examples, differently each epoch, reproducibly.
-      drop_remainder: drop a last, smaller batch (for static shapes, e.g. on TPU).
+      pad_last_batch: fill the last batch with copies of the last example (:func:`pad_rows`), so
+        every batch has the same static shape (one compiled program on a TPU); the caller keeps
+        the first ``len(examples)`` outputs.
     Returns:
       A dataset of ``(features, targets)`` or, without targets, ``features``: features is a dict
       of int32 [batch, max_length] ``input_ids``, ``segment_ids``, ``input_mask``; targets is
@@ -512,17 +512,16 @@ def text_dataset(examples: Sequence[TextExample], encoder: XLNetTextEncoder, bat
     if isinstance(_first(examples), ChoiceExample):
         raise TypeError("text_dataset takes text examples; use choice_dataset for multiple choice")
     columns, encode = example_columns(examples, encoder)
-    return _batched(columns, targets, encode, batch_size, shuffle_seed, drop_remainder)
+    return _batched(columns, targets, encode, batch_size, pad_last_batch)
 
 
 def choice_dataset(examples: Sequence[ChoiceExample], encoder: XLNetTextEncoder, batch_size: int,
-                   targets: np.ndarray | None = None, *, shuffle_seed: int | None = None,
-                   drop_remainder: bool = False) -> tf.data.Dataset:
+                   targets: np.ndarray | None = None, *, pad_last_batch: bool = False) -> tf.data.Dataset:
     """Batches of encoded multiple-choice examples; every example must have as many options.
 
     Args:
       examples: from :func:`read_choice_examples`.
-      encoder, batch_size, shuffle_seed, drop_remainder: as for :func:`text_dataset`.
+      encoder, batch_size, pad_last_batch: as for :func:`text_dataset`.
       targets: int32 [num_examples] from :func:`choice_targets`, or None.
     Returns:
       A dataset of ``(features, targets)`` or ``features``: features is a dict of int32
@@ -534,7 +533,19 @@ def choice_dataset(examples: Sequence[ChoiceExample], encoder: XLNetTextEncoder,
     if not isinstance(_first(examples), ChoiceExample):
         raise TypeError("choice_dataset takes multiple-choice examples; use text_dataset for texts")
     columns, encode = example_columns(examples, encoder)
-    return _batched(columns, targets, encode, batch_size, shuffle_seed, drop_remainder)
+    return _batched(columns, targets, encode, batch_size, pad_last_batch)
+
+
+def pad_rows(columns: Any, multiple: int) -> Any:
+    """``columns`` (a structure of arrays with as many rows each) with the last row repeated until
+    the row count is a multiple of ``multiple``: a padded evaluation set whose batches all have one
+    static shape. The outputs of the added rows are to be dropped."""
+    count = len(tf.nest.flatten(columns)[0])
+    missing = -count % multiple
+    if not count or not missing:
+        return columns
+    return tf.nest.map_structure(lambda rows: np.concatenate([rows, np.repeat(rows[-1:], missing, axis=0)]),
+                                 columns)
 
 
 def _common_option_count(examples: Sequence[ChoiceExample]) -> int:
@@ -556,15 +567,15 @@ def _first(examples: Sequence[TextExample] | Sequence[ChoiceExample]) -> TextExa
 
 def _batched(columns: dict[str, Any], targets: np.ndarray | None,
              encode: Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]], batch_size: int,
-             shuffle_seed: int | None, drop_remainder: bool) -> tf.data.Dataset:
-    """Raw strings (+ targets) -> optionally shuffled batches -> ``encode`` in the tf.data graph."""
+             pad_last_batch: bool) -> tf.data.Dataset:
+    """Raw strings (+ targets) -> batches (the last one padded if asked) -> ``encode`` in the tf.data graph."""
     num_examples = len(next(iter(columns.values())))
     if targets is not None and len(targets) != num_examples:
         raise ValueError(f"{len(targets)} targets for {num_examples} examples")
-    dataset = tf.data.Dataset.from_tensor_slices(columns if targets is None else (columns, targets))
-    if shuffle_seed is not None:
-        dataset = dataset.shuffle(num_examples, seed=shuffle_seed, reshuffle_each_iteration=True)
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    rows = columns if targets is None else (columns, targets)
+    if pad_last_batch:
+        rows = pad_rows(rows, batch_size)
+    dataset = tf.data.Dataset.from_tensor_slices(rows).batch(batch_size, drop_remainder=pad_last_batch)
     if targets is None:
         dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     else:

@@ -164,9 +164,10 @@ class HeadTask:
     def write_state(self, state) -> None:
         del state
 
-    def gathered_outputs(self, strategy: tf.distribute.Strategy, dataset: tf.data.Dataset) -> Any:
+    def gathered_outputs(self, strategy: tf.distribute.Strategy, dataset: tf.data.Dataset, count: int) -> Any:
         """The head's inference outputs on ``dataset``'s batches (features only), gathered from
-        every replica and concatenated in dataset order, as NumPy (same structure as the head's)."""
+        every replica and concatenated in dataset order, as NumPy (same structure as the head's),
+        cut to the first ``count`` rows (the rest pad the last batch: finetune_data.pad_rows)."""
         if self._predict_fn is None:
             def replica_outputs(features):
                 return self.head(features, training=False)
@@ -176,7 +177,7 @@ class HeadTask:
                 reduce_retracing=True)
         batches = [tf.nest.map_structure(lambda t: t.numpy(), self._predict_fn(features))
                    for features in strategy.experimental_distribute_dataset(dataset)]
-        return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0), *batches)
+        return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0)[:count], *batches)
 
 
 class FinetuningTask(HeadTask):
@@ -225,10 +226,12 @@ class FinetuningTask(HeadTask):
         """The head's outputs for ``examples`` in file order: logits [N, labels] (classification),
         scores [N] (regression) or logits [N, options] (multiple choice)."""
         if self.task == "multiple-choice":
-            dataset = finetune_data.choice_dataset(examples, self.encoder, self.config.eval_batch_size)
+            dataset = finetune_data.choice_dataset(examples, self.encoder, self.config.eval_batch_size,
+                                                   pad_last_batch=True)
         else:
-            dataset = finetune_data.text_dataset(examples, self.encoder, self.config.eval_batch_size)
-        return self.gathered_outputs(strategy, dataset)
+            dataset = finetune_data.text_dataset(examples, self.encoder, self.config.eval_batch_size,
+                                                 pad_last_batch=True)
+        return self.gathered_outputs(strategy, dataset, len(examples))
 
     def scores(self, outputs: np.ndarray, targets: np.ndarray) -> dict[str, float]:
         """The task's metrics and mean loss of head ``outputs`` against ``targets``."""
