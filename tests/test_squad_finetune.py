@@ -1,6 +1,8 @@
 """`xlnet finetune --task squad`: SQuAD on the shared controller, scored by the official evaluation."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -27,12 +29,21 @@ def squad_args(model_dir: Path, vocab: str, *overrides: str, train: Path = WIKI_
     return args
 
 
+def run_finetune(args: list[str]) -> dict:
+    """Runs `xlnet finetune` in-process; its summary (the last JSON line it prints)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert xlnet_cli.main(args) == 0
+    return json.loads([line for line in printed.getvalue().splitlines() if line.startswith("{")][-1])
+
+
 @pytest.fixture(scope="module")
 def answered(tmp_path_factory, spm_model) -> tuple[Path, dict]:
+    """4 steps on the bundled set, scored on it, and the same file again as --test."""
     model_dir = tmp_path_factory.mktemp("squad") / "model"
-    code = xlnet_cli.main(squad_args(model_dir, spm_model, "train_steps=4", "eval_every=2", "checkpoint_every=4"))
-    assert code == 0
-    return model_dir, json.loads((model_dir / "eval_results.json").read_text())
+    summary = run_finetune(squad_args(model_dir, spm_model, "train_steps=4", "eval_every=2", "checkpoint_every=4",
+                                      extra=["--test", str(WIKI_QA)]))
+    return model_dir, {**json.loads((model_dir / "eval_results.json").read_text()), "summary": summary}
 
 
 def test_every_question_gets_an_answer_that_is_a_span_of_its_context(answered):
@@ -59,7 +70,7 @@ def test_the_counts_of_windows_and_truncated_questions_are_reported(answered):
     _, results = answered
     assert results["train_questions"] == results["eval_questions"] == 130
     assert results["eval_windows"] > 130  # contexts longer than one 96-piece window are split
-    assert results["unaligned_skipped"] == 0 and set(results["truncated_questions"]) == {"train", "eval"}
+    assert results["unaligned_skipped"] == 0 and set(results["truncated_questions"]) == {"train", "eval", "test"}
 
 
 def test_the_model_directory_records_the_squad_settings(answered):
@@ -92,6 +103,30 @@ def test_a_missing_answer_start_names_the_file_and_the_question(tmp_path, spm_mo
     assert str(broken) in error and question["id"] in error and "answer_start" in error
 
 
-def test_test_files_are_refused_for_squad_with_the_way_out(tmp_path, spm_model, capsys):
-    assert xlnet_cli.main(squad_args(tmp_path / "m", spm_model, extra=["--test", str(WIKI_QA)])) == 2
-    assert "score a file with --eval" in capsys.readouterr().err
+def test_a_test_file_is_answered_like_the_eval_file(answered):
+    model_dir, results = answered
+    assert json.loads((model_dir / "test_predictions.json").read_text()) == json.loads(
+        (model_dir / "predictions.json").read_text())
+    test_odds = json.loads((model_dir / "test_null_odds.json").read_text())
+    assert test_odds == pytest.approx(json.loads((model_dir / "null_odds.json").read_text()), abs=1e-5)
+
+
+def test_a_labeled_test_file_is_scored_in_the_summary(answered):
+    _, results = answered
+    test = results["summary"]["test"]
+    assert test["total"] == 130 and test["f1"] == pytest.approx(results["f1"])
+    assert results["summary"]["test_questions"] == 130
+
+
+def test_an_unlabeled_test_file_gets_answers_and_no_scores(tmp_path, spm_model):
+    data = json.loads(WIKI_QA.read_text())
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraph["qas"] = [{"id": qa["id"], "question": qa["question"]} for qa in paragraph["qas"]]
+    hidden = tmp_path / "hidden.json"
+    hidden.write_text(json.dumps(data))
+    summary = run_finetune(squad_args(tmp_path / "m", spm_model, "train_steps=2", extra=["--test", str(hidden)]))
+    answers = json.loads((tmp_path / "m" / "test_predictions.json").read_text())
+    contexts = {example.qid: example.context for example in read_squad(str(WIKI_QA)).examples}
+    assert set(answers) == set(contexts) and all(answer in contexts[qid] for qid, answer in answers.items())
+    assert "test" not in summary and (tmp_path / "m" / "test_null_odds.json").exists()

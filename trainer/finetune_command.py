@@ -1,18 +1,21 @@
-"""`xlnet finetune`: fine-tune a model directory for classification, regression or multiple choice.
+"""`xlnet finetune`: fine-tune a model directory for classification, regression, multiple choice
+or extractive question answering (squad).
 
-  --task classification|regression|multiple-choice --train FILE_OR_GLOB --eval FILE_OR_GLOB
+  --task classification|regression|multiple-choice|squad --train FILE_OR_GLOB --eval FILE_OR_GLOB
   [--test FILE_OR_GLOB] --init-checkpoint MODEL_DIR --model-dir OUT [--max-seq-length N]
   [--preset tiny|base|large] [--config FILE] [--set key=value ...] [--strategy ...] [--tpu NAME]
 
 The output is a model directory (trainer/model_dir.py; local or gs://) that `xlnet export` turns
-into a SavedModel with a ``classify``, ``regress`` or ``choose`` signature. Besides the files
-of any model directory it holds finetune_config.json, labels.json (classification),
-eval_results.json and, with --test, predictions.jsonl. Re-running the same command resumes
+into a SavedModel with a ``classify``, ``regress``, ``choose`` or ``answer`` signature. Besides
+the files of any model directory it holds finetune_config.json, labels.json (classification),
+eval_results.json and, with --test, predictions.jsonl (squad: predictions.json, null_odds.json
+and, with --test, test_predictions.json and test_null_odds.json). Re-running the same command resumes
 from the latest checkpoint.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -38,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "[question,] options, label")
     parser.add_argument("--eval", required=True, help="labeled eval file or glob, scored every eval_every steps "
                                                       "and at the end (eval_results.json)")
-    parser.add_argument("--test", help="file or glob to predict at the end (predictions.jsonl); labels optional")
+    parser.add_argument("--test", help="file or glob to predict at the end (predictions.jsonl; squad: "
+                                       "test_predictions.json); labels or answers optional")
     parser.add_argument("--init-checkpoint", help="model directory from `xlnet train` or `xlnet import-checkpoint` "
                                                   "(local or gs://); its vocabulary, casing and architecture are "
                                                   "reused. Without it: random weights of --preset (a baseline)")
@@ -136,16 +140,15 @@ def _squad_task(args: argparse.Namespace, source: dict[str, Any], model, config)
     from trainer.squad_data import SquadTokenizer
     from trainer.squad_task import SquadTask, load_squad_splits
 
-    if args.test:
-        raise ValueError("--test is not supported with --task squad: score a file with --eval "
-                         "(its answers go to predictions.json)")
     tokenizer = SquadTokenizer.from_model_proto(source["sp_model_proto"], source["uncased"], source["vocab_path"])
-    data = load_squad_splits(config, tokenizer, args.train, args.eval)
+    data = load_squad_splits(config, tokenizer, args.train, args.eval, args.test)
     task = SquadTask(config, model, data)
     counts = task.summary()
+    test = (f", {counts['test_questions']} test questions in {counts['test_windows']} windows"
+            if data.test is not None else "")
     print(f"{counts['train_questions']} training questions in {counts['train_windows']} windows "
           f"({counts['unaligned_skipped']} skipped: answer not aligned with the context), "
-          f"{counts['eval_questions']} eval questions in {counts['eval_windows']} windows; questions longer "
+          f"{counts['eval_questions']} eval questions in {counts['eval_windows']} windows{test}; questions longer "
           f"than max_query_length {config.max_query_length}, truncated: {counts['truncated_questions']}",
           flush=True)
     return task
@@ -253,18 +256,35 @@ def _write_outputs(controller, args: argparse.Namespace, result) -> dict[str, An
 
 
 def _write_squad_outputs(controller, args: argparse.Namespace, result) -> dict[str, Any]:
-    """eval_results.json, predictions.json (official format) and, for SQuAD 2.0, null_odds.json."""
-    from trainer.squad_postprocess import no_answer_scores, predictions_json
+    """eval_results.json, predictions.json (official format) and, for SQuAD 2.0, null_odds.json;
+    with --test, test_predictions.json (and test_null_odds.json for a SQuAD 2.0 model)."""
+    from trainer.squad_postprocess import evaluate_predictions, no_answer_scores, predictions_json
 
     task, out = controller.task, controller.model_dir
     summary = {"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
                "eval": dict(result.eval_metrics), **task.summary()}
-    if result.stopped != "completed" or not controller.chief:
+    if result.stopped != "completed":
         return summary
-    out.write_json(out.EVAL_RESULTS, {"task": "squad", "step": result.step, "eval_files": args.eval,
-                                      "version_2": task.data.eval.data.version_2, **result.eval_metrics,
-                                      **task.summary()})
-    out.write_json(out.SQUAD_PREDICTIONS, predictions_json(task.predictions))
-    if task.data.eval.data.version_2:
-        out.write_json(out.NULL_ODDS, no_answer_scores(task.predictions))
+    if controller.chief:
+        out.write_json(out.EVAL_RESULTS, {"task": "squad", "step": result.step, "eval_files": args.eval,
+                                          "version_2": task.data.eval.data.version_2, **result.eval_metrics,
+                                          **task.summary()})
+        out.write_json(out.SQUAD_PREDICTIONS, predictions_json(task.predictions))
+        if task.data.eval.data.version_2:
+            out.write_json(out.NULL_ODDS, no_answer_scores(task.predictions))
+    test = task.data.test
+    if test is not None:
+        # every worker answers (the outputs are gathered across workers); the chief writes
+        answers = task.answer(controller.strategy, test)
+        # a hidden test set carries no is_impossible flags: the training data says whether the
+        # model learned to abstain
+        version_2 = task.data.train.data.version_2
+        if controller.chief:
+            out.write_json(out.SQUAD_TEST_PREDICTIONS, predictions_json(answers))
+            if version_2:
+                out.write_json(out.TEST_NULL_ODDS, no_answer_scores(answers))
+        if test.data.labeled:
+            scored = test.data if test.data.version_2 == version_2 else dataclasses.replace(test.data,
+                                                                                           version_2=version_2)
+            summary["test"] = {name: float(value) for name, value in evaluate_predictions(scored, answers).items()}
     return summary

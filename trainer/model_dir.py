@@ -57,6 +57,8 @@ class ModelDirectory:
     PREDICTIONS = "predictions.jsonl"
     SQUAD_PREDICTIONS = "predictions.json"  # squad: the official format, question id -> answer
     NULL_ODDS = "null_odds.json"  # squad 2.0: question id -> no-answer score
+    SQUAD_TEST_PREDICTIONS = "test_predictions.json"  # squad --test: as predictions.json
+    TEST_NULL_ODDS = "test_null_odds.json"  # squad --test, a model trained on SQuAD 2.0
     # What `xlnet export` and --init-checkpoint need besides a checkpoint.
     REQUIRED = (MODEL_CONFIG, VOCAB, SPECIAL_IDS)
 

@@ -96,6 +96,11 @@ class SquadData:
     examples: tuple[SquadExample, ...]
     version_2: bool
 
+    @property
+    def labeled(self) -> bool:
+        """Whether every question has its gold answers or is marked unanswerable (can be scored)."""
+        return all(example.answers or example.is_impossible for example in self.examples)
+
     def gold_answers(self) -> dict[str, list[str]]:
         """question id -> gold answer texts (empty when unanswerable), as trainer.squad_metrics takes them."""
         return {example.qid: [answer.text for answer in example.answers] for example in self.examples}

@@ -37,20 +37,25 @@ class SquadSplit:
 class SquadTaskData:
     train: SquadSplit
     eval: SquadSplit
+    test: SquadSplit | None = None  # questions to answer at the end; answers optional
 
 
-def load_squad_splits(config: FinetuneConfig, tokenizer: SquadTokenizer, train: str, eval: str) -> SquadTaskData:
+def load_squad_splits(config: FinetuneConfig, tokenizer: SquadTokenizer, train: str, eval: str,
+                      test: str | None = None) -> SquadTaskData:
     """Reads the SQuAD files (local or gs://) and builds their windows with ``config``'s shapes.
 
-    Training features skip (and count) questions whose answer covers no piece; eval features keep
-    every question. SquadDataError names the file and question id of a bad entry.
+    Training features skip (and count) questions whose answer covers no piece; eval and test
+    features keep every question. The test files' questions may carry no answers. SquadDataError
+    names the file and question id of a bad entry.
     """
     shapes = dict(max_seq_length=config.max_seq_length, doc_stride=config.doc_stride,
                   max_query_length=config.max_query_length)
-    train_data, eval_data = read_squad(train), read_squad(eval)
-    return SquadTaskData(SquadSplit(train_data, build_features(train_data.examples, tokenizer, training=True, **shapes)),
-                         SquadSplit(eval_data, build_features(eval_data.examples, tokenizer, training=False,
-                                                              **shapes)))
+
+    def split(data: SquadData, training: bool) -> SquadSplit:
+        return SquadSplit(data, build_features(data.examples, tokenizer, training=training, **shapes))
+
+    return SquadTaskData(split(read_squad(train), True), split(read_squad(eval), False),
+                         split(read_squad(test, require_answers=False), False) if test else None)
 
 
 class SquadTask(HeadTask):
@@ -107,11 +112,15 @@ class SquadTask(HeadTask):
 
     def summary(self) -> dict[str, Any]:
         """Counts worth reporting: questions and windows per split, truncated and skipped questions."""
-        train, eval = self.data.train.features, self.data.eval.features
-        return {"train_questions": len(self.data.train.data.examples), "train_windows": len(train),
-                "eval_questions": len(self.data.eval.data.examples), "eval_windows": len(eval),
-                "truncated_questions": {"train": train.truncated_questions, "eval": eval.truncated_questions},
-                "unaligned_skipped": len(train.unaligned)}
+        splits = {"train": self.data.train, "eval": self.data.eval, "test": self.data.test}
+        counts: dict[str, Any] = {}
+        for name, split in splits.items():
+            if split is not None:
+                counts[f"{name}_questions"], counts[f"{name}_windows"] = len(split.data.examples), len(split.features)
+        counts["truncated_questions"] = {name: split.features.truncated_questions
+                                         for name, split in splits.items() if split is not None}
+        counts["unaligned_skipped"] = len(self.data.train.features.unaligned)
+        return counts
 
 
 def _unchanged(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
