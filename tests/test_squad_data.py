@@ -15,7 +15,6 @@ import tensorflow as tf
 from conftest import WIKI_QA, read_corpus_documents
 from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
 from tfrecords.text_normalization import normalize_text
-from trainer.squad_cloze import cloze_squad
 from trainer.squad_data import (SquadDataError, SquadTokenizer, answer_piece_range, build_features,
                                 context_windows, max_context_owners, max_context_window, normalized_char_origins,
                                 read_squad)
@@ -253,17 +252,3 @@ def test_the_whole_bundled_set_builds_at_the_default_settings(wiki_qa, squad_tok
     assert len(features) == 130 and features.input_ids.shape == (130, 512)
     assert features.unaligned == () and features.truncated_questions == 0
     assert (features.is_impossible == 1.0).sum() == 21
-
-
-# ---------------------------------------------------------------------------------------- cloze
-def test_cloze_questions_blank_a_span_that_stands_in_the_context(tmp_path, squad_tokenizer):
-    dataset = cloze_squad(read_corpus_documents(WIKI, 30), seed=3, impossible_fraction=0.2)
-    path = tmp_path / "cloze.json"
-    path.write_text(json.dumps(dataset), encoding="utf-8")
-    data = read_squad(str(path))  # answer offsets are checked by the reader
-    answerable = [e for e in data.examples if not e.is_impossible]
-    assert data.version_2 and len(answerable) >= 15 and len(data.examples) - len(answerable) >= 2
-    for example in answerable:
-        assert example.question.count("_") >= 1
-        assert example.question.replace("_", example.answers[0].text, 1) in example.context
-    assert cloze_squad(read_corpus_documents(WIKI, 30), seed=3, impossible_fraction=0.2) == dataset
