@@ -12,6 +12,7 @@ import xlnet_cli
 from interop_models import (HEADS, SQUAD, assert_same_weights, pretraining_outputs, restore_model_dir, tiny_config,
                             write_model_dir)
 from trainer.checkpoint_import import ORIGINAL_CONFIG_KEYS
+from trainer.model_dir import ModelDirectory
 
 D, H, DH, DI, LAYERS = 16, 2, 8, 24, 2  # interop_models.TINY
 
@@ -94,21 +95,69 @@ SQUAD_TABLE = {"start_logits/dense/kernel": (D, 1), "start_logits/dense/bias": (
                "answer_class/dense_1/kernel": (D, 1)}
 
 
-def test_squad_model_exports_run_squads_head_and_imports_its_encoder(tmp_path, vocab, capsys):
-    config = tiny_config(vocab.vocab_size)
-    network, head = write_model_dir(str(tmp_path / "model"), config, vocab, seed=9, head=SQUAD)
+def squad_release(tmp_path, vocab):
+    """A SQuAD model directory and its tf1 export: (network, head, release directory)."""
+    network, head = write_model_dir(str(tmp_path / "model"), tiny_config(vocab.vocab_size), vocab, seed=9, head=SQUAD)
     assert export_tf1(tmp_path / "model", tmp_path / "release") == 0
+    return network, head, tmp_path / "release"
+
+
+def saved_model_signatures(version) -> set[str]:
+    """Signature names of a SavedModel, read from saved_model.pb (cheaper than loading it)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel.FromString((version / "saved_model.pb").read_bytes())
+    return set(saved_model.meta_graphs[0].signature_def)
+
+
+def test_squad_model_round_trips_run_squads_head(tmp_path, vocab, capsys):
+    from trainer.tf1_format import question_answering_variable_map
+
+    network, head, release = squad_release(tmp_path, vocab)
     assert "with the squad head under run_squad.py's names" in capsys.readouterr().out
-    reader = tf.train.load_checkpoint(str(tmp_path / "release" / "xlnet_model.ckpt"))
+    reader = tf.train.load_checkpoint(str(release / "xlnet_model.ckpt"))
     assert reader.get_variable_to_shape_map() == {**{name: list(shape) for name, shape in SQUAD_TABLE.items()},
                                                   **{name: list(shape) for name, shape in
                                                      release_table(vocab.vocab_size, True).items()}}
-    np.testing.assert_array_equal(reader.get_tensor("end_logits/dense_0/kernel"),
-                                  head.end_logits.dense_0.kernel.numpy())
-    np.testing.assert_array_equal(reader.get_tensor("answer_class/dense_1/kernel"),
-                                  head.answer_class.dense_1.kernel.numpy())
-    assert import_release(tmp_path / "release", tmp_path / "imported", network.config) == 0
-    assert_same_weights(network, restore_model_dir(str(tmp_path / "imported"))[0])
+    assert import_release(release, tmp_path / "imported", network.config) == 0
+    assert "imported the squad head" in capsys.readouterr().out
+    finetuned = ModelDirectory(str(tmp_path / "imported")).finetune_config
+    # run_squad.py's checkpoint has no beam widths: its flag defaults, not SQUAD's 3 and 2.
+    assert (finetuned.task, finetuned.start_n_top, finetuned.end_n_top) == ("squad", 5, 5)
+    imported_network, imported_head = restore_model_dir(str(tmp_path / "imported"))
+    assert_same_weights(network, imported_network)
+    expected, actual = question_answering_variable_map(head), question_answering_variable_map(imported_head)
+    assert set(expected) == set(SQUAD_TABLE)
+    for name, variable in expected.items():
+        np.testing.assert_array_equal(actual[name].numpy(), variable.numpy(), err_msg=name)
+    # --max-length 68, the least the default max_query_length (64) allows: fewer length buckets to trace.
+    assert xlnet_cli.main(["export", "--model-dir", str(tmp_path / "imported"), "--output",
+                           str(tmp_path / "serving"), "--max-length", "68"]) == 0
+    assert "answer" in saved_model_signatures(tmp_path / "serving" / "1")
+
+
+def test_checkpoint_with_part_of_run_squads_head_is_refused(tmp_path, vocab):
+    import re
+    import shutil
+
+    from trainer.checkpoint_import import CheckpointImportError, read_original_checkpoint
+    from trainer.import_command import import_to_model_dir
+    from trainer.tf1_format import write_original_checkpoint
+
+    _, _, release = squad_release(tmp_path, vocab)
+    weights = read_original_checkpoint(str(release / "xlnet_model.ckpt"))
+    del weights["end_logits/LayerNorm/beta"]
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    prefix = write_original_checkpoint(str(partial / "xlnet_model.ckpt"), weights)
+    for name in ("xlnet_config.json", "spiece.model"):
+        shutil.copy(release / name, partial / name)
+    with pytest.raises(CheckpointImportError,
+                       match=re.escape(f"checkpoint {prefix} holds part of run_squad.py's squad head but lacks "
+                                       "end_logits/LayerNorm/beta:")):
+        import_to_model_dir(prefix, str(partial / "xlnet_config.json"), str(partial / "spiece.model"),
+                            str(tmp_path / "imported"))
+    assert not (tmp_path / "imported" / "model_config.json").exists()  # refused before anything is written
 
 
 def test_export_to_a_bucket_imports_back(tmp_path, vocab, gcs_prefix):

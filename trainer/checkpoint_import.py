@@ -71,12 +71,12 @@ def original_variable_map(network: XLNetNetwork) -> dict[str, tf.Variable]:
     return variables
 
 
-def assign_original_weights(network: XLNetNetwork, weights: Mapping[str, np.ndarray], source: str = "weights") -> None:
-    """Assigns every original-named array to the network, checking names and shapes first.
+def assign_checked_weights(targets: Mapping[str, tf.Variable], weights: Mapping[str, np.ndarray],
+                           source: str = "weights") -> None:
+    """Assigns ``weights[name]`` to every ``targets[name]`` once every name and shape is checked.
 
     Raises CheckpointImportError naming each missing or mis-shaped variable (nothing is assigned then).
     """
-    targets = original_variable_map(network)
     problems = [f"missing variable {name}" for name in targets if name not in weights]
     for name, variable in targets.items():
         if name in weights and tuple(np.shape(weights[name])) != tuple(variable.shape):
@@ -86,6 +86,12 @@ def assign_original_weights(network: XLNetNetwork, weights: Mapping[str, np.ndar
         raise CheckpointImportError(f"{source} does not fit the model: " + "; ".join(problems))
     for name, variable in targets.items():
         variable.assign(np.asarray(weights[name], np.float32))
+
+
+def assign_original_weights(network: XLNetNetwork, weights: Mapping[str, np.ndarray], source: str = "weights") -> None:
+    """Assigns every original-named array to the network, checking names and shapes first
+    (assign_checked_weights over original_variable_map)."""
+    assign_checked_weights(original_variable_map(network), weights, source)
 
 
 def read_original_checkpoint(prefix: str) -> dict[str, np.ndarray]:

@@ -6,14 +6,22 @@ OUTPUT/checkpoints/ (tf.train.CheckpointManager with tf.train.Checkpoint(model=n
 `xlnet train --init-checkpoint` and `xlnet export` read. A Hugging Face model with a fine-tuning
 head (XLNetForSequenceClassification, XLNetForMultipleChoice, XLNetForQuestionAnswering) becomes
 a fine-tuned model directory: its checkpoint also holds ``head`` and finetune_config.json (and
-labels.json) say which (trainer/head_files.py). Every path may be local or gs://.
+labels.json) say which (trainer/head_files.py). So does an original checkpoint written by
+run_squad.py: its head (start_logits, end_logits, answer_class; trainer/tf1_format.py's names)
+makes a --task squad model directory with run_squad.py's beam widths (start_n_top 5, end_n_top 5).
+Every path may be local or gs://.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, Optional
 
 from trainer.config import ModelConfig
+
+if TYPE_CHECKING:  # imported where used: `xlnet --help` should not load TensorFlow
+    from trainer.network import XLNetNetwork
+    from trainer.squad_head import XLNetForQuestionAnswering
 
 DEFAULTS = ModelConfig()
 
@@ -67,11 +75,33 @@ def save_checkpoint(target, **objects) -> str:
     return manager.save(checkpoint_number=0)
 
 
+def load_release_weights(network: XLNetNetwork, checkpoint: str) -> Optional[XLNetForQuestionAnswering]:
+    """Assigns the original checkpoint's encoder to ``network`` and, when the checkpoint holds
+    run_squad.py's head, that head to a squad head built over ``network``; returns the head or None.
+    Every variable, the head's included, is checked by name and shape before any is assigned."""
+    from trainer.checkpoint_import import assign_checked_weights, original_variable_map, read_original_checkpoint
+    from trainer.tf1_format import build_question_answering_head, question_answering_variable_map
+
+    source = f"checkpoint {checkpoint}"
+    weights = read_original_checkpoint(checkpoint)
+    head = build_question_answering_head(network, weights, source)
+    targets = original_variable_map(network)
+    if head is not None:
+        targets.update(question_answering_variable_map(head))
+    assign_checked_weights(targets, weights, source)
+    return head
+
+
 def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output: str, **overrides) -> str:
-    """Converts the release and writes the model directory (local or gs://); returns the checkpoint written."""
+    """Converts the release and writes the model directory (local or gs://), a fine-tuned squad
+    one when the checkpoint holds run_squad.py's head; returns the checkpoint written. Nothing is
+    written before every variable is checked."""
     from tfrecords.vocabulary import parse_vocab
-    from trainer.checkpoint_import import CheckpointImportError, import_original, read_original_config
+    from trainer.checkpoint_import import CheckpointImportError, read_original_config
+    from trainer.head_files import write_head_files
+    from trainer.network import build_network
     from trainer.storage import read_bytes
+    from trainer.tf1_format import RUN_SQUAD_HEAD
 
     target = new_model_directory(output)
     config = read_original_config(config_path, **overrides)
@@ -79,9 +109,16 @@ def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output
     if vocab.vocab_size != config.vocab_size:
         raise CheckpointImportError(f"--spm {spm_path} has {vocab.vocab_size} pieces but --config {config_path} "
                                     f"has n_token {config.vocab_size}: they are not from the same release")
-    network = import_original(checkpoint, config_path, **overrides)
+    network = build_network(config)
+    head = load_release_weights(network, checkpoint)
     target.write_model_files(config, vocab.special_ids.to_dict(), spm_path)
-    return save_checkpoint(target, model=network)
+    if head is None:
+        return save_checkpoint(target, model=network)
+    write_head_files(target, RUN_SQUAD_HEAD)
+    print(f"imported the squad head of {checkpoint} (run_squad.py's start_logits, end_logits, answer_class; "
+          f"beam widths start_n_top {RUN_SQUAD_HEAD.start_n_top}, end_n_top {RUN_SQUAD_HEAD.end_n_top}): "
+          "a fine-tuned --task squad model directory", flush=True)
+    return save_checkpoint(target, model=network, head=head)
 
 
 def import_huggingface_to_model_dir(source: str, output: str, **overrides) -> str:

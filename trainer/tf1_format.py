@@ -1,4 +1,5 @@
-"""Writing the original TF1 XLNet release layout: the inverse of trainer/checkpoint_import.py.
+"""The original TF1 XLNet release layout: writing it (the inverse of trainer/checkpoint_import.py),
+and run_squad.py's head names for both directions.
 
 OUTPUT/xlnet_model.ckpt.{index,data-00000-of-00001} with the original variable names
 (``model/transformer/...``, ``model/lm_loss/bias``), OUTPUT/xlnet_config.json with the original
@@ -9,23 +10,36 @@ A fine-tuned SQuAD model also writes its head under run_squad.py's names
 (function_builder.get_qa_outputs: top-level ``start_logits/dense``, ``end_logits/{dense_0,
 LayerNorm, dense_1}``, ``answer_class/{dense_0, dense_1}``; tf.layers kernels are [in, out] like
 ours). The other heads are not written: the original names them after its --task_name.
+
+The head's names live here once (question_answering_variable_map) and serve both directions:
+`xlnet import-checkpoint --checkpoint` (trainer/import_command.py) reads a run_squad.py
+checkpoint's head through the same table (build_question_answering_head) into a fine-tuned squad
+model directory, with run_squad.py's default beam widths (RUN_SQUAD_HEAD).
 """
 from __future__ import annotations
 
 import posixpath
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import numpy as np
 import tensorflow as tf
 
-from trainer.checkpoint_import import ORIGINAL_CONFIG_KEYS, original_variable_map
+from trainer.checkpoint_import import ORIGINAL_CONFIG_KEYS, CheckpointImportError, original_variable_map
+from trainer.head_files import HeadSpec
 from trainer.network import XLNetNetwork
 from trainer.storage import write_bytes, write_json
+
+if TYPE_CHECKING:
+    from trainer.squad_head import XLNetForQuestionAnswering
 
 CHECKPOINT_NAME = "xlnet_model.ckpt"
 CONFIG_NAME = "xlnet_config.json"
 VOCAB_NAME = "spiece.model"
 # The original implementation knows these activations (its "gelu" is the tanh approximation, as ours).
 ORIGINAL_ACTIVATIONS = ("gelu", "relu")
+# The head an imported run_squad.py checkpoint becomes: its checkpoint does not record the beam
+# widths, so they are run_squad.py's flag defaults (--start_n_top 5, --end_n_top 5).
+RUN_SQUAD_HEAD = HeadSpec("squad", start_n_top=5, end_n_top=5)
 
 
 class TF1FormatError(ValueError):
@@ -46,16 +60,41 @@ def original_weights(network: XLNetNetwork) -> dict[str, np.ndarray]:
     return {name: variable.numpy() for name, variable in original_variable_map(network).items()}
 
 
-def question_answering_weights(head) -> dict[str, np.ndarray]:
-    """run_squad.py's variable name -> float32 array, for a trainer.squad_head.XLNetForQuestionAnswering."""
+def question_answering_variable_map(head: XLNetForQuestionAnswering) -> dict[str, tf.Variable]:
+    """run_squad.py's variable name -> the variable of a trainer.squad_head.XLNetForQuestionAnswering
+    holding it: the one table of the head's names, for the export and the import alike."""
     start, end, answer = head.start_logits, head.end_logits, head.answer_class
-    variables = {"start_logits/dense/kernel": start.dense.kernel, "start_logits/dense/bias": start.dense.bias,
-                 "end_logits/dense_0/kernel": end.dense_0.kernel, "end_logits/dense_0/bias": end.dense_0.bias,
-                 "end_logits/LayerNorm/gamma": end.layer_norm.gamma, "end_logits/LayerNorm/beta": end.layer_norm.beta,
-                 "end_logits/dense_1/kernel": end.dense_1.kernel, "end_logits/dense_1/bias": end.dense_1.bias,
-                 "answer_class/dense_0/kernel": answer.dense_0.kernel, "answer_class/dense_0/bias": answer.dense_0.bias,
-                 "answer_class/dense_1/kernel": answer.dense_1.kernel}
-    return {name: variable.numpy() for name, variable in variables.items()}
+    return {"start_logits/dense/kernel": start.dense.kernel, "start_logits/dense/bias": start.dense.bias,
+            "end_logits/dense_0/kernel": end.dense_0.kernel, "end_logits/dense_0/bias": end.dense_0.bias,
+            "end_logits/LayerNorm/gamma": end.layer_norm.gamma, "end_logits/LayerNorm/beta": end.layer_norm.beta,
+            "end_logits/dense_1/kernel": end.dense_1.kernel, "end_logits/dense_1/bias": end.dense_1.bias,
+            "answer_class/dense_0/kernel": answer.dense_0.kernel, "answer_class/dense_0/bias": answer.dense_0.bias,
+            "answer_class/dense_1/kernel": answer.dense_1.kernel}
+
+
+def question_answering_weights(head: XLNetForQuestionAnswering) -> dict[str, np.ndarray]:
+    """run_squad.py's variable name -> float32 array, for a trainer.squad_head.XLNetForQuestionAnswering."""
+    return {name: variable.numpy() for name, variable in question_answering_variable_map(head).items()}
+
+
+def build_question_answering_head(network: XLNetNetwork, names: Iterable[str], source: str
+                                  ) -> Optional[XLNetForQuestionAnswering]:
+    """The squad head (an XLNetForQuestionAnswering over ``network``, run_squad.py's beam widths)
+    when ``names``, a checkpoint's variable names, hold run_squad.py's head; None when they hold
+    none of it. Raises CheckpointImportError naming the missing variables when they hold only some."""
+    # Built before knowing whether it is needed: its variables are what the one name table maps,
+    # so the names come from there rather than from a second list (an unused head costs nothing).
+    head = RUN_SQUAD_HEAD.build(network)
+    expected = question_answering_variable_map(head)
+    present = set(names)
+    missing = [name for name in expected if name not in present]
+    if len(missing) == len(expected):
+        return None  # an encoder-only release (or run_classifier.py's, whose head is named per task)
+    if missing:
+        raise CheckpointImportError(f"{source} holds part of run_squad.py's squad head but lacks "
+                                    f"{', '.join(missing)}: a run_squad.py checkpoint has all of "
+                                    f"{', '.join(expected)}")
+    return head
 
 
 def write_original_checkpoint(prefix: str, weights: dict[str, np.ndarray]) -> str:
