@@ -64,3 +64,16 @@ def test_finetune_benchmark_reports_random_and_pretrained_runs_with_the_same_set
     assert pretrained["pretrain_valid_loss"] > 0 and random["pretrain_valid_loss"] is None
     for line in (random, pretrained):
         assert set(line["dev"]) == {"accuracy", "macro_f1", "mcc", "loss"} and 0 <= line["dev"]["accuracy"] <= 1
+
+
+@pytest.mark.slow
+def test_squad_benchmark_reports_trivial_baselines_then_random_and_pretrained_runs(tmp_path):
+    *baselines, random, pretrained = run_benchmark("finetune.py", "--task", "squad", "--workdir", str(tmp_path),
+                                                   "--pretrain-steps", "0", "4", "--finetune-steps", "4")
+
+    assert [line["baseline"] for line in baselines] == ["first 1 word", "random 1 word", "first 2 words",
+                                                        "random 2 words"]
+    assert all(0 <= line["dev"]["f1"] < 15 for line in baselines)
+    assert (random["init"], pretrained["init"]) == ("random", "pretrained")
+    for line in (random, pretrained):
+        assert line["task"] == "squad" and set(line["dev"]) == {"exact", "f1"} and line["finetune_steps"] == 4

@@ -34,6 +34,12 @@ be been being has have had do does did not no can could will would shall should 
 """.split())
 
 
+def paragraphs(documents: Sequence[Sequence[str]], sentences: int) -> list[list[str]]:
+    """Each document cut into consecutive paragraphs of ``sentences`` sentence lines (the last one
+    may be shorter): short contexts that fit one window."""
+    return [list(document[n:n + sentences]) for document in documents for n in range(0, len(document), sentences)]
+
+
 def cloze_squad(documents: Sequence[Sequence[str]], seed: int, *, questions_per_document: int = 1,
                 max_span_words: int = 3, impossible_fraction: float = 0.0, id_prefix: str = "cloze",
                 min_sentence_words: int = 6, question_words: int | None = None) -> dict:
