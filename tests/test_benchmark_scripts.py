@@ -77,3 +77,4 @@ def test_squad_benchmark_reports_trivial_baselines_then_random_and_pretrained_ru
     assert (random["init"], pretrained["init"]) == ("random", "pretrained")
     for line in (random, pretrained):
         assert line["task"] == "squad" and set(line["dev"]) == {"exact", "f1"} and line["finetune_steps"] == 4
+        assert line["dev_curve"] == {"4": line["dev"]}

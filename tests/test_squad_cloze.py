@@ -86,12 +86,14 @@ def test_paragraphs_cut_documents_into_consecutive_runs_of_sentences():
 
 # ------------------------------------------------------------------------------ learnability
 # Short paragraphs and questions, so that one 96-piece window holds both; a 3-layer model from
-# random weights. Its exact match climbs from the baselines' level to about 20 between steps
-# 1000 and 1250, as the model learns to find the question's words in the context.
+# random weights, without dropout (with it, the same run learns about three times slower). Its
+# exact match leaves the baselines' level (about 4) after 250-500 steps, as the model learns to
+# find the question's words in the context, and passes 30 by step 750.
 CLOZE = dict(max_span_words=2, question_words=5)
 LEARNING = ["--max-seq-length", "96", "--doc-stride", "64", "--max-query-length", "24",
-            "--set", "n_layer=3", "--set", "d_inner=256", "--set", "learning_rate=2e-3", "--set", "warmup_steps=100",
-            "--set", "train_steps=1500", "--set", "eval_every=1500", "--set", "checkpoint_every=1500"]
+            "--set", "n_layer=3", "--set", "d_inner=256", "--set", "dropout=0", "--set", "dropatt=0",
+            "--set", "learning_rate=2e-3", "--set", "warmup_steps=100",
+            "--set", "train_steps=1000", "--set", "eval_every=1000", "--set", "checkpoint_every=1000"]
 
 
 @pytest.mark.slow
