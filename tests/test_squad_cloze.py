@@ -87,8 +87,9 @@ def test_paragraphs_cut_documents_into_consecutive_runs_of_sentences():
 # ------------------------------------------------------------------------------ learnability
 # Short paragraphs and questions, so that one 96-piece window holds both; a 3-layer model from
 # random weights, without dropout (with it, the same run learns about three times slower). Its
-# exact match leaves the baselines' level (about 4) after 250-500 steps, as the model learns to
-# find the question's words in the context, and passes 30 by step 750.
+# exact match leaves the baselines' level after 250-500 steps, as the model learns to find the
+# question's words in the context. Measured (2026-11-23): exact 37.3 / F1 48.9 at step 1000,
+# against at most 3.0 / 6.6 for the baselines, so the 10-point margins leave room for noise.
 CLOZE = dict(max_span_words=2, question_words=5)
 LEARNING = ["--max-seq-length", "96", "--doc-stride", "64", "--max-query-length", "24",
             "--set", "n_layer=3", "--set", "d_inner=256", "--set", "dropout=0", "--set", "dropatt=0",
