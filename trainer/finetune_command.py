@@ -258,7 +258,7 @@ def _write_outputs(controller, args: argparse.Namespace, result) -> dict[str, An
 def _write_squad_outputs(controller, args: argparse.Namespace, result) -> dict[str, Any]:
     """eval_results.json, predictions.json (official format) and, for SQuAD 2.0, null_odds.json;
     with --test, test_predictions.json (and test_null_odds.json for a SQuAD 2.0 model)."""
-    from trainer.squad_postprocess import evaluate_predictions, no_answer_scores, predictions_json
+    from trainer.squad_postprocess import no_answer_scores, predictions_json
 
     task, out = controller.task, controller.model_dir
     summary = {"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
@@ -272,19 +272,29 @@ def _write_squad_outputs(controller, args: argparse.Namespace, result) -> dict[s
         out.write_json(out.SQUAD_PREDICTIONS, predictions_json(task.predictions))
         if task.data.eval.data.version_2:
             out.write_json(out.NULL_ODDS, no_answer_scores(task.predictions))
-    test = task.data.test
-    if test is not None:
-        # every worker answers (the outputs are gathered across workers); the chief writes
-        answers = task.answer(controller.strategy, test)
-        # a hidden test set carries no is_impossible flags: the training data says whether the
-        # model learned to abstain
-        version_2 = task.data.train.data.version_2
-        if controller.chief:
-            out.write_json(out.SQUAD_TEST_PREDICTIONS, predictions_json(answers))
-            if version_2:
-                out.write_json(out.TEST_NULL_ODDS, no_answer_scores(answers))
-        if test.data.labeled:
-            scored = test.data if test.data.version_2 == version_2 else dataclasses.replace(test.data,
-                                                                                           version_2=version_2)
-            summary["test"] = {name: float(value) for name, value in evaluate_predictions(scored, answers).items()}
+    if task.data.test is not None:
+        scores = _answer_squad_test(controller)
+        if scores is not None:
+            summary["test"] = scores
     return summary
+
+
+def _answer_squad_test(controller) -> dict[str, float] | None:
+    """Answers the --test questions (every worker; the outputs are gathered across workers) and
+    writes test_predictions.json and, for a SQuAD 2.0 model, test_null_odds.json (chief only);
+    the official scores when the file carries its answers, else None."""
+    from trainer.squad_postprocess import evaluate_predictions, no_answer_scores, predictions_json
+
+    task, out, test = controller.task, controller.model_dir, controller.task.data.test
+    answers = task.answer(controller.strategy, test)
+    # a hidden test set carries no is_impossible flags: the training data says whether the model
+    # learned to abstain
+    version_2 = task.data.train.data.version_2
+    if controller.chief:
+        out.write_json(out.SQUAD_TEST_PREDICTIONS, predictions_json(answers))
+        if version_2:
+            out.write_json(out.TEST_NULL_ODDS, no_answer_scores(answers))
+    if not test.data.labeled:
+        return None
+    scored = dataclasses.replace(test.data, version_2=version_2)
+    return {name: float(value) for name, value in evaluate_predictions(scored, answers).items()}
