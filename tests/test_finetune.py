@@ -214,6 +214,8 @@ def test_layer_decay_gives_lower_blocks_smaller_learning_rates(spm_model, tmp_pa
 
 
 # ---------------------------------------------------------------------------------- resume
+@pytest.mark.slow  # 40 s; the same controller's exact resume is a fast test in tests/test_training.py, and
+# the resumed order's tail is test_the_order_resumed_at_any_position_is_the_tail_of_the_same_order
 def test_sigkill_then_restart_gives_the_same_per_step_losses(spm_model, tmp_path):
     settings = ("train_steps=12", "checkpoint_every=4", "eval_every=0")
     straight = tmp_path / "straight"

@@ -80,6 +80,7 @@ def run_without_beam(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # 40 s; the fast tests above import every training and serving module without Beam
 def test_train_and_export_run_where_apache_beam_is_not_installed(tmp_path, tiny_data_dir):
     model = str(tmp_path / "model")
     small = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=4",
