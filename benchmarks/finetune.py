@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pretrain-steps", type=int, nargs="+", default=[0, 1000, 3000],
                         help="pretraining checkpoints to fine-tune from (0: random weights)")
     parser.add_argument("--finetune-steps", type=int, default=None,
-                        help="fine-tuning steps of every run (default: 600 classification, 3000 squad)")
+                        help="fine-tuning steps of every run (default: " + ", ".join(
+                            f"{spec['steps']} {task}" for task, spec in TASKS.items()) + ")")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="fine-tuning seeds")
     parser.add_argument("--pretrained", help="an existing model directory instead of the pretraining run")
     parser.add_argument("--workdir", default=None, help="where data and models go (default: a temporary dir)")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import WIKI_QA
 import xlnet_cli
 from trainer.config import model_preset, sequence_model_config
 from trainer.finetune_config import FinetuneConfig
@@ -28,7 +29,6 @@ from trainer.squad_serving import (SquadServingConfig, context_pieces_graph, max
 from trainer.text_encoding import XLNetTextEncoder
 from tfrecords.text_normalization import normalize_text
 
-WIKI_QA = Path(__file__).resolve().parents[1] / "data" / "squad" / "wiki_qa_v2.json"
 SETTINGS = dict(max_seq_length=64, doc_stride=32, max_query_length=16)
 FINETUNE = FinetuneConfig(task="squad", max_answer_length=12, n_best=5, start_n_top=4, end_n_top=3, **SETTINGS)
 QUESTIONS_USED = 60  # of the 130, for time; every context of the bundled set spans several windows

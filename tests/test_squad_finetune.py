@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import WIKI_QA
 import xlnet_cli
 from trainer.model_dir import ModelDirectory
 from trainer.squad_data import read_squad
 from trainer.squad_metrics import squad_evaluate
 
-REPO = Path(__file__).resolve().parent.parent
-WIKI_QA = REPO / "data" / "squad" / "wiki_qa_v2.json"
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "train_batch_size=8",
          "eval_batch_size=32", "steps_per_loop=2", "warmup_steps=2"]
 

@@ -3,19 +3,18 @@ p_mask, the loss by hand, the beam against brute force, on features of the bundl
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import WIKI_QA
 from trainer.config import model_preset, sequence_model_config
 from trainer.layers.answer_span import AnswerClass, EndLogits, StartLogits
 from trainer.network import build_network
 from trainer.squad_data import SquadTokenizer, build_features, read_squad
 from trainer.squad_head import XLNetForQuestionAnswering, squad_losses
 
-WIKI_QA = Path(__file__).resolve().parents[1] / "data" / "squad" / "wiki_qa_v2.json"
 SEQ_LEN = 96
 
 

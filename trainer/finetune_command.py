@@ -260,15 +260,15 @@ def _write_squad_outputs(controller, args: argparse.Namespace, result) -> dict[s
     with --test, test_predictions.json (and test_null_odds.json for a SQuAD 2.0 model)."""
     from trainer.squad_postprocess import no_answer_scores, predictions_json
 
-    task, out = controller.task, controller.model_dir
+    task, out, counts = controller.task, controller.model_dir, controller.task.summary()
     summary = {"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
-               "eval": dict(result.eval_metrics), **task.summary()}
+               "eval": dict(result.eval_metrics), **counts}
     if result.stopped != "completed":
         return summary
     if controller.chief:
         out.write_json(out.EVAL_RESULTS, {"task": "squad", "step": result.step, "eval_files": args.eval,
                                           "version_2": task.data.eval.data.version_2, **result.eval_metrics,
-                                          **task.summary()})
+                                          **counts})
         out.write_json(out.SQUAD_PREDICTIONS, predictions_json(task.predictions))
         if task.data.eval.data.version_2:
             out.write_json(out.NULL_ODDS, no_answer_scores(task.predictions))

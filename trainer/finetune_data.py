@@ -548,6 +548,14 @@ def pad_rows(columns: Any, multiple: int) -> Any:
                                  columns)
 
 
+def batched_rows(rows: Any, batch_size: int, pad_last_batch: bool) -> tf.data.Dataset:
+    """``rows`` (a structure of arrays) in file order, in batches of ``batch_size``; with
+    ``pad_last_batch`` the last one is filled by :func:`pad_rows`, so every batch has one shape."""
+    if pad_last_batch:
+        rows = pad_rows(rows, batch_size)
+    return tf.data.Dataset.from_tensor_slices(rows).batch(batch_size, drop_remainder=pad_last_batch)
+
+
 def _common_option_count(examples: Sequence[ChoiceExample]) -> int:
     """The number of options every example has (batches are [batch, num_options, max_length])."""
     first = _first(examples)
@@ -572,10 +580,7 @@ def _batched(columns: dict[str, Any], targets: np.ndarray | None,
     num_examples = len(next(iter(columns.values())))
     if targets is not None and len(targets) != num_examples:
         raise ValueError(f"{len(targets)} targets for {num_examples} examples")
-    rows = columns if targets is None else (columns, targets)
-    if pad_last_batch:
-        rows = pad_rows(rows, batch_size)
-    dataset = tf.data.Dataset.from_tensor_slices(rows).batch(batch_size, drop_remainder=pad_last_batch)
+    dataset = batched_rows(columns if targets is None else (columns, targets), batch_size, pad_last_batch)
     if targets is None:
         dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     else:

@@ -17,7 +17,7 @@ import tensorflow as tf
 from trainer.config import ModelConfig
 from trainer.controller import Controller, StepOutputs
 from trainer.finetune_config import FinetuneConfig
-from trainer.finetune_data import pad_rows
+from trainer.finetune_data import batched_rows
 from trainer.finetuning_task import HeadTask
 from trainer.network import build_network
 from trainer.squad_data import SquadData, SquadFeatures, SquadTokenizer, build_features, read_squad
@@ -97,9 +97,8 @@ class SquadTask(HeadTask):
 
     def answer(self, strategy: tf.distribute.Strategy, split: SquadSplit) -> list[AnswerPrediction]:
         """The best answer to every question of ``split``, as a span of its original context."""
-        batch_size = self.config.eval_batch_size
-        inputs = pad_rows(split.features.model_inputs(with_targets=False), batch_size)
-        dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size, drop_remainder=True)
+        dataset = batched_rows(split.features.model_inputs(with_targets=False), self.config.eval_batch_size,
+                               pad_last_batch=True)
         beam = self.gathered_outputs(strategy, dataset, len(split.features))
         return predict_answers(split.data.examples, split.features, beam, n_best=self.config.n_best,
                                max_answer_length=self.config.max_answer_length)
