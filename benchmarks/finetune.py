@@ -112,7 +112,6 @@ TASKS = {
                         "--set", "learning_rate=2e-3", "--set", "warmup_steps=100", "--set", "dropout=0",
                         "--set", "dropatt=0"]},
 }
-CLOZE = dict(max_span_words=2, question_words=5)
 
 
 def task_files(task: str, workdir: Path) -> list[str]:
@@ -121,26 +120,26 @@ def task_files(task: str, workdir: Path) -> list[str]:
     if task == "classification":
         return ["--train", str(ROTTEN / "train.tsv"), "--eval", str(ROTTEN / "dev.tsv")]
     from bundled_data import wikipedia_documents
-    from trainer.squad_cloze import cloze_squad, paragraphs
+    from trainer.squad_cloze import held_out_cloze
 
-    documents = wikipedia_documents(10000)
-    train_set, dev_set = paragraphs(documents[:9000], 2)[:20000], paragraphs(documents[9000:], 2)[:300]
+    train_set, dev_set = held_out_cloze(wikipedia_documents(10000), held_out_from=9000, train_paragraphs=20000,
+                                        eval_paragraphs=300)
     train, dev = workdir / "cloze-train.json", workdir / "cloze-dev.json"
-    train.write_text(json.dumps(cloze_squad(train_set, seed=0, id_prefix="train", **CLOZE)))
-    dev.write_text(json.dumps(cloze_squad(dev_set, seed=1, id_prefix="dev", **CLOZE)))
+    train.write_text(json.dumps(train_set))
+    dev.write_text(json.dumps(dev_set))
     return ["--train", str(train), "--eval", str(dev)]
 
 
 def trivial_baselines(dev: Path) -> list[dict]:
     """The scores of answers that read only the context (trainer.squad_cloze.trivial_answers):
     its first 1 or 2 words, or 1 or 2 words at a seeded random place."""
-    from trainer.squad_cloze import trivial_answers
+    from trainer.squad_cloze import SHORT_CLOZE, trivial_answers
     from trainer.squad_data import read_squad
     from trainer.squad_metrics import squad_evaluate
 
     dataset, gold = json.loads(dev.read_text()), read_squad(str(dev)).gold_answers()
     rows = []
-    for words in range(1, CLOZE["max_span_words"] + 1):
+    for words in range(1, SHORT_CLOZE["max_span_words"] + 1):
         for seed, place in ((None, "first"), (0, "random")):
             scores = squad_evaluate(gold, trivial_answers(dataset, words, seed))
             rows.append({"baseline": f"{place} {words} word{'s' * (words > 1)}",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import read_corpus_documents
-from trainer.squad_cloze import FUNCTION_WORDS, cloze_squad, paragraphs, trivial_answers
+from trainer.squad_cloze import FUNCTION_WORDS, cloze_squad, held_out_cloze, paragraphs, trivial_answers
 from trainer.squad_data import read_squad
 from trainer.squad_metrics import squad_evaluate
 
@@ -85,12 +85,11 @@ def test_paragraphs_cut_documents_into_consecutive_runs_of_sentences():
 
 
 # ------------------------------------------------------------------------------ learnability
-# Short paragraphs and questions, so that one 96-piece window holds both; a 3-layer model from
+# trainer.squad_cloze.SHORT_CLOZE, which one 96-piece window holds; a 3-layer model from
 # random weights, without dropout (with it, the same run learns about three times slower). Its
 # exact match leaves the baselines' level after 250-500 steps, as the model learns to find the
 # question's words in the context. Measured (2026-11-23): exact 37.3 / F1 48.9 at step 1000,
 # against at most 3.0 / 6.6 for the baselines, so the 10-point margins leave room for noise.
-CLOZE = dict(max_span_words=2, question_words=5)
 LEARNING = ["--max-seq-length", "96", "--doc-stride", "64", "--max-query-length", "24",
             "--set", "n_layer=3", "--set", "d_inner=256", "--set", "dropout=0", "--set", "dropatt=0",
             "--set", "learning_rate=2e-3", "--set", "warmup_steps=100",
@@ -99,9 +98,8 @@ LEARNING = ["--max-seq-length", "96", "--doc-stride", "64", "--max-query-length"
 
 @pytest.mark.slow
 def test_a_short_finetune_on_cloze_beats_the_trivial_baselines_on_held_out_paragraphs(tmp_path, spm_model):
-    documents = read_corpus_documents(WIKI, 10000)
-    train = cloze_squad(paragraphs(documents[:9000], 2)[:20000], seed=0, id_prefix="train", **CLOZE)
-    held_out = cloze_squad(paragraphs(documents[9000:], 2)[:300], seed=1, id_prefix="dev", **CLOZE)
+    train, held_out = held_out_cloze(read_corpus_documents(WIKI, 10000), held_out_from=9000,
+                                     train_paragraphs=20000, eval_paragraphs=300)
     args = ["finetune", "--task", "squad", "--train", written(tmp_path, train, "train.json"),
             "--eval", written(tmp_path, held_out, "dev.json"), "--vocab", spm_model, "--preset", "tiny",
             "--model-dir", str(tmp_path / "model"), *LEARNING]

@@ -40,6 +40,24 @@ def paragraphs(documents: Sequence[Sequence[str]], sentences: int) -> list[list[
     return [list(document[n:n + sentences]) for document in documents for n in range(0, len(document), sentences)]
 
 
+# The short cloze of the learnability test (tests/test_squad_cloze.py) and of
+# `benchmarks/finetune.py --task squad`: one or two blanked words, five words each side of the
+# blank, in paragraphs of two sentences, so that question and paragraph fit a 96-piece window.
+SHORT_CLOZE = dict(max_span_words=2, question_words=5)
+
+
+def held_out_cloze(documents: Sequence[Sequence[str]], held_out_from: int, train_paragraphs: int,
+                   eval_paragraphs: int) -> tuple[dict, dict]:
+    """(training set, eval set) of SHORT_CLOZE questions, one per paragraph of two sentences: the
+    first ``train_paragraphs`` paragraphs of ``documents[:held_out_from]`` and the first
+    ``eval_paragraphs`` of ``documents[held_out_from:]``, which training never sees."""
+    train = cloze_squad(paragraphs(documents[:held_out_from], 2)[:train_paragraphs], seed=0, id_prefix="train",
+                        **SHORT_CLOZE)
+    held_out = cloze_squad(paragraphs(documents[held_out_from:], 2)[:eval_paragraphs], seed=1, id_prefix="dev",
+                           **SHORT_CLOZE)
+    return train, held_out
+
+
 def cloze_squad(documents: Sequence[Sequence[str]], seed: int, *, questions_per_document: int = 1,
                 max_span_words: int = 3, impossible_fraction: float = 0.0, id_prefix: str = "cloze",
                 min_sentence_words: int = 6, question_words: int | None = None) -> dict:
