@@ -129,21 +129,6 @@ def run(command: list[str], shown: str | None = None) -> None:
         sys.exit(code)
 
 
-def read_scalars(event_dir: Path, tag: str) -> list[tuple[int, float]]:
-    """(step, value) pairs of one scalar from the TensorBoard event files in ``event_dir``."""
-    import tensorflow as tf
-
-    points = {}
-    for path in sorted(event_dir.glob("events.out.tfevents.*")):
-        for record in tf.data.TFRecordDataset(str(path)):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            for value in event.summary.value:
-                if value.tag == tag:
-                    number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
-                    points[int(event.step)] = number
-    return sorted(points.items())
-
-
 def plot_losses(train: list[tuple[int, float]], valid: list[tuple[int, float]], path: Path) -> None:
     """Writes the train and valid loss curves as a PNG."""
     import matplotlib
@@ -165,12 +150,15 @@ def plot_losses(train: list[tuple[int, float]], valid: list[tuple[int, float]], 
     plt.close(figure)
 
 
-def report_losses(tensorboard: Path, plot: Path) -> None:
+def report_losses(model_dir: Path, plot: Path) -> None:
     """Plots the train/valid loss of a run's TensorBoard logs and prints the final values."""
-    train = read_scalars(tensorboard / "train", "loss")
-    valid = read_scalars(tensorboard / "eval", "loss")
+    from trainer.runtime.model_dir import ModelDirectory
+
+    directory = ModelDirectory(str(model_dir))
+    train = list(directory.scalars("train", "loss").items())
+    valid = list(directory.scalars("eval", "loss").items())
     if not train:
-        sys.exit(f"demo: no train loss in {tensorboard / 'train'}")
+        sys.exit(f"demo: no train loss in {directory.tensorboard('train')}")
     plot_losses(train, valid, plot)
     print(f"wrote {plot} ({len(train)} train points, {len(valid)} valid points)")
     print(f"final train loss: {train[-1][1]:.4f} (step {train[-1][0]}; first logged {train[0][1]:.4f})")
@@ -184,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-steps", type=int, default=400, help="training steps of the tiny preset")
     parser.add_argument("--eval-every", type=int, default=100, help="steps between evaluations")
     parser.add_argument("--finetune-steps", type=int, default=300, help="fine-tuning steps on Rotten Tomatoes")
-    parser.add_argument("--plot", nargs=2, metavar=("TENSORBOARD_DIR", "PNG"),
-                        help="only plot the losses of TENSORBOARD_DIR (step 6 runs this in its own process)")
+    parser.add_argument("--plot", nargs=2, metavar=("MODEL_DIR", "PNG"),
+                        help="only plot the losses of MODEL_DIR's TensorBoard logs (step 6 runs this in its own "
+                             "process)")
     args = parser.parse_args(argv)
     if args.plot:
         report_losses(Path(args.plot[0]), Path(args.plot[1]))
@@ -220,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         run([sys.executable, "-c", CLIENT, str(serving / "1"), json.dumps(MASKED_SENTENCES)],
             shown=f"python -c CLIENT {serving / '1'} MASKED_SENTENCES   (CLIENT: see demo.py)")
     with Step(6, "loss curves from the TensorBoard event files"):
-        run([sys.executable, str(Path(__file__).resolve()), "--plot", str(model / "tensorboard"),
+        run([sys.executable, str(Path(__file__).resolve()), "--plot", str(model),
              str(out / "loss_curves.png")])
 
     with Step(7, f"fine-tune: Rotten Tomatoes fresh/rotten from the pretrained model, {args.finetune_steps} steps"):

@@ -5,7 +5,7 @@ VM or a serving image carries no Apache Beam. `xlnet vocab` and `xlnet preproces
 ``pipeline`` extra: ``pip install "xlnet-pretrain[pipeline]"``. The ``interop`` extra adds PyTorch
 and Hugging Face transformers, only for the interop tests (import and export need neither).
 """
-from setuptools import setup
+from setuptools import find_packages, setup
 
 # Pinned so that preprocessing and training produce identical bytes and losses across
 # machines; the Dataflow worker image (Dockerfile) installs the same set.
@@ -34,7 +34,8 @@ setup(
     name="xlnet-pretrain",
     version="0.1.0",
     description="XLNet pretraining: Apache Beam preprocessing, tf.distribute training, SavedModel export",
-    packages=["pipeline", "tfrecords", "trainer", "trainer.layers"],
+    # Every package and subpackage of the three (tests/test_packaging.py checks the wheel holds them all).
+    packages=find_packages(include=["pipeline", "pipeline.*", "tfrecords", "tfrecords.*", "trainer", "trainer.*"]),
     py_modules=["xlnet_cli"],
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,

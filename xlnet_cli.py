@@ -14,14 +14,15 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "vocab": ("pipeline.vocab_command", "train a SentencePiece vocabulary with XLNet's special symbols"),
     "preprocess": ("pipeline.preprocess_command", "turn a text corpus into XLNet TFRecord shards (Apache Beam)"),
-    "train": ("trainer.task", "pretrain XLNet on preprocessed records (tf.distribute)"),
-    "finetune": ("trainer.finetune_command", "fine-tune a model for classification, regression or multiple choice"),
-    "import-checkpoint": ("trainer.import_command",
+    "train": ("trainer.commands.train", "pretrain XLNet on preprocessed records (tf.distribute)"),
+    "finetune": ("trainer.commands.finetune",
+                 "fine-tune a model for classification, regression, multiple choice or extractive QA (squad)"),
+    "import-checkpoint": ("trainer.commands.import_checkpoint",
                           "convert an original TF1 release or a Hugging Face XLNet directory into a model directory"),
-    "export": ("trainer.export_command",
+    "export": ("trainer.commands.export",
                "export a model directory as a serving SavedModel (or for Hugging Face, or in the TF1 layout)"),
 }
-# Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/tensorflow_startup.py).
+# Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/commands/tensorflow_startup.py).
 TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export")
 
 
@@ -48,9 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in SUBCOMMANDS:
         parser.parse_args(argv or ["--help"])
         return 2
-    name = argv[0]
+    return run_subcommand(argv[0], argv[1:])
+
+
+def run_subcommand(name: str, argv: list[str], prog: str | None = None) -> int:
+    """Parses ``argv`` with subcommand ``name``'s flags and runs it; ``prog`` names it in usage
+    lines (``python -m trainer.task`` runs `xlnet train` under its own name)."""
     if name in TENSORFLOW_SUBCOMMANDS:
-        from trainer.tensorflow_startup import import_tensorflow_quietly
+        from trainer.commands.tensorflow_startup import import_tensorflow_quietly
 
         import_tensorflow_quietly()
     try:
@@ -62,14 +68,14 @@ def main(argv: list[str] | None = None) -> int:
               "extra: pip install \"xlnet-pretrain[pipeline]\" (training, import and export do not need it)",
               file=sys.stderr)
         return 2
-    sub_parser = argparse.ArgumentParser(prog=f"xlnet {name}", description=SUBCOMMANDS[name][1],
+    sub_parser = argparse.ArgumentParser(prog=prog or f"xlnet {name}", description=SUBCOMMANDS[name][1],
                                          formatter_class=HelpFormatter)
     module.add_arguments(sub_parser)
     if getattr(module, "ACCEPTS_RUNNER_OPTIONS", False):
         # e.g. `xlnet preprocess` hands unknown flags to Apache Beam (--project, --region, ...)
-        args, args.runner_options = sub_parser.parse_known_args(argv[1:])
+        args, args.runner_options = sub_parser.parse_known_args(argv)
     else:
-        args = sub_parser.parse_args(argv[1:])
+        args = sub_parser.parse_args(argv)
     return int(module.run(args) or 0)
 
 

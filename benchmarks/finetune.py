@@ -11,7 +11,7 @@ dev-set scores from its eval_results.json, plus the pretraining valid loss at th
         [--finetune-steps 600] [--seeds 0] [--workdir DIR] [--pretrained MODEL_DIR]
 
 classification: the bundled Rotten Tomatoes splits (data/finetune). squad: a cloze QA set
-generated from the bundled Wikipedia text (trainer/squad_cloze.py; one question per paragraph of
+generated from the bundled Wikipedia text (trainer/inputs/squad_cloze.py; one question per paragraph of
 two sentences, 20000 paragraphs of the first 9000 documents for training, 300 of the last
 documents for eval), with one JSON line per trivial baseline (answers read off the context
 without the question) before the fine-tunes.
@@ -56,30 +56,23 @@ def pretrain(data_dir: str, model_dir: Path, steps: list[int]) -> dict[int, floa
     xlnet("train", "--data", data_dir, "--model-dir", str(model_dir), "--preset", "tiny",
           "--set", f"train_steps={last}", "--set", f"checkpoint_every={every}", "--set", f"eval_every={every}",
           "--set", f"keep_checkpoints={last // every + 1}", "--set", "steps_per_loop=50")
-    return valid_losses(model_dir / "tensorboard" / "eval")
+    return valid_losses(model_dir)
 
 
-def eval_scalars(event_dir: Path, tag: str) -> dict[int, float]:
-    """step -> the value of ``tag`` in a run's TensorBoard eval events."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(event_dir), size_guidance={"tensors": 0})
-    events.Reload()
-    import tensorflow as tf
-
-    return {event.step: float(tf.make_ndarray(event.tensor_proto)) for event in events.Tensors(tag)}
-
-
-def valid_losses(event_dir: Path) -> dict[int, float]:
+def valid_losses(model_dir: Path) -> dict[int, float]:
     """step -> valid loss from a pretraining run's TensorBoard eval events."""
-    return eval_scalars(event_dir, "loss")
+    from trainer.runtime.model_dir import ModelDirectory
+
+    return ModelDirectory(str(model_dir)).scalars("eval", "loss")
 
 
 def dev_curve(task: str, out: Path) -> dict[str, dict[str, float]] | None:
     """Step -> dev scores at every evaluation of a fine-tune (tasks with ``curve_every``)."""
     if not TASKS[task]["curve_every"]:
         return None
-    scores = {key: eval_scalars(out / "tensorboard" / "eval", key) for key in TASKS[task]["scores"]}
+    from trainer.runtime.model_dir import ModelDirectory
+
+    scores = {key: ModelDirectory(str(out)).scalars("eval", key) for key in TASKS[task]["scores"]}
     steps = sorted(next(iter(scores.values())))
     return {str(step): {key: round(values[step], 4) for key, values in scores.items()} for step in steps}
 
@@ -120,7 +113,7 @@ def task_files(task: str, workdir: Path) -> list[str]:
     if task == "classification":
         return ["--train", str(ROTTEN / "train.tsv"), "--eval", str(ROTTEN / "dev.tsv")]
     from bundled_data import wikipedia_documents
-    from trainer.squad_cloze import held_out_cloze
+    from trainer.inputs.squad_cloze import held_out_cloze
 
     train_set, dev_set = held_out_cloze(wikipedia_documents(10000), held_out_from=9000, train_paragraphs=20000,
                                         eval_paragraphs=300)
@@ -131,11 +124,11 @@ def task_files(task: str, workdir: Path) -> list[str]:
 
 
 def trivial_baselines(dev: Path) -> list[dict]:
-    """The scores of answers that read only the context (trainer.squad_cloze.trivial_answers):
+    """The scores of answers that read only the context (trainer.inputs.squad_cloze.trivial_answers):
     its first 1 or 2 words, or 1 or 2 words at a seeded random place."""
-    from trainer.squad_cloze import SHORT_CLOZE, trivial_answers
-    from trainer.squad_data import read_squad
-    from trainer.squad_metrics import squad_evaluate
+    from trainer.inputs.squad_cloze import SHORT_CLOZE, trivial_answers
+    from trainer.inputs.squad import read_squad
+    from trainer.evaluation.squad_official import squad_evaluate
 
     dataset, gold = json.loads(dev.read_text()), read_squad(str(dev)).gold_answers()
     rows = []
@@ -187,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = [step for step in args.pretrain_steps if step > 0]
         run = workdir / "pretrain"
         if (run / "checkpoints" / f"ckpt-{max(steps)}.index").exists():  # a finished run in --workdir
-            valid = valid_losses(run / "tensorboard" / "eval")
+            valid = valid_losses(run)
         else:
             shutil.rmtree(run, ignore_errors=True)
             valid = pretrain(data_dir, run, steps)

@@ -68,8 +68,8 @@ def measure(shape: str, data_dir: str, workdir: str, steps: int, repeats: int) -
     import tensorflow as tf
     from tfrecords.manifest import load_manifest
     from train_step import matmul_peak, model_flops_per_step
-    from trainer.train_config import resolve_configs
-    from trainer.pretraining_task import pretraining_controller
+    from trainer.configs.overrides import resolve_configs
+    from trainer.tasks.pretraining import pretraining_controller
 
     manifest = load_manifest(data_dir)
     model, train, _ = resolve_configs("tiny", None, SHAPES[shape] + ["train_steps=1000000", "eval_every=0",

@@ -63,8 +63,8 @@ def time_ours(precision: str, jit: bool, steps: int, query_rows: str = "targets"
     import numpy as np
     import tensorflow as tf
 
-    from trainer.config import ModelConfig
-    from trainer.pretraining import XLNetPretrainer
+    from trainer.models.config import ModelConfig
+    from trainer.models.pretrainer import XLNetPretrainer
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
     keras.utils.set_random_seed(0)

@@ -10,7 +10,7 @@
   (FnApiRunner, 1 worker) with seq_len 128, reuse_len 64, num_predict 21, bi_data on,
   16 streams, 4 train shards + 2 valid shards, valid fraction 0.1.
 * ``wiki_qa``: the bundled SQuAD 2.0-format set data/squad/wiki_qa_v2.json, read by
-  ``trainer.squad_data.read_squad``; ``squad_tokenizer`` is the cased SquadTokenizer of ``vocab``.
+  ``trainer.inputs.squad.read_squad``; ``squad_tokenizer`` is the cased SquadTokenizer of ``vocab``.
 """
 from __future__ import annotations
 
@@ -71,14 +71,14 @@ def vocab(spm_model):
 
 @pytest.fixture(scope="session")
 def wiki_qa():
-    from trainer.squad_data import read_squad
+    from trainer.inputs.squad import read_squad
 
     return read_squad(str(WIKI_QA))
 
 
 @pytest.fixture(scope="session")
 def squad_tokenizer(vocab):
-    from trainer.squad_data import SquadTokenizer
+    from trainer.inputs.squad import SquadTokenizer
 
     return SquadTokenizer(vocab, uncased=False)
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from trainer.config import ModelConfig, sequence_model_config
-from trainer.head_files import HeadSpec, write_head_files
-from trainer.model_dir import ModelDirectory
-from trainer.network import build_network
+from trainer.models.config import ModelConfig, sequence_model_config
+from trainer.models.heads import HeadSpec
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.models.network import build_network
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "wiki_summaries_en.txt.gz"
 # d_head = d_model / n_head, as transformers requires.
@@ -119,7 +119,7 @@ def write_model_dir(path: str, config: ModelConfig, vocab, seed: int = 1, head: 
     directory.write_model_files(network.config, vocab.special_ids.to_dict(), vocab.path, uncased=uncased)
     objects = {"model": network}
     if head is not None:
-        write_head_files(directory, head)
+        directory.write_head_files(head)
         objects["head"] = head_model
     tf.train.CheckpointManager(tf.train.Checkpoint(**objects), directory.checkpoints, max_to_keep=1).save()
     return network, head_model
@@ -127,15 +127,10 @@ def write_model_dir(path: str, config: ModelConfig, vocab, seed: int = 1, head: 
 
 def restore_model_dir(path: str):
     """(network, head model or None) of a model directory written by an import."""
-    from trainer.head_files import read_head_spec
+    from trainer.runtime.restore import restore_model
 
-    directory = ModelDirectory(path)
-    network = build_network(directory.model_config)
-    spec = read_head_spec(directory)
-    head = None if spec is None else spec.build(network)
-    objects = {"model": network} if head is None else {"model": network, "head": head}
-    tf.train.Checkpoint(**objects).restore(directory.latest_checkpoint()).assert_existing_objects_matched()
-    return network, head
+    restored = restore_model(ModelDirectory(path))
+    return restored.network, restored.head
 
 
 def assert_same_weights(expected, actual, skip: tuple[str, ...] = ()) -> None:

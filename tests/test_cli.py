@@ -34,7 +34,7 @@ def test_every_preprocess_switch_accepts_both_forms(flag, field, default):
 
 def test_vocab_and_export_switches_accept_both_forms():
     from pipeline.vocab_command import add_arguments as vocab_arguments
-    from trainer.export_command import add_arguments as export_arguments
+    from trainer.commands.export import add_arguments as export_arguments
 
     vocab = argparse.ArgumentParser()
     vocab_arguments(vocab)

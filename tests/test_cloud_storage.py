@@ -8,7 +8,6 @@ the bucket and injected faults (503s, dropped uploads).
 """
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import signal
@@ -26,6 +25,7 @@ from conftest import TINY_DATA
 from pipeline.preprocess_command import preprocess
 from pipeline.preprocess_config import PreprocessConfig
 from tfrecords.manifest import load_manifest
+from trainer.runtime.model_dir import ModelDirectory
 
 REPO = Path(__file__).resolve().parent.parent
 # The tiny preset made smaller still (as in tests/test_training.py), so a step takes milliseconds.
@@ -48,10 +48,6 @@ def train_args(data: str, model_dir: str, *overrides: str, small: bool = True) -
     return args
 
 
-def step_losses(path: str) -> dict[int, float]:
-    """step -> loss of a (local or gs://) step log; a step re-run after a resume keeps its last value."""
-    with tf.io.gfile.GFile(path) as handle:
-        return {entry["step"]: entry["loss"] for entry in map(json.loads, handle.read().splitlines())}
 
 
 def shard_bytes(manifest) -> dict[str, bytes]:
@@ -108,7 +104,7 @@ def test_training_keeps_its_whole_model_directory_in_the_bucket(bucket_run):
                  "text_normalization.json", "checkpoints/ckpt-8.index", "checkpoints/ckpt-4.index"):
         assert tf.io.gfile.exists(posixpath.join(model_dir, name)), name
     assert tf.train.latest_checkpoint(posixpath.join(model_dir, "checkpoints")).endswith("ckpt-8")
-    assert sorted(step_losses(posixpath.join(model_dir, "train_steps.jsonl"))) == list(range(1, 9))
+    assert sorted(ModelDirectory(model_dir).step_losses()) == list(range(1, 9))
     for writer in ("train", "eval"):
         assert tf.io.gfile.glob(posixpath.join(model_dir, "tensorboard", writer, "events.out.tfevents.*")), writer
     assert no_local_gs_directory()
@@ -116,8 +112,8 @@ def test_training_keeps_its_whole_model_directory_in_the_bucket(bucket_run):
 
 def test_training_on_bucket_data_has_the_losses_of_training_on_local_data(bucket_run, tiny_data_dir, tmp_path):
     assert xlnet_cli.main(train_args(tiny_data_dir, str(tmp_path / "local"), *RUN)) == 0
-    local = step_losses(str(tmp_path / "local" / "train_steps.jsonl"))
-    remote = step_losses(posixpath.join(bucket_run["model_dir"], "train_steps.jsonl"))
+    local = ModelDirectory(str(tmp_path / "local")).step_losses()
+    remote = ModelDirectory(bucket_run["model_dir"]).step_losses()
     np.testing.assert_allclose([remote[s] for s in range(1, 9)], [local[s] for s in range(1, 9)], rtol=1e-5)
 
 
@@ -137,10 +133,9 @@ def test_the_saved_model_exported_to_the_bucket_serves_from_the_bucket(bucket_ru
 
 
 def test_init_checkpoint_from_the_bucket_initialises_the_weights(bucket_run, tiny_data_dir, tmp_path):
-    from trainer.model_dir import ModelDirectory
-    from trainer.network import build_network
-    from trainer.train_config import resolve_configs
-    from trainer.pretraining_task import pretraining_controller
+    from trainer.models.network import build_network
+    from trainer.configs.overrides import resolve_configs
+    from trainer.tasks.pretraining import pretraining_controller
 
     source = ModelDirectory(bucket_run["model_dir"])
     model, train, _ = resolve_configs("tiny", None, SMALL + ["train_steps=1"], base_model=source.model_config)
@@ -217,13 +212,13 @@ def test_a_killed_run_resumes_from_the_bucket_with_the_same_losses(bucket_data, 
     log = posixpath.join(model_dir, "train_steps.jsonl")
     process = start_training(train_args(data, model_dir, *KILLED, small=False))
     wait_for(lambda: tf.io.gfile.exists(posixpath.join(model_dir, "checkpoints", "ckpt-8.index"))
-             and tf.io.gfile.exists(log) and len(step_losses(log)) >= 12, process)
+             and tf.io.gfile.exists(log) and len(ModelDirectory(model_dir).step_losses()) >= 12, process)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert tf.train.latest_checkpoint(posixpath.join(model_dir, "checkpoints")) is not None
     output = finish(start_training(train_args(data, model_dir, *KILLED, small=False)))
     assert f"resumed from {model_dir}/checkpoints/ckpt-" in output
-    expected, resumed = step_losses(str(tmp_path / "straight" / "train_steps.jsonl")), step_losses(log)
+    expected, resumed = ModelDirectory(str(tmp_path / "straight")).step_losses(), ModelDirectory(model_dir).step_losses()
     assert sorted(resumed) == list(range(1, 41))
     np.testing.assert_allclose([resumed[s] for s in range(1, 41)], [expected[s] for s in range(1, 41)], rtol=1e-5)
     assert no_local_gs_directory()

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import tensorflow as tf
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -17,16 +16,6 @@ def load_demo():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def test_read_scalars_returns_the_values_tf_summary_wrote(tmp_path):
-    writer = tf.summary.create_file_writer(str(tmp_path))
-    with writer.as_default():
-        for step, value in ((50, 8.5), (100, 7.25), (150, 6.0)):
-            tf.summary.scalar("loss", value, step=step)
-            tf.summary.scalar("grad_norm", 1.0, step=step)
-    writer.flush()
-    assert load_demo().read_scalars(tmp_path, "loss") == [(50, 8.5), (100, 7.25), (150, 6.0)]
 
 
 def test_plot_losses_writes_a_png(tmp_path):

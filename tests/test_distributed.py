@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 
 from tfrecords.manifest import load_manifest
-from trainer.train_config import resolve_configs
-from trainer.controller import Controller
-from trainer.pretraining_task import STEP_LOG, pretraining_controller
+from trainer.configs.overrides import resolve_configs
+from trainer.runtime.controller import Controller
+from trainer.tasks.pretraining import STEP_LOG, pretraining_controller
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=8",
@@ -129,7 +129,7 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(tiny_data_dir
 
 
 def test_strategy_flag_selects_the_strategy_and_refuses_what_cannot_run(monkeypatch):
-    from trainer.distribution import create_strategy
+    from trainer.runtime.distribution import create_strategy
 
     assert isinstance(create_strategy("cpu"), tf.distribute.OneDeviceStrategy)
     assert create_strategy("mirrored").num_replicas_in_sync == 2  # the two logical CPUs of conftest

@@ -15,11 +15,11 @@ import sentencepiece as spm
 import tensorflow as tf
 
 import xlnet_cli
-from trainer.config import model_preset
-from trainer.export import (ExportConfig, ExportError, export_saved_model, length_buckets, next_version,
-                            vocabulary_is_uncased)
-from trainer.network import build_network
-from trainer.text_encoding import XLNetTextEncoder
+from trainer.models.config import model_preset
+from trainer.runtime.restore import RestoreError, vocabulary_is_uncased
+from trainer.serving.saved_model import ExportConfig, ExportError, export_saved_model, length_buckets, next_version
+from trainer.models.network import build_network
+from trainer.serving.text_encoder import XLNetTextEncoder
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "wiki_summaries_en.txt.gz"
 MAX_LENGTH = 32
@@ -54,12 +54,12 @@ def special_ids(vocab) -> dict[str, int]:
 
 
 def write_model_dir(path: Path, sp_proto: bytes, special_ids: dict[str, int]) -> Path:
-    """A model directory (trainer/model_dir.py) holding the tiny preset with random weights (seeded)."""
+    """A model directory (trainer/runtime/model_dir.py) holding the tiny preset with random weights (seeded)."""
     path.mkdir(parents=True)
     (path / "spiece.model").write_bytes(sp_proto)
     (path / "special_ids.json").write_text(json.dumps(special_ids))
     config = model_preset("tiny").replace(vocab_size=spm.SentencePieceProcessor(model_proto=sp_proto).vocab_size())
-    config.save(path / "model_config.json")
+    (path / "model_config.json").write_text(json.dumps(config.to_dict()))
     tf.keras.utils.set_random_seed(1)
     network = build_network(config)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=network), str(path / "checkpoints"), 1).save()
@@ -89,10 +89,10 @@ def loaded(export_base):
 @pytest.fixture(scope="module")
 def reference(model_dir, sp_proto, special_ids):
     """The in-process model the export must reproduce: restored network + in-graph encoder."""
-    from trainer.export import export_checkpoint, open_model_directory, restore_network
+    from trainer.runtime.restore import open_model_directory, restore_model
 
     directory = open_model_directory(model_dir)
-    network = restore_network(directory, export_checkpoint(directory))
+    network = restore_model(directory).network
     encoder = XLNetTextEncoder(sp_proto, special_ids, MAX_LENGTH, uncased=False)
     return network, encoder
 
@@ -371,7 +371,7 @@ def test_export_refuses_a_model_directory_without_checkpoints(tmp_path, model_di
     bare.mkdir()
     for name in ("model_config.json", "spiece.model", "special_ids.json"):
         (bare / name).write_bytes((model_dir / name).read_bytes())
-    with pytest.raises(ExportError, match="no checkpoint under checkpoints/"):
+    with pytest.raises(RestoreError, match="no checkpoint under checkpoints/"):
         export_saved_model(bare, tmp_path / "out", ExportConfig())
 
 
@@ -387,7 +387,7 @@ def test_export_refuses_a_checkpoint_of_another_architecture(tmp_path, model_dir
     copy = copy_model_dir(model_dir, tmp_path / "deeper")
     config = json.loads((copy / "model_config.json").read_text())
     (copy / "model_config.json").write_text(json.dumps({**config, "n_layer": config["n_layer"] + 1}))
-    with pytest.raises(ExportError, match="does not match model_config.json"):
+    with pytest.raises(RestoreError, match="does not match model_config.json"):
         export_saved_model(copy, tmp_path / "out", ExportConfig())
 
 
@@ -395,7 +395,7 @@ def test_export_reports_an_unreadable_checkpoint(tmp_path, model_dir):
     copy = copy_model_dir(model_dir, tmp_path / "corrupt")
     for data in (copy / "checkpoints").glob("*.data-*"):
         data.write_bytes(data.read_bytes()[:100])
-    with pytest.raises(ExportError, match="cannot read checkpoint"):
+    with pytest.raises(RestoreError, match="cannot read checkpoint"):
         export_saved_model(copy, tmp_path / "out", ExportConfig())
 
 
@@ -406,7 +406,7 @@ def test_export_refuses_special_ids_that_disagree_with_the_vocabulary(tmp_path, 
         (copy / name).write_bytes((model_dir / name).read_bytes())
     (copy / "special_ids.json").write_text(json.dumps({**special_ids, "mask": special_ids["pad"]}))
     (copy / "checkpoints").symlink_to(model_dir / "checkpoints")
-    with pytest.raises(ExportError, match="special_ids.json disagrees .* on mask"):
+    with pytest.raises(RestoreError, match="special_ids.json disagrees .* on mask"):
         export_saved_model(copy, tmp_path / "out", ExportConfig())
 
 
@@ -432,12 +432,12 @@ def test_casing_is_detected_from_the_vocabulary(sp_proto, corpus_sample, tmp_pat
 
 
 def test_casing_recorded_by_training_is_used_unless_a_flag_overrides_it(tmp_path, model_dir):
-    from trainer.export import resolve_uncased
+    from trainer.runtime.restore import resolve_uncased
 
     assert resolve_uncased(model_dir) == (False, "detected from the vocabulary")  # no text_normalization.json
     (tmp_path / "text_normalization.json").write_text('{"uncased": true}')
     assert resolve_uncased(tmp_path) == (True, "text_normalization.json")
     assert resolve_uncased(tmp_path, flag=False) == (False, "--cased")
     (tmp_path / "text_normalization.json").write_text('{"uncased": "yes"}')
-    with pytest.raises(ExportError, match="text_normalization.json"):
+    with pytest.raises(RestoreError, match="text_normalization.json"):
         resolve_uncased(tmp_path)

@@ -12,13 +12,14 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
-from trainer import finetune_data
-from trainer.config import model_preset, sequence_model_config
-from trainer.finetune_config import FinetuneConfig
-from trainer.finetuning import XLNetForSequenceTask
-from trainer.model_dir import ModelDirectory
-from trainer.network import build_network
-from trainer.text_encoding import XLNetTextEncoder
+from trainer.inputs import sequence_examples
+from trainer.models.config import model_preset, sequence_model_config
+from trainer.configs.finetuning import FinetuneConfig
+from trainer.models.sequence_model import XLNetForSequenceTask
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.models.network import build_network
+from trainer.serving import text_encoder
+from trainer.serving.text_encoder import XLNetTextEncoder
 
 ROTTEN = Path(__file__).resolve().parents[1] / "data" / "finetune" / "rotten_tomatoes"
 MAX_SEQ_LENGTH = 24  # two length buckets: 16 and 24
@@ -156,11 +157,11 @@ def test_served_regress_on_pairs_equals_the_in_process_model(exports, encoder, f
 
 
 def choice_features(encoder, tmp_path) -> dict[str, tf.Tensor]:
-    """The training encoding (finetune_data.choice_dataset) of the served questions."""
+    """The training encoding (sequence_examples.choice_dataset) of the served questions."""
     rows = [{"context": c, "question": q, "options": o, "label": 0} for c, q, o in zip(CONTEXTS, QUESTIONS, OPTIONS)]
     (tmp_path / "q.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    examples = finetune_data.read_choice_examples(str(tmp_path / "q.jsonl"))
-    return next(iter(finetune_data.choice_dataset(examples, encoder, batch_size=3)))
+    examples = sequence_examples.read_choice_examples(str(tmp_path / "q.jsonl"))
+    return next(iter(sequence_examples.choice_dataset(examples, encoder, batch_size=3)))
 
 
 def test_served_choose_equals_the_in_process_model_on_the_training_layout(exports, encoder, fresh, tmp_path):
@@ -183,8 +184,8 @@ def test_choose_ids_shorter_than_max_length_equal_full_padding(loaded, encoder, 
 def test_question_with_option_is_the_same_in_python_and_in_the_graph():
     questions = ["Who _ the race?", "Best title:", "", "Fill _ and _ (twice)", r"a\b _"]
     options = ["won", "The End", "alone", "it", r"c\1$0"]
-    graph = finetune_data.question_with_option_graph(tf.constant(questions), tf.constant(options)).numpy()
-    assert [value.decode() for value in graph] == [finetune_data.question_with_option(q, o)
+    graph = text_encoder.question_with_option_graph(tf.constant(questions), tf.constant(options)).numpy()
+    assert [value.decode() for value in graph] == [text_encoder.question_with_option(q, o)
                                                    for q, o in zip(questions, options)]
 
 

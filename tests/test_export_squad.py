@@ -16,17 +16,17 @@ import tensorflow as tf
 
 from conftest import WIKI_QA
 import xlnet_cli
-from trainer.config import model_preset, sequence_model_config
-from trainer.finetune_config import FinetuneConfig
-from trainer.model_dir import ModelDirectory
-from trainer.network import build_network
-from trainer.squad_data import (SquadExample, SquadTokenizer, build_features, context_windows, max_context_owners,
+from trainer.models.config import model_preset, sequence_model_config
+from trainer.configs.finetuning import FinetuneConfig
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.models.network import build_network
+from trainer.inputs.squad import (SquadExample, SquadTokenizer, build_features, context_windows, max_context_owners,
                                 normalized_char_origins, read_squad)
-from trainer.squad_head import XLNetForQuestionAnswering
-from trainer.squad_postprocess import predict_answers
-from trainer.squad_serving import (SquadServingConfig, context_pieces_graph, max_context_owner,
+from trainer.models.question_answering import XLNetForQuestionAnswering
+from trainer.evaluation.squad_answers import predict_answers
+from trainer.serving.squad_answerer import (SquadServingConfig, context_pieces_graph, max_context_owner,
                                    normalized_char_origins_graph, window_starts)
-from trainer.text_encoding import XLNetTextEncoder
+from trainer.serving.text_encoder import XLNetTextEncoder
 from tfrecords.text_normalization import normalize_text
 
 SETTINGS = dict(max_seq_length=64, doc_stride=32, max_query_length=16)

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from trainer.config import FF_ACTIVATIONS, ModelConfig
+from trainer.models.config import FF_ACTIVATIONS, ModelConfig
 from trainer.layers.feed_forward import ACTIVATIONS
 
 

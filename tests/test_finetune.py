@@ -14,9 +14,10 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
-from trainer import finetune_data, finetune_metrics
-from trainer.finetune_command import add_arguments, build_controller
-from trainer.model_dir import ModelDirectory
+from trainer.evaluation import metrics
+from trainer.inputs import batching, sequence_examples
+from trainer.commands.finetune import add_arguments, build_controller
+from trainer.runtime.model_dir import ModelDirectory
 
 REPO = Path(__file__).resolve().parent.parent
 ROTTEN = REPO / "data" / "finetune" / "rotten_tomatoes"
@@ -34,8 +35,6 @@ def finetune_args(model_dir: Path, vocab: str, *overrides: str, task: str = "cla
     return args
 
 
-def step_losses(path: Path) -> dict[int, float]:
-    return {row["step"]: row["loss"] for row in map(json.loads, path.read_text().splitlines())}
 
 
 def last_json_line(text: str) -> dict:
@@ -54,18 +53,18 @@ def dev_sentences(count: int) -> list[str]:
 
 # ------------------------------------------------------------------------------ training order
 def test_every_epoch_visits_each_example_once_in_a_seeded_order():
-    indices = list(finetune_data.example_order(10, seed=3).take(30).as_numpy_iterator())
+    indices = list(batching.example_order(10, seed=3).take(30).as_numpy_iterator())
     epochs = [indices[i:i + 10] for i in (0, 10, 20)]
     assert all(sorted(epoch) == list(range(10)) for epoch in epochs)
     assert epochs[0] != epochs[1] != epochs[2]
-    assert indices == list(finetune_data.example_order(10, seed=3).take(30).as_numpy_iterator())
-    assert indices != list(finetune_data.example_order(10, seed=4).take(30).as_numpy_iterator())
+    assert indices == list(batching.example_order(10, seed=3).take(30).as_numpy_iterator())
+    assert indices != list(batching.example_order(10, seed=4).take(30).as_numpy_iterator())
 
 
 def test_the_order_resumed_at_any_position_is_the_tail_of_the_same_order():
-    whole = list(finetune_data.example_order(7, seed=0).take(25).as_numpy_iterator())
+    whole = list(batching.example_order(7, seed=0).take(25).as_numpy_iterator())
     for start in (3, 7, 12):
-        assert list(finetune_data.example_order(7, seed=0, start=start).take(25 - start).as_numpy_iterator()) \
+        assert list(batching.example_order(7, seed=0, start=start).take(25 - start).as_numpy_iterator()) \
             == whole[start:]
 
 
@@ -77,16 +76,16 @@ class Pipeline:
 
 
 def test_replica_batches_are_consecutive_slices_of_the_global_batch(vocab):
-    from trainer.text_encoding import XLNetTextEncoder
+    from trainer.serving.text_encoder import XLNetTextEncoder
 
-    examples = finetune_data.read_text_examples(str(ROTTEN / "dev.tsv"))[:40]
-    targets = finetune_data.label_ids(examples, finetune_data.label_list(examples))
+    examples = sequence_examples.read_text_examples(str(ROTTEN / "dev.tsv"))[:40]
+    targets = sequence_examples.label_ids(examples, sequence_examples.label_list(examples))
     encoder = XLNetTextEncoder(vocab.model_proto, vocab.special_ids.to_dict(), 32, uncased=False)
 
-    columns, encode = finetune_data.example_columns(examples, encoder)
+    columns, encode = sequence_examples.example_columns(examples, encoder)
 
     def first(pipeline, count):
-        dataset = finetune_data.training_dataset(columns, encode, 8, targets, seed=1, accumulation_steps=2,
+        dataset = batching.training_dataset(columns, encode, 8, targets, seed=1, accumulation_steps=2,
                                                  input_context=pipeline)
         return [(features["input_ids"].numpy(), labels.numpy()) for features, labels in dataset.take(count)]
 
@@ -134,7 +133,7 @@ def test_rerunning_a_finished_finetune_evaluates_again_without_a_step(classifier
     rerun = last_json_line(completed.stdout)
     assert (rerun["step"], rerun["stopped"], rerun["last_loss"]) == (100, "completed", None)
     assert rerun["eval"]["accuracy"] == summary["eval"]["accuracy"]
-    assert step_losses(again / "train_steps.jsonl") == step_losses(model_dir / "train_steps.jsonl")
+    assert ModelDirectory(again).step_losses() == ModelDirectory(model_dir).step_losses()
 
 
 def test_the_model_directory_holds_what_export_and_resume_need(classifier):
@@ -155,7 +154,7 @@ def test_eval_results_are_the_metrics_of_the_predictions(classifier):
     assert all(row["label"] == ("fresh", "rotten")[int(np.argmax(row["probabilities"]))] for row in rows)
     truth = [row.split("\t")[1] for row in (ROTTEN / "dev.tsv").read_text().splitlines()[1:]]
     labels = np.array([("fresh", "rotten").index(label) for label in truth])
-    expected = finetune_metrics.classification_metrics(labels, np.array([r["probabilities"] for r in rows]), 2)
+    expected = metrics.classification_metrics(labels, np.array([r["probabilities"] for r in rows]), 2)
     results = json.loads((model_dir / "eval_results.json").read_text())
     for name in ("accuracy", "macro_f1", "mcc"):
         assert results[name] == pytest.approx(expected[name], abs=1e-9)
@@ -174,12 +173,12 @@ def test_eval_metrics_go_to_tensorboard_at_every_eval(classifier):
 
 def test_truncated_examples_are_counted_in_the_summary(classifier):
     _, summary = classifier
-    examples = finetune_data.read_text_examples(str(ROTTEN / "dev.tsv"))
-    from trainer.text_encoding import XLNetTextEncoder
+    examples = sequence_examples.read_text_examples(str(ROTTEN / "dev.tsv"))
+    from trainer.serving.text_encoder import XLNetTextEncoder
 
     directory = ModelDirectory(str(classifier[0]))
     encoder = XLNetTextEncoder(directory.sp_model_proto, directory.special_ids, 48, uncased=False)
-    assert summary["truncated"]["eval"] == finetune_data.count_truncated(examples, encoder) > 0
+    assert summary["truncated"]["eval"] == sequence_examples.count_truncated(examples, encoder) > 0
 
 
 def test_init_checkpoint_starts_from_the_pretrained_network(classifier, tmp_path):
@@ -234,7 +233,7 @@ def test_sigkill_then_restart_gives_the_same_per_step_losses(spm_model, tmp_path
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert xlnet_cli.main(finetune_args(killed, spm_model, *settings)) == 0
-    expected, resumed = step_losses(straight / ModelDirectory.STEP_LOG), step_losses(log)
+    expected, resumed = ModelDirectory(straight).step_losses(), ModelDirectory(killed).step_losses()
     assert sorted(resumed) == list(range(1, 13))
     np.testing.assert_allclose([resumed[s] for s in range(1, 13)], [expected[s] for s in range(1, 13)], rtol=1e-5)
 
@@ -349,7 +348,7 @@ def test_two_worker_processes_finetune_in_lockstep_and_the_chief_writes_the_resu
     outputs = outputs_of(processes, timeout=600)
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output
-    chief, other = (step_losses(path / ModelDirectory.STEP_LOG) for path in (model_dir, model_dir / "workers"
+    chief, other = (ModelDirectory(path).step_losses() for path in (model_dir, model_dir / "workers"
                                                                               / "worker-1"))
     assert sorted(chief) == [1, 2, 3, 4]
     np.testing.assert_allclose([other[s] for s in chief], [chief[s] for s in chief], rtol=1e-6)

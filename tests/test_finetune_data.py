@@ -1,4 +1,4 @@
-"""Fine-tuning inputs (trainer/finetune_data.py) on the bundled Rotten Tomatoes splits and corpus."""
+"""Fine-tuning inputs (trainer/inputs/sequence_files.py) on the bundled Rotten Tomatoes splits and corpus."""
 from __future__ import annotations
 
 import csv
@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.finetune_data import (ChoiceExample, FinetuneDataError, TextExample, choice_dataset, choice_pairs,
-                                   choice_targets, count_truncated, label_ids, label_list, pad_rows,
-                                   read_choice_examples, read_text_examples, regression_targets, text_dataset)
-from trainer.text_encoding import XLNetTextEncoder
+from trainer.inputs.batching import pad_rows
+from trainer.inputs.sequence_examples import (ChoiceExample, FinetuneDataError, TextExample, choice_dataset,
+                                              choice_pairs, choice_targets, count_truncated, label_ids, label_list,
+                                              read_choice_examples, read_text_examples, regression_targets,
+                                              text_dataset)
+from trainer.serving.text_encoder import XLNetTextEncoder
 
 REPO = Path(__file__).resolve().parents[1]
 ROTTEN = REPO / "data" / "finetune" / "rotten_tomatoes"

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from trainer.finetune_metrics import (accuracy, classification_metrics, confusion_matrix, macro_f1,
+from trainer.evaluation.metrics import (accuracy, classification_metrics, confusion_matrix, macro_f1,
                                       matthews_corrcoef, multiple_choice_metrics, pearson, regression_metrics,
                                       spearman)
 

@@ -1,4 +1,4 @@
-"""Fine-tuning heads (trainer/finetuning.py, trainer/layers/sequence_summary.py): the summary of the
+"""Fine-tuning heads (trainer/models/sequence_model.py, trainer/layers/sequence_summary.py): the summary of the
 <cls> state, head shapes per task, and the losses as the original computes them."""
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.config import model_preset, sequence_model_config
-from trainer.finetuning import XLNetForSequenceTask, task_loss
+from trainer.models.config import model_preset, sequence_model_config
+from trainer.models.sequence_model import XLNetForSequenceTask, task_loss
 from trainer.layers.sequence_summary import SequenceSummary
-from trainer.network import build_network
-from trainer.text_encoding import XLNetTextEncoder
+from trainer.models.network import build_network
+from trainer.serving.text_encoder import XLNetTextEncoder
 
 MAX_LENGTH = 24
 SENTENCES = ["In the beginning God created the heaven and the earth.",

@@ -1,4 +1,4 @@
-"""The Hugging Face transformers format (trainer/huggingface_format.py) without torch: exported
+"""The Hugging Face transformers format (trainer/conversion/huggingface_format.py) without torch: exported
 names, shapes, dtypes and config fields against tables written here from transformers v5's XLNet,
 round trips ours -> huggingface -> import -> ours (weights byte for byte, outputs equal), and a
 named error for every bad input."""
@@ -17,9 +17,9 @@ import tensorflow as tf
 import xlnet_cli
 from interop_models import (HEADS, LABELS, SQUAD, assert_same_weights, head_inputs, pretraining_outputs,
                             restore_model_dir, squad_inputs, squad_outputs, tiny_config, write_model_dir)
-from trainer.finetune_config import FinetuneConfig
-from trainer.model_dir import ModelDirectory
-from trainer.huggingface_format import HuggingFaceFormatError, read_huggingface_directory
+from trainer.configs.finetuning import FinetuneConfig
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.conversion.huggingface_format import HuggingFaceFormatError, read_huggingface_directory
 
 D, H, DH, DI, LAYERS = 16, 2, 8, 24, 2  # interop_models.TINY
 
@@ -160,7 +160,7 @@ def test_exported_tokenizer_json_holds_every_piece_and_xlnets_layout(exported, v
 
 def test_precompiled_charsmap_is_sentencepieces_normalisation_table(vocab):
     """The table starts with the byte size of its double-array trie, which must fit inside it."""
-    from trainer.huggingface_tokenizer import precompiled_charsmap
+    from trainer.conversion.huggingface_tokenizer import precompiled_charsmap
 
     table = precompiled_charsmap(vocab.model_proto)
     assert len(table) > 4 and int.from_bytes(table[:4], "little") < len(table)
@@ -476,7 +476,7 @@ def test_an_output_with_checkpoints_is_refused(exported, capsys):
 
 def test_reader_checks_every_tensor_before_assigning(copy_of, vocab):
     """The Python API: a bad tensor leaves the target network untouched."""
-    from trainer.network import build_network
+    from trainer.models.network import build_network
 
     rewrite_tensors(copy_of, lambda t: t.pop("lm_loss.bias"))
     model = read_huggingface_directory(str(copy_of))

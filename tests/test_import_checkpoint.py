@@ -9,9 +9,9 @@ import tensorflow as tf
 import reference_numpy
 import xlnet_cli
 from pipeline.vocab import load_vocab
-from trainer.checkpoint_import import CheckpointImportError, import_original
-from trainer.config import ModelConfig
-from trainer.network import build_network
+from trainer.conversion.tf1_checkpoint import CheckpointImportError, import_original
+from trainer.models.config import ModelConfig
+from trainer.models.network import build_network
 
 RELEASE_CONFIG = {"n_layer": 2, "d_model": 16, "n_head": 2, "d_head": 8, "d_inner": 24, "ff_activation": "gelu",
                   "untie_r": True, "n_token": 8000}  # n_token = the conftest vocabulary's size

@@ -21,8 +21,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed: `make test-
 import xlnet_cli  # noqa: E402
 from interop_models import (HEADS, SQUAD, corpus_sentences, head_inputs, restore_model_dir,  # noqa: E402
                             squad_inputs, squad_outputs, text_inputs, tiny_config, write_model_dir)
-from trainer.squad_head import squad_losses  # noqa: E402
-from trainer.text_encoding import XLNetTextEncoder  # noqa: E402
+from trainer.models.question_answering import squad_losses  # noqa: E402
+from trainer.serving.text_encoder import XLNetTextEncoder  # noqa: E402
 
 TOLERANCE = 1e-4
 # Whole-sequence settings, as transformers runs them (its config.json says bi_data false).
@@ -108,7 +108,7 @@ GOLD_STARTS, GOLD_ENDS = (10, 12), (13, 14)  # in the context of squad_inputs' r
 
 def question_answering_outputs(model, inputs: dict) -> dict[str, np.ndarray]:
     """transformers' XLNetForQuestionAnswering on our inputs, in our output convention
-    (trainer/squad_head.py): the beam as log-probabilities, ends start-major; teacher-forced
+    (trainer/models/question_answering.py): the beam as log-probabilities, ends start-major; teacher-forced
     start/end log-probabilities from its poolers (its forward returns only the loss then); and
     the answer-class logit on the softmax-weighted start state (what its beam computes: in
     training it takes the gold start state instead, which ours, as the original, does not)."""
@@ -188,7 +188,7 @@ def test_our_tokenizer_json_is_what_xlnet_tokenizer_builds(tmp_path, vocab, unca
     pieces, scores and normalisation table (what it would convert spiece.model into)."""
     import json
 
-    from trainer.huggingface_tokenizer import precompiled_charsmap
+    from trainer.conversion.huggingface_tokenizer import precompiled_charsmap
 
     write_model_dir(str(tmp_path / "model"), tiny_config(vocab.vocab_size, **CONFIG), vocab, uncased=uncased)
     ours = json.loads((tmp_path / export(tmp_path / "model", tmp_path / "hf") / "tokenizer.json").read_text())

@@ -1,4 +1,5 @@
-"""The import graph: tfrecords/ at the bottom, Beam only in pipeline/, training and serving free of Beam."""
+"""The import graph: tfrecords/ at the bottom, Beam only in pipeline/, training and serving free of
+Beam, and inside trainer/ each subpackage importing only the ones below it (docs/architecture.md)."""
 from __future__ import annotations
 
 import ast
@@ -23,6 +24,84 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
+def imported_trainer_subpackages(path: Path) -> set[str]:
+    """The trainer subpackages (``models``, ``runtime``, ...) a source file imports, wherever the
+    import statement is; ``trainer.task`` (the entry shim) counts as ``task``."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        modules = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules = [node.module] if node.module != "trainer" else [f"trainer.{a.name}" for a in node.names]
+        names |= {module.split(".")[1] for module in modules if module.startswith("trainer.")}
+    return names
+
+
+# What each subpackage of trainer/ may import besides itself (and tfrecords/). The commands are
+# at the top; below them tasks, then serving and conversion, runtime, inputs and evaluation,
+# configs, models, layers.
+ALLOWED = {
+    "layers": set(),
+    "models": {"layers"},
+    "configs": {"models"},
+    "runtime": {"configs", "models", "layers"},
+    "evaluation": {"inputs", "configs"},
+    "inputs": {"configs", "serving"},
+    "serving": {"runtime", "configs", "models", "layers"},
+    "conversion": {"runtime", "configs", "models", "layers"},
+    "tasks": {"inputs", "evaluation", "runtime", "serving", "configs", "models", "layers"},
+    "commands": {"tasks", "inputs", "evaluation", "runtime", "serving", "conversion", "configs", "models",
+                 "layers"},
+}
+
+
+def trainer_modules() -> list[Path]:
+    return sorted((REPO / "trainer").rglob("*.py"))
+
+
+def test_every_trainer_module_lives_in_a_subpackage_but_the_entry_shim():
+    top = {path.name for path in (REPO / "trainer").glob("*.py")}
+    assert top == {"__init__.py", "task.py"}
+    assert {path.parent.name for path in trainer_modules()} - {"trainer"} == set(ALLOWED)
+
+
+def test_each_trainer_subpackage_imports_only_the_ones_below_it():
+    wrong = {}
+    for path in trainer_modules():
+        if path.parent.name in ALLOWED:
+            extra = imported_trainer_subpackages(path) - ALLOWED[path.parent.name] - {path.parent.name}
+            if extra:
+                wrong[str(path.relative_to(REPO))] = extra
+    assert wrong == {}
+
+
+def test_models_use_only_layers_and_the_contract():
+    for path in sorted((REPO / "trainer" / "models").rglob("*.py")):
+        assert imported_trainer_subpackages(path) <= {"layers", "models"}, path
+        assert imported_modules(path) & {"pipeline", "xlnet_cli"} == set(), path
+
+
+def test_serving_and_conversion_never_use_tasks_or_inputs():
+    for package in ("serving", "conversion"):
+        for path in sorted((REPO / "trainer" / package).rglob("*.py")):
+            assert imported_trainer_subpackages(path) & {"tasks", "inputs", "commands"} == set(), path
+
+
+def test_nothing_imports_the_commands_but_the_cli_and_the_entry_shim():
+    importers_of_commands = {str(path.relative_to(REPO)) for path in trainer_modules()
+                             if path.parent.name != "commands" and "commands" in imported_trainer_subpackages(path)}
+    assert importers_of_commands == set()
+    shim = imported_modules(REPO / "trainer" / "task.py")
+    assert shim & {"trainer", "xlnet_cli"} == {"xlnet_cli"}
+
+
+def test_no_argparse_below_the_commands():
+    below = {str(path.relative_to(REPO)) for path in trainer_modules()
+             if path.parent.name != "commands" and "argparse" in imported_modules(path)}
+    assert below == set()
+
+
 def importers(package: str, forbidden: set[str]) -> dict[str, set[str]]:
     found = {}
     for path in sorted((REPO / package).rglob("*.py")):
@@ -45,10 +124,12 @@ def test_only_the_pipeline_imports_beam():
     assert outside == set()
 
 
-@pytest.mark.parametrize("modules", [("trainer.task", "trainer.export", "tfrecords.reader"),
-                                     ("trainer.import_command", "trainer.export_command", "trainer.controller",
-                                      "trainer.pretraining_task", "trainer.finetuning_task", "tfrecords.manifest",
-                                      "xlnet_cli")])
+@pytest.mark.parametrize("modules", [("trainer.task", "trainer.commands.train", "trainer.serving.saved_model",
+                                      "tfrecords.reader"),
+                                     ("trainer.commands.import_checkpoint", "trainer.commands.export",
+                                      "trainer.commands.finetune", "trainer.runtime.controller",
+                                      "trainer.tasks.pretraining", "trainer.tasks.sequence", "trainer.tasks.squad",
+                                      "trainer.conversion.format_export", "tfrecords.manifest", "xlnet_cli")])
 def test_training_and_serving_modules_load_without_apache_beam(modules):
     code = ("import sys\n" + "".join(f"import {name}\n" for name in modules)
             + "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'apache_beam')\n"

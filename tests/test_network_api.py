@@ -1,12 +1,12 @@
-"""The public model API (trainer/network.py, trainer/pretraining.py): build_network, the two-stream
+"""The public model API (trainer/models/network.py, trainer/models/pretrainer.py): build_network, the two-stream
 call, encode, the pretrainer."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.config import model_preset
-from trainer.network import build_network
-from trainer.pretraining import XLNetPretrainer
+from trainer.models.config import model_preset
+from trainer.models.network import build_network
+from trainer.models.pretrainer import XLNetPretrainer
 
 SPECIAL = {"sep": 4, "cls": 3}
 
@@ -85,7 +85,7 @@ def test_loss_is_mean_cross_entropy_over_real_targets():
 
 
 def test_dense_original_style_features_give_the_same_loss_as_compact_ones():
-    from trainer.permutation import dense_inputs
+    from trainer.models.permutation import dense_inputs
 
     pretrainer = XLNetPretrainer(small_config(), seq_len=8, num_predict=4, perm_size=4, special_ids=SPECIAL)
     features = compact_features(seed=4)

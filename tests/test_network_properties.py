@@ -6,13 +6,13 @@ import pytest
 import tensorflow as tf
 
 import reference_numpy
-from trainer.checkpoint_import import assign_original_weights
-from trainer.config import ModelConfig
+from trainer.conversion.tf1_checkpoint import assign_original_weights
+from trainer.models.config import ModelConfig
 from trainer.layers import (PositionwiseFeedForward, RelativeAttentionBiases, RelativePositionEncoding,
                             TwoStreamRelativeAttention, XLNetBlock)
-from trainer.network import XLNetNetwork, build_network
-from trainer.permutation import dense_inputs
-from trainer.pretraining import XLNetPretrainer
+from trainer.models.network import XLNetNetwork, build_network
+from trainer.models.permutation import dense_inputs
+from trainer.models.pretrainer import XLNetPretrainer
 
 SEP, CLS = 4, 3
 SEQ_LEN = 12

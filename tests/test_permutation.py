@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.permutation import (check_permutation_shapes, dense_inputs, permutation_mask, sample_ranks,
+from trainer.models.permutation import (check_permutation_shapes, dense_inputs, permutation_mask, sample_ranks,
                                  select_targets, target_flags)
 
 SEP, CLS = 4, 3

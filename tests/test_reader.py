@@ -170,7 +170,7 @@ def test_odd_per_replica_batch_with_bi_data_is_refused(manifest):
 
 
 def vocab_file(manifest, tiny_data_dir):
-    from trainer.task import _vocab_path
+    from trainer.commands.train import _vocab_path
 
     return _vocab_path(manifest)
 

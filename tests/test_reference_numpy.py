@@ -4,10 +4,10 @@ import pytest
 import tensorflow as tf
 
 import reference_numpy
-from trainer.checkpoint_import import assign_original_weights
-from trainer.config import ModelConfig
-from trainer.network import build_network
-from trainer.permutation import dense_inputs
+from trainer.conversion.tf1_checkpoint import assign_original_weights
+from trainer.models.config import ModelConfig
+from trainer.models.network import build_network
+from trainer.models.permutation import dense_inputs
 
 BATCH, SEQ_LEN, NUM_PREDICT, MEM = 4, 8, 3, 5
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)

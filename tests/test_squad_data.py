@@ -1,4 +1,4 @@
-"""SQuAD inputs (trainer/squad_data.py) on the bundled hand-written set data/squad/wiki_qa_v2.json
+"""SQuAD inputs (trainer/inputs/squad.py) on the bundled hand-written set data/squad/wiki_qa_v2.json
 and paragraphs of the bundled corpus."""
 from __future__ import annotations
 
@@ -15,10 +15,21 @@ import tensorflow as tf
 from conftest import WIKI_QA, read_corpus_documents
 from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
 from tfrecords.text_normalization import normalize_text
-from trainer.squad_data import (SquadDataError, SquadTokenizer, answer_piece_range, build_features,
+from trainer.configs.finetuning import FinetuneConfig
+from trainer.inputs.squad import (SquadDataError, SquadTokenizer, answer_piece_range, build_features,
                                 context_windows, max_context_owners, max_context_window, normalized_char_origins,
                                 read_squad)
-from trainer.text_encoding import XLNetTextEncoder
+from trainer.serving.text_encoder import XLNetTextEncoder
+
+SQUAD = FinetuneConfig().for_task("squad")  # run_squad.py's settings, FinetuneConfig's squad defaults
+WINDOWS = dict(max_seq_length=SQUAD.max_seq_length, doc_stride=SQUAD.doc_stride,
+               max_query_length=SQUAD.max_query_length)
+ANSWERS = dict(n_best=SQUAD.n_best, max_answer_length=SQUAD.max_answer_length)
+
+
+def windows(**changes) -> dict:
+    """build_features' window settings: the squad defaults with ``changes``."""
+    return {**WINDOWS, **changes}
 
 REPO = Path(__file__).resolve().parents[1]
 WIKI = REPO / "data" / "corpus" / "wiki_summaries_en.txt.gz"
@@ -179,7 +190,7 @@ def test_the_max_context_window_maximises_the_smaller_side():
 # ------------------------------------------------------------------------------------- features
 def test_a_feature_is_left_padded_context_sep_question_sep_cls(wiki_qa, squad_tokenizer, vocab):
     example = wiki_qa.examples[0]
-    features = build_features([example], squad_tokenizer, training=True, max_seq_length=256)
+    features = build_features([example], squad_tokenizer, training=True, **windows(max_seq_length=256))
     special = vocab.special_ids
     context = squad_tokenizer.encode_with_spans(example.context).ids.tolist()
     question = squad_tokenizer.encode(example.question)
@@ -196,7 +207,7 @@ def test_a_feature_is_left_padded_context_sep_question_sep_cls(wiki_qa, squad_to
 
 def test_training_targets_point_at_the_answer_pieces(wiki_qa, squad_tokenizer):
     example = wiki_qa.examples[0]
-    features = build_features([example], squad_tokenizer, training=True, max_seq_length=256)
+    features = build_features([example], squad_tokenizer, training=True, **windows(max_seq_length=256))
     start, end = features.start_positions[0], features.end_positions[0]
     text = example.context[features.token_char_start[0, start]:features.token_char_end[0, end]]
     assert text == "Stanley Kubrick" and features.is_impossible[0] == 0.0
@@ -204,15 +215,14 @@ def test_training_targets_point_at_the_answer_pieces(wiki_qa, squad_tokenizer):
 
 def test_an_unanswerable_question_targets_cls(wiki_qa, squad_tokenizer):
     example = next(e for e in wiki_qa.examples if e.is_impossible)
-    features = build_features([example], squad_tokenizer, training=True, max_seq_length=256)
+    features = build_features([example], squad_tokenizer, training=True, **windows(max_seq_length=256))
     assert features.start_positions.tolist() == features.end_positions.tolist() == [255]
     assert features.is_impossible.tolist() == [1.0]
 
 
 def test_long_contexts_slide_and_answers_outside_a_window_target_cls(wiki_qa, squad_tokenizer):
     example = next(e for e in wiki_qa.examples if e.qid == "wiki-00389-03")  # "1986", late in the paragraph
-    features = build_features([example], squad_tokenizer, training=True, max_seq_length=64, doc_stride=16,
-                              max_query_length=16)
+    features = build_features([example], squad_tokenizer, training=True, **windows(max_seq_length=64, doc_stride=16, max_query_length=16))
     pieces = len(squad_tokenizer.encode_with_spans(example.context).ids)
     budget = 64 - len(squad_tokenizer.encode(example.question)) - 3
     assert len(features) == len(context_windows(pieces, budget, 16)) > 2
@@ -227,8 +237,7 @@ def test_long_contexts_slide_and_answers_outside_a_window_target_cls(wiki_qa, sq
 
 
 def test_long_questions_are_truncated_and_counted(wiki_qa, squad_tokenizer):
-    features = build_features(wiki_qa.examples[:10], squad_tokenizer, training=False, max_seq_length=128,
-                              max_query_length=6)
+    features = build_features(wiki_qa.examples[:10], squad_tokenizer, training=False, **windows(max_seq_length=128, max_query_length=6))
     long_questions = sum(len(squad_tokenizer.encode(e.question)) > 6 for e in wiki_qa.examples[:10])
     assert features.truncated_questions == long_questions > 0
     assert (features.input_mask.sum(axis=1) <= 128).all()
@@ -240,15 +249,15 @@ def test_an_answer_the_normalisation_drops_is_counted_and_skipped_when_training(
         {"id": "acc", "question": "Which mark?", "answers": [{"text": "\u0301", "answer_start": 4}]},
         {"id": "ok", "question": "Which drink?", "answers": [{"text": "noir", "answer_start": 6}]}]}])
     examples = read_squad(path).examples
-    training = build_features(examples, squad_tokenizer, training=True, max_seq_length=64, max_query_length=16)
+    training = build_features(examples, squad_tokenizer, training=True, **windows(max_seq_length=64, max_query_length=16))
     assert training.unaligned == ("acc",) and training.example_index.tolist() == [1]
-    evaluation = build_features(examples, squad_tokenizer, training=False, max_seq_length=64, max_query_length=16)
+    evaluation = build_features(examples, squad_tokenizer, training=False, **windows(max_seq_length=64, max_query_length=16))
     assert evaluation.unaligned == ("acc",) and evaluation.example_index.tolist() == [0, 1]
     assert evaluation.start_positions[0] == 63
 
 
 def test_the_whole_bundled_set_builds_at_the_default_settings(wiki_qa, squad_tokenizer):
-    features = build_features(wiki_qa.examples, squad_tokenizer, training=True)
+    features = build_features(wiki_qa.examples, squad_tokenizer, training=True, **WINDOWS)
     assert len(features) == 130 and features.input_ids.shape == (130, 512)
     assert features.unaligned == () and features.truncated_questions == 0
     assert (features.is_impossible == 1.0).sum() == 21

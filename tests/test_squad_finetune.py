@@ -10,9 +10,9 @@ import pytest
 
 from conftest import WIKI_QA
 import xlnet_cli
-from trainer.model_dir import ModelDirectory
-from trainer.squad_data import read_squad
-from trainer.squad_metrics import squad_evaluate
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.inputs.squad import read_squad
+from trainer.evaluation.squad_official import squad_evaluate
 
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "train_batch_size=8",
          "eval_batch_size=32", "steps_per_loop=2", "warmup_steps=2"]
@@ -81,7 +81,7 @@ def test_the_model_directory_records_the_squad_settings(answered):
 
 
 def test_squad_defaults_to_the_original_sequence_length(tmp_path, spm_model):
-    from trainer.finetune_command import _resolve_configs, add_arguments
+    from trainer.commands.finetune import _resolve_configs, add_arguments
 
     parser = __import__("argparse").ArgumentParser()
     add_arguments(parser)

@@ -1,4 +1,4 @@
-"""The SQuAD head (trainer/layers/answer_span.py, trainer/squad_head.py): each layer against NumPy,
+"""The SQuAD head (trainer/layers/answer_span.py, trainer/models/question_answering.py): each layer against NumPy,
 p_mask, the loss by hand, the beam against brute force, on features of the bundled SQuAD set."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 import tensorflow as tf
 
 from conftest import WIKI_QA
-from trainer.config import model_preset, sequence_model_config
+from trainer.models.config import model_preset, sequence_model_config
 from trainer.layers.answer_span import AnswerClass, EndLogits, StartLogits
-from trainer.network import build_network
-from trainer.squad_data import SquadTokenizer, build_features, read_squad
-from trainer.squad_head import XLNetForQuestionAnswering, squad_losses
+from trainer.models.network import build_network
+from trainer.inputs.squad import SquadTokenizer, build_features, read_squad
+from trainer.models.question_answering import XLNetForQuestionAnswering, squad_losses
 
 SEQ_LEN = 96
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.squad_metrics import (apply_no_answer_threshold, best_threshold, exact_match, f1_score,
+from trainer.evaluation.squad_official import (apply_no_answer_threshold, best_threshold, exact_match, f1_score,
                                    normalize_answer, raw_scores, squad_evaluate)
 
 

@@ -1,4 +1,4 @@
-"""In-graph text encoding (trainer/text_encoding.py): the layout XLNet expects, built from raw text."""
+"""In-graph text encoding (trainer/serving/text_encoder.py): the layout XLNet expects, built from raw text."""
 from __future__ import annotations
 
 import gzip
@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tfrecords.pair_lengths import pair_lengths, trim_a_b
 from tfrecords.text_normalization import normalize_text as normalize_for_records
-from trainer.text_encoding import XLNetTextEncoder
+from trainer.serving.text_encoder import XLNetTextEncoder
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "wiki_summaries_en.txt.gz"
 # XLNet's ids, which the vocabulary fixture must reproduce (checked in `encoder`).

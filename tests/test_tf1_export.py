@@ -1,4 +1,4 @@
-"""`xlnet export --format tf1` (trainer/tf1_format.py): the original release layout, read back by
+"""`xlnet export --format tf1` (trainer/conversion/tf1_format.py): the original release layout, read back by
 `xlnet import-checkpoint` into the same weights, configuration and outputs."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import tensorflow as tf
 import xlnet_cli
 from interop_models import (HEADS, SQUAD, assert_same_weights, pretraining_outputs, restore_model_dir, tiny_config,
                             write_model_dir)
-from trainer.checkpoint_import import ORIGINAL_CONFIG_KEYS
-from trainer.model_dir import ModelDirectory
+from trainer.conversion.tf1_checkpoint import ORIGINAL_CONFIG_KEYS
+from trainer.runtime.model_dir import ModelDirectory
 
 D, H, DH, DI, LAYERS = 16, 2, 8, 24, 2  # interop_models.TINY
 
@@ -103,7 +103,7 @@ def squad_release(tmp_path, vocab):
 
 
 def test_squad_model_round_trips_run_squads_head(tmp_path, vocab, capsys):
-    from trainer.tf1_format import question_answering_variable_map
+    from trainer.conversion.tf1_format import question_answering_variable_map
 
     network, head, release = squad_release(tmp_path, vocab)
     assert "with the squad head under run_squad.py's names" in capsys.readouterr().out
@@ -130,9 +130,9 @@ def test_checkpoint_with_part_of_run_squads_head_is_refused(tmp_path, vocab):
     import re
     import shutil
 
-    from trainer.checkpoint_import import CheckpointImportError, read_original_checkpoint
-    from trainer.import_command import import_to_model_dir
-    from trainer.tf1_format import write_original_checkpoint
+    from trainer.conversion.tf1_checkpoint import CheckpointImportError, read_original_checkpoint
+    from trainer.commands.import_checkpoint import import_to_model_dir
+    from trainer.conversion.tf1_format import write_original_checkpoint
 
     _, _, release = squad_release(tmp_path, vocab)
     weights = read_original_checkpoint(str(release / "xlnet_model.ckpt"))
@@ -167,7 +167,7 @@ def test_exact_gelu_has_no_original_name(vocab):
     """The original knows the tanh GELU and relu only; an exact-GELU model is refused by name."""
     from types import SimpleNamespace
 
-    from trainer.tf1_format import TF1FormatError, original_config
+    from trainer.conversion.tf1_format import TF1FormatError, original_config
 
     config = tiny_config(vocab.vocab_size)
     assert original_config(SimpleNamespace(config=config.replace(ff_activation="relu")))["ff_activation"] == "relu"

@@ -16,11 +16,14 @@ import tensorflow as tf
 
 import xlnet_cli
 from tfrecords.manifest import load_manifest
-from trainer.config import model_preset
-from trainer.optimization import build_optimizer, learning_rate_schedule, no_decay_variables
-from trainer.train_config import TrainConfig, parse_overrides, resolve_configs, train_preset
-from trainer.controller import Controller, TrainingDivergedError
-from trainer.pretraining_task import STEP_LOG, pretraining_controller
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.models.config import model_preset
+from trainer.runtime.optimization import build_optimizer, learning_rate_schedule, no_decay_variables
+from trainer.commands.run_flags import read_config_file
+from trainer.configs.overrides import parse_overrides, resolve_configs
+from trainer.configs.training import TrainConfig, train_preset
+from trainer.runtime.controller import Controller, TrainingDivergedError
+from trainer.tasks.pretraining import STEP_LOG, pretraining_controller
 
 REPO = Path(__file__).resolve().parent.parent
 # The tiny preset made smaller still, so a step takes milliseconds on two CPU cores.
@@ -39,13 +42,6 @@ def make_trainer(tiny_data_dir, model_dir, *overrides: str, strategy=None) -> Co
                    strategy=strategy or tf.distribute.get_strategy(), log=lambda line: None)
 
 
-def step_losses(path: Path) -> dict[int, float]:
-    """step -> loss from a step log; a step re-run after a resume keeps its last value."""
-    losses = {}
-    for line in path.read_text().splitlines():
-        entry = json.loads(line)
-        losses[entry["step"]] = entry["loss"]
-    return losses
 
 
 def train_command(data_dir, model_dir, *overrides: str) -> list[str]:
@@ -96,17 +92,17 @@ def test_bad_set_override_names_the_problem(item, message):
 def test_config_file_applies_between_preset_and_set(tmp_path):
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"model": {"n_layer": 3, "d_model": 96}, "train": {"learning_rate": 5e-4}}))
-    model, train, explicit = resolve_configs("tiny", str(path), ["d_model=64"])
+    model, train, explicit = resolve_configs("tiny", read_config_file(str(path)), ["d_model=64"])
     assert (model.n_layer, model.d_model, train.learning_rate) == (3, 64, 5e-4)
     assert explicit == {"n_layer", "d_model"}
 
 
 def test_config_file_that_is_missing_or_not_json_is_named(tmp_path):
     with pytest.raises(ValueError, match=f"--config {tmp_path / 'none.json'}: file not found"):
-        resolve_configs("tiny", str(tmp_path / "none.json"))
+        read_config_file(str(tmp_path / "none.json"))
     (tmp_path / "bad.json").write_text("{model: 1}")
     with pytest.raises(ValueError, match=f"--config {tmp_path / 'bad.json'} is not valid JSON"):
-        resolve_configs("tiny", str(tmp_path / "bad.json"))
+        read_config_file(str(tmp_path / "bad.json"))
 
 
 def test_inconsistent_model_and_train_configs_are_refused():
@@ -132,7 +128,7 @@ def test_cosine_decay_reaches_the_midpoint_half_way():
 
 
 def test_weight_decay_skips_layer_norm_and_biases_only():
-    from trainer.network import build_network
+    from trainer.models.network import build_network
 
     network = build_network(model_preset("tiny").replace(n_layer=1))
     optimizer = build_optimizer(TrainConfig(), network.trainable_variables)
@@ -163,7 +159,7 @@ def test_cli_train_writes_a_model_directory_export_can_use(straight_run):
     assert json.loads((model_dir / "model_config.json").read_text())["n_layer"] == 2
     assert json.loads((model_dir / "text_normalization.json").read_text()) == {"uncased": False}  # as the data
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")).endswith("ckpt-12")
-    assert sorted(step_losses(model_dir / STEP_LOG)) == list(range(1, 13))
+    assert sorted(ModelDirectory(model_dir).step_losses()) == list(range(1, 13))
     tags = set()
     for events in (model_dir / "tensorboard").rglob("events.out.tfevents.*"):
         for event in tf.compat.v1.train.summary_iterator(str(events)):
@@ -198,7 +194,7 @@ def test_resumed_run_continues_with_the_saved_memory_and_reader_position(tiny_da
         np.testing.assert_array_equal(saved, restored.numpy())
         assert np.abs(saved).sum() > 0  # the memory really was carried, not zeros
     resumed.train()
-    a, b = step_losses(tmp_path / "a" / STEP_LOG), step_losses(tmp_path / "b" / STEP_LOG)
+    a, b = ModelDirectory(tmp_path / "a").step_losses(), ModelDirectory(tmp_path / "b").step_losses()
     np.testing.assert_allclose([a[s] for s in range(1, 7)], [b[s] for s in range(1, 7)], rtol=1e-5)
 
 
@@ -212,7 +208,7 @@ def test_sigkill_then_restart_gives_the_same_per_step_losses(tiny_data_dir, stra
     process.wait()
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")) is not None
     assert xlnet_cli.main(train_command(tiny_data_dir, model_dir, *STRAIGHT)) == 0
-    expected, resumed = step_losses(straight_run / STEP_LOG), step_losses(log)
+    expected, resumed = ModelDirectory(straight_run).step_losses(), ModelDirectory(model_dir).step_losses()
     assert sorted(resumed) == list(range(1, 13))
     np.testing.assert_allclose([resumed[s] for s in range(1, 13)], [expected[s] for s in range(1, 13)], rtol=1e-5)
 
@@ -241,7 +237,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tiny_data_dir, tmp_path):
     assert process.returncode == 0, output
     assert '"stopped": "preempted"' in output
     saved = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
-    assert saved is not None and int(saved.rsplit("-", 1)[1]) == max(step_losses(log))
+    assert saved is not None and int(saved.rsplit("-", 1)[1]) == max(ModelDirectory(model_dir).step_losses())
 
 
 def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tiny_data_dir, tmp_path):
@@ -263,7 +259,7 @@ def test_train_step_compiles_with_xla_at_static_shapes(tiny_data_dir, tmp_path):
     # tf.function(jit_compile=True) raises instead of falling back when XLA cannot compile the step
     trainer = make_trainer(tiny_data_dir, tmp_path, "jit_compile=true", "train_steps=2", "n_layer=1")
     trainer.train()
-    assert all(math.isfinite(loss) for loss in step_losses(tmp_path / STEP_LOG).values())
+    assert all(math.isfinite(loss) for loss in ModelDirectory(tmp_path).step_losses().values())
     assert trainer._grad_fn.experimental_get_tracing_count() == 1  # one static-shape trace for all steps
 
 
@@ -273,7 +269,7 @@ def test_xla_train_step_matches_the_plain_step(tiny_data_dir, tmp_path):
     trainer.train()
     eager = make_trainer(tiny_data_dir, tmp_path / "plain", "train_steps=2", "dropout=0", "dropatt=0")
     eager.train()
-    xla, plain = step_losses(tmp_path / STEP_LOG), step_losses(tmp_path / "plain" / STEP_LOG)
+    xla, plain = ModelDirectory(tmp_path).step_losses(), ModelDirectory(tmp_path / "plain").step_losses()
     np.testing.assert_allclose([xla[1], xla[2]], [plain[1], plain[2]], rtol=1e-4)
 
 
@@ -285,7 +281,7 @@ def test_mixed_precision_step_gives_a_finite_loss_near_float32(tiny_data_dir, tm
     mixed.train()
     full = make_trainer(tiny_data_dir, tmp_path / "full", "train_steps=2", "dropout=0", "dropatt=0")
     full.train()
-    low, high = step_losses(tmp_path / "mixed" / STEP_LOG), step_losses(tmp_path / "full" / STEP_LOG)
+    low, high = ModelDirectory(tmp_path / "mixed").step_losses(), ModelDirectory(tmp_path / "full").step_losses()
     assert math.isfinite(low[2])
     np.testing.assert_allclose(low[1], high[1], rtol=2e-2)
 
@@ -321,6 +317,6 @@ def test_tiny_model_loss_falls_within_a_few_hundred_steps(tiny_data_dir, tmp_pat
     trainer = make_trainer(tiny_data_dir, tmp_path, "train_steps=300", "steps_per_loop=50", "learning_rate=2e-3",
                            "warmup_steps=30", "train_batch_size=8", "checkpoint_every=300", "eval_every=0")
     trainer.train()
-    losses = step_losses(tmp_path / STEP_LOG)
+    losses = ModelDirectory(tmp_path).step_losses()
     first, last = np.mean([losses[s] for s in range(1, 21)]), np.mean([losses[s] for s in range(281, 301)])
     assert last < first - 1.5, (first, last)

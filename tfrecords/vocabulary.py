@@ -4,7 +4,7 @@ A vocabulary is a SentencePiece model proto. ``parse_vocab`` checks that it is o
 it has every XLNet special symbol (``SpecialIds.from_processor`` reads their ids from the
 model; nobody hard-codes the numbers) and records its size and SHA-256. Reading the bytes is
 each side's own business: the pipeline reads through Beam's FileSystems (pipeline/vocab.py),
-the trainer through tf.io.gfile (trainer/model_dir.py).
+the trainer through tf.io.gfile (trainer/runtime/model_dir.py).
 """
 from __future__ import annotations
 

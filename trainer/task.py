@@ -1,138 +1,18 @@
-"""`xlnet train` / `python -m trainer.task`: pretrain XLNet on a preprocessed data directory.
+"""`python -m trainer.task`: `xlnet train` under the module name a Vertex AI custom job runs.
 
-Same flags both ways (the Vertex AI custom-job convention):
-  --data DIR --model-dir DIR --preset tiny|base|large [--config FILE] [--set key=value ...]
-  [--strategy auto|cpu|gpu|mirrored|multi-worker|tpu] [--tpu NAME] [--init-checkpoint DIR]
-
-The model directory (trainer/model_dir.py; local or gs://) receives model_config.json,
-train_config.json (the resolved configs), spiece.model and special_ids.json (so `xlnet export`
-works from it), checkpoints/, tensorboard/ and the step log. Re-running the same command
-resumes from the latest checkpoint.
+The same flags as `xlnet train` (trainer/commands/train.py); this entry point only hands them on.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import logging
-import posixpath
 import sys
 from typing import Sequence
 
-EXIT_USAGE = 2
-EXIT_DIVERGED = 3
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainer.config import MODEL_PRESETS
-
-    parser.add_argument("--data", required=True, help="data directory written by `xlnet preprocess` (local or gs://)")
-    parser.add_argument("--model-dir", required=True,
-                        help="where configs, checkpoints and summaries go (local or gs://)")
-    parser.add_argument("--preset", default="tiny", choices=sorted(MODEL_PRESETS),
-                        help="model + training preset")
-    add_run_arguments(parser, "train")
-    parser.add_argument("--init-checkpoint", help="model directory (e.g. from `xlnet import-checkpoint`) whose "
-                                                  "weights initialise a new run")
-
-
-def add_run_arguments(parser: argparse.ArgumentParser, scope: str) -> None:
-    """--config, --set, --strategy and --tpu, shared by `xlnet train` and `xlnet finetune`;
-    ``scope`` names the run's own configuration in the config file and in --set keys."""
-    from trainer.distribution import STRATEGIES
-
-    parser.add_argument("--config", help=f'JSON file {{"model": {{...}}, "{scope}": {{...}}}} applied over the preset')
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"override one field: model.NAME=..., {scope}.NAME=... or a bare NAME (repeatable)")
-    parser.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy")
-    parser.add_argument("--tpu", help="TPU name, grpc:// address, or 'local' on a TPU VM (implies --strategy tpu)")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Trains; returns 0 when done or preempted (checkpoint saved), 2 on bad input, 3 on divergence."""
-    # Our own progress at INFO; libraries (TensorFlow's Python side, Keras, absl) only from WARNING.
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("trainer").setLevel(logging.INFO)
-    from tfrecords.manifest import ManifestError
-    from trainer.controller import TrainingDivergedError
-
-    try:
-        trainer = _build_trainer(args)
-        result = trainer.train()
-    except TrainingDivergedError as error:
-        print(f"xlnet train: stopped: {error}", file=sys.stderr, flush=True)
-        return EXIT_DIVERGED
-    except (ValueError, ManifestError, FileNotFoundError) as error:
-        print(f"xlnet train: error: {error}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
-    print(json.dumps({"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
-                      "eval": dict(result.eval_metrics)}), flush=True)
-    return 0
-
-
-def _build_trainer(args: argparse.Namespace):
-    from tfrecords.manifest import load_manifest, manifest_location
-    from tfrecords.reader import file_sha256, validate_manifest
-    from trainer.distribution import create_strategy, is_chief, make_deterministic
-    from trainer.model_dir import ModelDirectory
-    from trainer.train_config import resolve_configs
-    from trainer.pretraining_task import pretraining_controller
-
-    manifest = load_manifest(args.data)
-    init = ModelDirectory(args.init_checkpoint) if args.init_checkpoint else None
-    if init is not None:
-        init.require("--init-checkpoint", (ModelDirectory.MODEL_CONFIG, ModelDirectory.VOCAB))
-    base_model = init.model_config if init is not None else None
-    model, train, explicit = resolve_configs(args.preset, args.config, args.overrides, base_model)
-    if train.deterministic:
-        make_deterministic()
-    data_vocab_size = int(manifest.vocab["vocab_size"])
-    if base_model is None and "vocab_size" not in explicit and model.vocab_size != data_vocab_size:
-        model = model.replace(vocab_size=data_vocab_size)  # the preset's size is a default, the data's is a fact
-    vocab_path = init.join(ModelDirectory.VOCAB) if init is not None else _vocab_path(manifest)
-    validate_manifest(manifest, seq_len=train.seq_len, reuse_len=model.reuse_len, bi_data=model.bi_data,
-                      num_predict=train.num_predict, vocab_size=model.vocab_size,
-                      vocab_sha256=file_sha256(vocab_path), source=manifest_location(args.data)[0])
-    strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
-    if is_chief(strategy):
-        _prepare_model_dir(ModelDirectory(args.model_dir), model, train, manifest.special_ids, vocab_path,
-                           uncased=bool(manifest.config.get("uncased", False)))
-    return pretraining_controller(model, train, manifest=manifest, model_dir=args.model_dir, strategy=strategy,
-                   init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True))
-
-
-def _vocab_path(manifest) -> str:
-    """The SentencePiece model the data names: where the manifest says, or next to manifest.json."""
-    import tensorflow as tf
-
-    named = str(manifest.vocab.get("path", ""))
-    candidates = [named, manifest.resolve(named), manifest.resolve(posixpath.basename(named) or "spiece.model")]
-    for candidate in candidates:
-        if candidate and tf.io.gfile.exists(candidate) and not tf.io.gfile.isdir(candidate):
-            return candidate
-    raise ValueError(f"the manifest's vocabulary {named!r} was not found (tried {', '.join(candidates)}); "
-                     "put the SentencePiece model there or next to manifest.json")
-
-
-def _prepare_model_dir(model_dir, model, train, special_ids: dict, vocab_path: str, uncased: bool) -> None:
-    """Writes the resolved configs, spiece.model and special_ids.json into the model directory.
-
-    An existing model directory must hold the same architecture: resuming with another one
-    would silently restore mismatched weights.
-    """
-    model_dir.check_same_model(model)
-    model_dir.write_model_files(model, special_ids, vocab_path, uncased=uncased)
-    model_dir.write_train_config(train)
-
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from trainer.tensorflow_startup import import_tensorflow_quietly
-    from xlnet_cli import HelpFormatter
+    """Runs `xlnet train` with ``argv`` (default: the process's arguments)."""
+    from xlnet_cli import run_subcommand
 
-    import_tensorflow_quietly()
-    parser = argparse.ArgumentParser(prog="python -m trainer.task", description=__doc__.splitlines()[0],
-                                     formatter_class=HelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run_subcommand("train", list(sys.argv[1:] if argv is None else argv), prog="python -m trainer.task")
 
 
 if __name__ == "__main__":

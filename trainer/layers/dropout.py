@@ -13,7 +13,7 @@ import math
 import keras
 import tensorflow as tf
 
-from trainer.counter_hash import GOLDEN_32, mix32
+from trainer.layers.counter_hash import GOLDEN_32, mix32
 
 
 def hashed_uniform_bits(shape: tf.TensorShape, seed: tf.Tensor) -> tf.Tensor:

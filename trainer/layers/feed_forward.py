@@ -19,7 +19,7 @@ def gelu_erf(x: tf.Tensor) -> tf.Tensor:
     return keras.activations.gelu(x, approximate=False)
 
 
-# The names are ModelConfig.ff_activation's; trainer/config.py accepts exactly these.
+# The names are ModelConfig.ff_activation's; trainer/models/config.py accepts exactly these.
 ACTIVATIONS = {"gelu": gelu_tanh, "gelu_exact": gelu_erf, "relu": keras.activations.relu}
 
 

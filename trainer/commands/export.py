@@ -1,0 +1,84 @@
+"""`xlnet export`: a model directory -> a serving SavedModel under OUTPUT/<version>/."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from trainer.serving.saved_model import ExportConfig, ExportError, signature_names
+
+EXIT_USAGE = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `xlnet export`."""
+    parser.add_argument("--model-dir", required=True,
+                        help="model directory written by `xlnet train` or `xlnet import-checkpoint` (local or gs://)")
+    parser.add_argument("--output", required=True,
+                        help="base directory of the SavedModel versions (TF Serving's model base path; "
+                             "local or gs://)")
+    parser.add_argument("--max-length", type=int, default=None,
+                        help="sequence length every signature pads to (left padding, <cls> last); longer texts "
+                             "are truncated from the right (default: a fine-tuned model's max_seq_length, "
+                             f"else {ExportConfig.max_length})")
+    parser.add_argument("--format", choices=("savedmodel", "huggingface", "tf1"), default="savedmodel",
+                        help="savedmodel: the serving SavedModel under OUTPUT/<version>/; huggingface: config.json, "
+                             "model.safetensors and tokenizer files in OUTPUT for transformers (docs/interop.md); "
+                             "tf1: the original release layout (xlnet_model.ckpt, xlnet_config.json) in OUTPUT")
+    parser.add_argument("--top-k", type=int, default=ExportConfig.top_k,
+                        help="candidates predict_masked returns for each <mask>")
+    parser.add_argument("--version", type=int, default=None,
+                        help="version number of the export (default: one more than the highest in --output)")
+    parser.add_argument("--checkpoint", default=None,
+                        help="checkpoint prefix to export (default: the latest in MODEL_DIR/checkpoints)")
+    casing = parser.add_mutually_exclusive_group()
+    casing.add_argument("--uncased", action=argparse.BooleanOptionalAction, default=None,
+                        help="lower-case input text, or not (default: as training recorded, else from the vocabulary)")
+    casing.add_argument("--cased", dest="uncased", action="store_false",
+                        help="keep the case of input text (the same as --no-uncased)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exports and prints where the SavedModel went; returns 2 with a message on bad input."""
+    if args.format != "savedmodel":
+        return _run_format_export(args)
+    from trainer.runtime.restore import open_model_directory, resolve_uncased
+    from trainer.runtime.storage import StorageError
+    from trainer.serving.saved_model import default_max_length, export_saved_model
+
+    started = time.time()
+    try:
+        model_dir = open_model_directory(args.model_dir)  # read once, for the casing and the export
+        uncased, why = resolve_uncased(model_dir, args.uncased)
+        config = ExportConfig(max_length=args.max_length or default_max_length(model_dir), top_k=args.top_k,
+                              uncased=uncased)
+        print(f"exporting {args.model_dir} (max_length={config.max_length}, top_k={config.top_k}, "
+              f"{'uncased' if uncased else 'cased'} text: {why})", flush=True)
+        target = export_saved_model(model_dir, args.output, config, version=args.version,
+                                    checkpoint=args.checkpoint)
+    except (ExportError, StorageError) as error:
+        print(f"xlnet export: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    task = model_dir.finetune_config.task if model_dir.finetune_config else None
+    print(f"SavedModel written to {target} in {time.time() - started:.1f}s; "
+          f"signatures: {', '.join(signature_names(task))}", flush=True)
+    return 0
+
+
+def _run_format_export(args: argparse.Namespace) -> int:
+    """`xlnet export --format huggingface|tf1`: prints where the files went; 2 with a message on bad input."""
+    from trainer.conversion.format_export import FormatExportError, export_format
+    from trainer.conversion.huggingface_format import HuggingFaceFormatError
+    from trainer.conversion.tf1_format import TF1FormatError
+    from trainer.runtime.storage import StorageError
+
+    started = time.time()
+    try:
+        files, note = export_format(args.model_dir, args.output, args.format, checkpoint=args.checkpoint,
+                                    uncased=args.uncased)
+    except (FormatExportError, HuggingFaceFormatError, TF1FormatError, StorageError) as error:
+        print(f"xlnet export: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{args.format} export of {args.model_dir} written to {args.output} in {time.time() - started:.1f}s: "
+          f"{', '.join(name.rsplit('/', 1)[-1] for name in files)}; {note}", flush=True)
+    return 0

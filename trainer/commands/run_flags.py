@@ -1,0 +1,42 @@
+"""Flags `xlnet train` and `xlnet finetune` share: the configuration file, overrides, strategy."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: `xlnet --help` should not load TensorFlow
+    from trainer.configs.overrides import ConfigFile
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, scope: str) -> None:
+    """--config, --set, --strategy and --tpu, shared by `xlnet train` and `xlnet finetune`;
+    ``scope`` names the run's own configuration in the config file and in --set keys."""
+    from trainer.runtime.distribution import STRATEGIES
+
+    parser.add_argument("--config", help=f'JSON file {{"model": {{...}}, "{scope}": {{...}}}} applied over the preset')
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override one field: model.NAME=..., {scope}.NAME=... or a bare NAME (repeatable)")
+    parser.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy")
+    parser.add_argument("--tpu", help="TPU name, grpc:// address, or 'local' on a TPU VM (implies --strategy tpu)")
+
+
+def read_config_file(path: str | None) -> ConfigFile | None:
+    """The ``--config`` file's JSON value (local or gs://), or None without the flag; a missing file
+    or one that is not JSON is a ValueError naming the flag."""
+    from trainer.configs.overrides import ConfigFile
+    from trainer.runtime.storage import StorageError, read_json
+
+    if not path:
+        return None
+    try:
+        return ConfigFile(read_json(path), path)
+    except StorageError as error:
+        raise ValueError(f"--config {error}") from None
+
+
+def field_help(config_class: type, name: str) -> str:
+    """The help text of a configuration field with a flag of its own: the field's ``help`` metadata
+    and its default, so that a flag's help never drifts from the class that owns the default."""
+    field = {field.name: field for field in dataclasses.fields(config_class)}[name]
+    return f"{field.metadata['help']} (default {field.default})"

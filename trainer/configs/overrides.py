@@ -1,0 +1,120 @@
+"""Resolving a run's configurations: preset -> ``--config FILE`` -> ``--set key=value`` (-> a
+command's own flags), lowest to highest precedence, for pretraining (ModelConfig + TrainConfig)
+and fine-tuning (ModelConfig + FinetuneConfig) alike.
+
+A ``--config`` file is JSON ``{"model": {...}, "<scope>": {...}}`` (scope ``train`` or
+``finetune``); the command reads it (any path, local or gs://) and hands its value here as a
+:class:`ConfigFile`. A ``--set`` key is ``model.NAME``, ``<scope>.NAME`` or a bare NAME that exists
+in exactly one of the two configurations. Every error is a ValueError naming the flag.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Mapping
+
+from trainer.configs.training import TrainConfig, train_preset
+from trainer.models.config import JsonConfig, ModelConfig, model_preset
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigFile:
+    """The JSON value of a ``--config`` file and where it was read from (named in errors)."""
+
+    values: Any
+    source: str
+
+
+def _field_types(cls) -> dict[str, type]:
+    return {f.name: type(f.default) for f in dataclasses.fields(cls)}
+
+
+def _convert(text: str, kind: type, key: str) -> Any:
+    if kind is bool:
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"--set {key}={text}: expected true or false")
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"--set {key}={text}: expected a {kind.__name__}") from None
+
+
+def parse_overrides(items: Iterable[str], config_class: type = None,
+                    scope_name: str = "train") -> tuple[dict[str, Any], dict[str, Any]]:
+    """Parses ``--set`` items into (model changes, changes of ``config_class``), typed by the
+    dataclass fields. ``config_class`` (TrainConfig by default) is addressed as
+    ``<scope_name>.NAME``; either configuration's fields may also be given as a bare NAME."""
+    config_class = config_class or TrainConfig
+    model_types, other_types = _field_types(ModelConfig), _field_types(config_class)
+    kind = config_class.__name__
+    model_changes: dict[str, Any] = {}
+    other_changes: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r}: expected key=value")
+        key, value = item.split("=", 1)
+        scope, _, name = key.strip().rpartition(".")
+        if scope == "model" or (not scope and name in model_types and name not in other_types):
+            if name not in model_types:
+                raise ValueError(f"--set {key}: ModelConfig has no field {name!r}")
+            model_changes[name] = _convert(value, model_types[name], key)
+        elif scope == scope_name or (not scope and name in other_types and name not in model_types):
+            if name not in other_types:
+                raise ValueError(f"--set {key}: {kind} has no field {name!r}")
+            other_changes[name] = _convert(value, other_types[name], key)
+        elif not scope and name in model_types and name in other_types:
+            raise ValueError(f"--set {key}: ambiguous, write model.{name} or {scope_name}.{name}")
+        else:
+            raise ValueError(f"--set {key}: no such field in ModelConfig or {kind} "
+                             f"(use model.NAME or {scope_name}.NAME)")
+    return model_changes, other_changes
+
+
+def config_file_sections(values: Any, source: str, scope_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The (model, ``scope_name``) sections of a ``--config`` file's JSON value ``{"model": {...},
+    "<scope_name>": {...}}``; ``source`` names the file in errors."""
+    if not isinstance(values, dict) or set(values) - {"model", scope_name}:
+        raise ValueError(f"--config {source}: expected a JSON object with keys 'model' and/or '{scope_name}'")
+    sections = dict(values.get("model", {})), dict(values.get(scope_name, {}))
+    for name, section in zip(("model", scope_name), sections):
+        if not isinstance(section, dict):
+            raise ValueError(f"--config {source}: {name!r} must be a JSON object")
+    return sections
+
+
+def resolve_model_and(model: ModelConfig, other: JsonConfig, config_file: ConfigFile | None,
+                      overrides: Iterable[str], scope_name: str, changes: Mapping[str, Any] | None = None
+                      ) -> tuple[ModelConfig, Any, set[str]]:
+    """Applies a ``--config`` file, then ``--set`` items, then a command's own flags (``changes`` to
+    the second config) over a model config and a second config (TrainConfig or FinetuneConfig,
+    addressed as ``scope_name``); returns both and the model keys set explicitly. Each
+    configuration is validated once, whole."""
+    model_values, other_values = model.to_dict(), other.to_dict()
+    explicit: set[str] = set()
+    if config_file is not None:
+        file_model, file_other = config_file_sections(config_file.values, config_file.source, scope_name)
+        model_values.update(file_model)
+        other_values.update(file_other)
+        explicit |= set(file_model)
+    set_model, set_other = parse_overrides(overrides, type(other), scope_name)
+    model_values.update(set_model)
+    other_values.update({**set_other, **(changes or {})})
+    explicit |= set(set_model)
+    return ModelConfig.from_dict(model_values), type(other).from_dict(other_values), explicit
+
+
+def resolve_configs(preset: str, config_file: ConfigFile | None = None, overrides: Iterable[str] = (),
+                    base_model: ModelConfig | None = None) -> tuple[ModelConfig, TrainConfig, set[str]]:
+    """Resolves preset -> config file -> overrides into (ModelConfig, TrainConfig, explicit model keys).
+
+    ``base_model`` (for example the config of an --init-checkpoint) replaces the model preset.
+    The returned key set names the model fields the user set explicitly, so a caller can tell
+    a deliberate value from a preset default (the vocabulary size, for instance).
+    """
+    model, train, explicit = resolve_model_and(base_model or model_preset(preset), train_preset(preset),
+                                               config_file, overrides, "train")
+    train.check_model(model)
+    return model, train, explicit

@@ -1,0 +1,141 @@
+"""Training configuration: one frozen dataclass for how to train, presets by name, overrides.
+
+The model architecture lives in trainer/models/config.py (ModelConfig); this module holds the data
+shapes the trainer feeds (seq_len, num_predict, perm_size), batch sizes, the step budget,
+the optimizer and schedule, precision, and the checkpoint / evaluation / logging cadence.
+
+Both configurations are resolved the same way, lowest to highest precedence:
+preset -> ``--config FILE`` (JSON ``{"model": {...}, "train": {...}}``) -> ``--set key=value``.
+A ``--set`` key is ``model.NAME``, ``train.NAME`` or a bare NAME that exists in exactly one of
+the two configurations.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from trainer.models.config import MODEL_PRESETS, JsonConfig, ModelConfig
+
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+DECAYS = ("linear", "cosine")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig(JsonConfig):
+    """What the controller (trainer/runtime/controller.py) needs of any task: batch, steps, optimizer and
+    schedule, precision, checkpoint / evaluation / logging cadence, seed.
+
+    Batch sizes are GLOBAL (summed over replicas and workers) and count rows of one
+    micro-step; with ``accumulation_steps`` > 1 one optimizer step sees
+    ``train_batch_size * accumulation_steps`` examples.
+    """
+
+    train_batch_size: int = 32
+    eval_batch_size: int = 32
+    train_steps: int = 500_000
+    steps_per_loop: int = 100
+    accumulation_steps: int = 1
+    learning_rate: float = 4e-4
+    end_learning_rate: float = 0.0
+    warmup_steps: int = 40_000
+    decay: str = "linear"  # "linear" or "cosine" after the linear warm-up
+    weight_decay: float = 0.01
+    adam_beta_1: float = 0.9
+    adam_beta_2: float = 0.999
+    adam_epsilon: float = 1e-6
+    clip_norm: float = 1.0
+    precision: str = "float32"  # "float32", "mixed_bfloat16" or "mixed_float16" (loss scaling)
+    jit_compile: bool = False
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 5
+    eval_every: int = 5000  # 0 disables periodic evaluation
+    seed: int = 0
+    # Bit-identical losses from run to run: deterministic kernels and one CPU thread per op and
+    # between ops (multi-threaded kernels add up partial sums in an order that varies with the
+    # scheduling; the differences, ~1e-7 per step, grow over thousands of steps). Slower.
+    deterministic: bool = False
+
+    CONFIG_KIND = "training"
+    POSITIVE = ("train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop", "accumulation_steps",
+                "checkpoint_every", "keep_checkpoints")
+    NON_NEGATIVE = ("warmup_steps", "eval_every", "weight_decay", "end_learning_rate", "clip_norm")
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError(f"invalid {self.CONFIG_KIND} config: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every invalid field value, described (subclasses add their own)."""
+        problems = [f"{name} must be positive, got {getattr(self, name)}" for name in self.POSITIVE
+                    if getattr(self, name) <= 0]
+        problems += [f"{name} must be >= 0, got {getattr(self, name)}" for name in self.NON_NEGATIVE
+                     if getattr(self, name) < 0]
+        if self.learning_rate <= 0:
+            problems.append(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.decay not in DECAYS:
+            problems.append(f"decay must be one of {', '.join(DECAYS)}, got {self.decay!r}")
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        return problems
+
+    @property
+    def examples_per_step(self) -> int:
+        """Examples consumed by one optimizer step (all replicas, all micro-steps)."""
+        return self.train_batch_size * self.accumulation_steps
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(LoopConfig):
+    """How to pretrain: the loop's settings plus the data shapes the reader feeds.
+
+    With bi_data half of the rows are backward streams, so the batch must be even per replica.
+    """
+
+    seq_len: int = 512
+    num_predict: int = 85
+    perm_size: int = 256
+    eval_steps: int = 100
+    resample_masks: bool = False  # new span masks each epoch from the stored word-start flags
+
+    POSITIVE = LoopConfig.POSITIVE + ("seq_len", "num_predict", "perm_size", "eval_steps")
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.num_predict > self.seq_len:
+            problems.append(f"num_predict ({self.num_predict}) exceeds seq_len ({self.seq_len})")
+        return problems
+
+    def check_model(self, model: ModelConfig) -> None:
+        """Raises ValueError naming every inconsistency between this and the model config."""
+        problems = []
+        if not 0 < model.reuse_len < self.seq_len:
+            problems.append(f"model.reuse_len ({model.reuse_len}) must be in (0, train.seq_len={self.seq_len})")
+        elif model.reuse_len % self.perm_size or (self.seq_len - model.reuse_len) % self.perm_size:
+            problems.append(f"train.perm_size ({self.perm_size}) must divide model.reuse_len ({model.reuse_len}) "
+                            f"and seq_len - reuse_len ({self.seq_len - model.reuse_len})")
+        if model.bi_data and (self.train_batch_size % 2 or self.eval_batch_size % 2):
+            problems.append("bi_data needs even train_batch_size and eval_batch_size (forward + backward halves)")
+        if problems:
+            raise ValueError("training config does not fit the model config: " + "; ".join(problems))
+
+
+# Same names as MODEL_PRESETS. tiny matches the bundled corpus (seq_len 128, reuse_len 64,
+# num_predict 21) and trains on two CPU cores; base and large follow the paper's table.
+TRAIN_PRESETS: dict[str, TrainConfig] = {
+    "tiny": TrainConfig(seq_len=128, num_predict=21, perm_size=64, train_batch_size=16, eval_batch_size=16,
+                        train_steps=1000, steps_per_loop=50, learning_rate=1e-3, warmup_steps=100,
+                        checkpoint_every=200, eval_every=500, eval_steps=20),
+    "base": TrainConfig(seq_len=512, num_predict=85, perm_size=256, train_batch_size=2048,
+                        eval_batch_size=256, train_steps=500_000, learning_rate=4e-4, warmup_steps=40_000),
+    "large": TrainConfig(seq_len=512, num_predict=85, perm_size=256, train_batch_size=8192,
+                         eval_batch_size=256, train_steps=500_000, learning_rate=4e-4, warmup_steps=40_000),
+}
+assert set(TRAIN_PRESETS) == set(MODEL_PRESETS), "train and model presets must share their names"
+
+
+def train_preset(name: str) -> TrainConfig:
+    """Returns the named training preset with a clear error for unknown names."""
+    try:
+        return TRAIN_PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(TRAIN_PRESETS)}") from None

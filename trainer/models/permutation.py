@@ -1,0 +1,122 @@
+"""On-device permutation-LM inputs: factorisation ranks from a seed, perm_mask, targets.
+
+Everything here runs inside the training step on [B, L] tensors, so no [L, L] tensor ever
+crosses from host to device. The rules follow the original XLNet:
+
+* The sequence has two parts, the context (first ``reuse_len`` positions) and the A/B part.
+  Each part is split into blocks of ``perm_size`` positions and one random order of the
+  ``perm_size`` offsets is applied to every block of the part; earlier blocks come first.
+* Non-target tokens (not masked, not <sep>/<cls>) get rank -1: every position sees them and
+  they see no target. A target never sees itself in the query stream.
+* ``perm_mask[i, j] = 1`` (i may NOT attend to j) when rank(i) <= rank(j) and j is a target or a
+  functional token, where a non-target query uses rank(i) + 1 (so it sees itself).
+* Context rows never see the A/B part; the A/B part sees all of the context.
+* Targets are the masked, non-functional positions in ascending order, at most num_predict.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from trainer.layers.counter_hash import GOLDEN_32, mix32
+
+
+def check_permutation_shapes(seq_len: int, reuse_len: int, perm_size: int) -> None:
+    """Raises ValueError unless both parts (context, A/B) split into whole perm_size blocks."""
+    if perm_size <= 0:
+        raise ValueError(f"perm_size must be positive, got {perm_size}")
+    if not 0 <= reuse_len < seq_len:
+        raise ValueError(f"reuse_len must be in [0, seq_len={seq_len}), got {reuse_len}")
+    for name, length in (("reuse_len", reuse_len), ("seq_len - reuse_len", seq_len - reuse_len)):
+        if length % perm_size:
+            raise ValueError(f"perm_size={perm_size} must divide {name}={length} (each part is permuted in blocks)")
+
+
+def _offset_orders(perm_seed: tf.Tensor, num_parts: int, perm_size: int) -> tf.Tensor:
+    """[B, 2] seeds -> [B, num_parts, perm_size] int32, one random order of the block offsets per part.
+
+    A counter-based hash of (seed, part, offset) sorted per part. tf.random.stateless_uniform
+    would be the obvious choice, but its Philox stream differs between eager/graph and XLA, and
+    the same seed must give the same permutation wherever the step runs.
+    """
+    seed = tf.bitcast(tf.cast(perm_seed, tf.int32), tf.uint32)
+    counter = tf.bitcast(tf.range(num_parts * perm_size, dtype=tf.int32), tf.uint32)[None, :]
+    keys = mix32(counter + seed[:, :1] * tf.constant(GOLDEN_32, tf.uint32))
+    keys = mix32(tf.bitwise.bitwise_xor(keys, mix32(seed[:, 1:])))
+    keys = tf.reshape(tf.cast(keys, tf.int64), [-1, num_parts, perm_size])
+    return tf.argsort(keys, axis=-1, stable=True)
+
+
+def sample_ranks(perm_seed: tf.Tensor, seq_len: int, reuse_len: int, perm_size: int) -> tf.Tensor:
+    """[B, 2] int stateless seeds -> [B, seq_len] int32 factorisation rank of every position.
+
+    Ranks are a permutation of 0..seq_len-1: all context ranks precede all A/B ranks, blocks of
+    one part come in order, and inside every block of part k the offsets follow the same random
+    order (drawn from the example's seed). The same seed always gives the same ranks.
+    """
+    check_permutation_shapes(seq_len, reuse_len, perm_size)
+    parts = [length for length in (reuse_len, seq_len - reuse_len) if length > 0]
+
+    orders = _offset_orders(perm_seed, len(parts), perm_size)
+    ranks, start = [], 0
+    for index, length in enumerate(parts):
+        block_starts = start + perm_size * tf.range(length // perm_size, dtype=tf.int32)
+        part_ranks = block_starts[None, :, None] + orders[:, index, None, :]
+        ranks.append(tf.reshape(part_ranks, [-1, length]))
+        start += length
+    return tf.concat(ranks, axis=1)
+
+
+def target_flags(input_ids: tf.Tensor, is_masked: tf.Tensor, sep_id: int, cls_id: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """-> (is_target, is_functional) [B, L] bool. <sep>/<cls> are never targets."""
+    is_functional = tf.logical_or(tf.equal(input_ids, sep_id), tf.equal(input_ids, cls_id))
+    is_target = tf.logical_and(tf.cast(is_masked, tf.bool), tf.logical_not(is_functional))
+    return is_target, is_functional
+
+
+def permutation_mask(ranks: tf.Tensor, is_target: tf.Tensor, is_functional: tf.Tensor, reuse_len: int) -> tf.Tensor:
+    """[B, L, L] bool, True where query i may NOT attend to key j (the original's perm_mask = 1)."""
+    seq_len = ranks.shape[1]
+    hidden = tf.logical_or(is_target, is_functional)  # what others may only see when earlier in the order
+    rank = tf.where(hidden, ranks, -1)
+    query_rank = tf.where(is_target, rank, rank + 1)
+    blocked = tf.logical_and(query_rank[:, :, None] <= rank[:, None, :], hidden[:, None, :])
+    in_ab_part = tf.range(seq_len) >= reuse_len
+    same_part = tf.equal(in_ab_part[:, None], in_ab_part[None, :])
+    context_row_ab_column = tf.logical_and(tf.logical_not(in_ab_part)[:, None], in_ab_part[None, :])
+    return tf.logical_or(tf.logical_and(blocked, same_part[None]), context_row_ab_column[None])
+
+
+def select_targets(is_target: tf.Tensor, num_predict: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """[B, L] bool -> (positions [B, P] int32, valid [B, P] float32).
+
+    The first ``num_predict`` target positions in ascending order; remaining rows are padding
+    (valid 0, pointing at some non-target position). Targets beyond num_predict stay hidden by
+    perm_mask but are not predicted.
+    """
+    seq_len = is_target.shape[1]
+    position = tf.range(seq_len, dtype=tf.int32)
+    # Targets score above every non-target; within each group earlier positions score higher.
+    score = tf.where(is_target, 2 * seq_len - position, seq_len - position)
+    _, positions = tf.math.top_k(score, k=num_predict, sorted=True)
+    valid = tf.cast(tf.gather(is_target, positions, batch_dims=1), tf.float32)
+    return positions, valid
+
+
+def dense_inputs(input_ids: tf.Tensor, is_masked: tf.Tensor, perm_seed: tf.Tensor, reuse_len: int, perm_size: int,
+                 num_predict: int, sep_id: int, cls_id: int) -> dict[str, tf.Tensor]:
+    """The original-style dense inputs built from compact features (for comparison and export).
+
+    Returns perm_mask [B, L, L] float32, target_mapping [B, P, L] float32, target_mask [B, P]
+    float32, target [B, P] int32 and the ranks [B, L].
+    """
+    seq_len = input_ids.shape[1]
+    ranks = sample_ranks(perm_seed, seq_len, reuse_len, perm_size)
+    is_target, is_functional = target_flags(input_ids, is_masked, sep_id, cls_id)
+    positions, valid = select_targets(is_target, num_predict)
+    return {
+        "perm_mask": tf.cast(permutation_mask(ranks, is_target, is_functional, reuse_len), tf.float32),
+        "target_mapping": tf.one_hot(positions, seq_len, dtype=tf.float32) * valid[:, :, None],
+        "target_mask": valid,
+        "target": tf.gather(tf.cast(input_ids, tf.int32), positions, batch_dims=1) * tf.cast(valid, tf.int32),
+        "ranks": ranks,
+    }

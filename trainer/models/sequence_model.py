@@ -1,0 +1,89 @@
+"""Fine-tuning models: the XLNet network with a sequence head, for classification, regression and
+multiple choice, as the original (run_classifier.py, run_race.py) and Hugging Face
+(XLNetForSequenceClassification, XLNetForMultipleChoice) define them.
+
+Inputs are the serving encoder's (trainer/serving/text_encoder.py): int32 ``input_ids``, ``segment_ids``,
+``input_mask`` (1 = real token), left-padded so that ``<cls>`` is the last position. The head is
+the sequence summary of that position (trainer/layers/sequence_summary.py) followed by a dense
+layer named ``logits_proj`` to the number of labels (1 for regression, 1 per option for multiple
+choice). Fine-tuning runs without memory, permutation or bi_data.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import keras
+import tensorflow as tf
+
+from trainer.layers.sequence_summary import SequenceSummary
+from trainer.models.heads import SEQUENCE_TASKS
+from trainer.models.network import XLNetNetwork
+
+INPUTS = ("input_ids", "segment_ids", "input_mask")
+
+
+class XLNetForSequenceTask(keras.Model):
+    """network -> summary of <cls> -> ``logits_proj``.
+
+    Args:
+      network: an XLNetNetwork (its config should come from ``trainer.models.config.sequence_model_config``).
+      task: one of SEQUENCE_TASKS.
+      num_labels: classes for classification (ignored otherwise).
+    Call: dict of int32 ``input_ids``, ``segment_ids``, ``input_mask``, each [batch, seq_len]
+    ([batch, options, seq_len] for multiple choice) -> float32 logits [batch, num_labels]
+    (classification), scores [batch] (regression) or logits [batch, options] (multiple choice).
+    """
+
+    def __init__(self, network: XLNetNetwork, task: str, num_labels: int = 1, **kwargs):
+        super().__init__(**kwargs)
+        if task not in SEQUENCE_TASKS:
+            raise ValueError(f"task must be one of {', '.join(SEQUENCE_TASKS)}, got {task!r}")
+        if task == "classification" and num_labels < 2:
+            raise ValueError(f"classification needs at least 2 labels, got {num_labels}")
+        config = network.config
+        self.network, self.task = network, task
+        self.num_labels = num_labels if task == "classification" else 1
+        self.sequence_summary = SequenceSummary(config.d_model, config.dropout, config.initializer_range,
+                                                name="sequence_summary", dtype=self.dtype_policy)
+        self.logits_proj = keras.layers.Dense(
+            self.num_labels, name="logits_proj", dtype=self.dtype_policy,
+            kernel_initializer=keras.initializers.RandomNormal(stddev=config.initializer_range))
+        self.logits_proj.build((None, config.d_model))
+        self.built = True  # every weight exists now, so a checkpoint can be restored before the first call
+
+    def call(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+        if self.task == "multiple-choice":
+            options = tf.shape(inputs["input_ids"])[1]
+            flat = {name: tf.reshape(inputs[name], [-1, tf.shape(inputs[name])[-1]]) for name in INPUTS}
+            return tf.reshape(self._logits(flat, training), [-1, options])
+        logits = self._logits(inputs, training)
+        return logits[:, 0] if self.task == "regression" else logits
+
+    def _logits(self, inputs: Mapping[str, tf.Tensor], training: bool) -> tf.Tensor:
+        hidden, _ = self.network.encode(inputs["input_ids"], inputs["segment_ids"], input_mask=inputs["input_mask"],
+                                        training=training)
+        return self.logits_from_hidden(hidden, training)
+
+    def logits_from_hidden(self, hidden: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """The head alone: content-stream states [rows, seq_len, d_model] (<cls> last) -> float32
+        logits [rows, num_labels] (one column for regression and for each option of multiple choice)."""
+        return tf.cast(self.logits_proj(self.sequence_summary(hidden, training=training)), tf.float32)
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "task": self.task, "num_labels": self.num_labels,
+                "network": keras.saving.serialize_keras_object(self.network)}
+
+    @classmethod
+    def from_config(cls, config: dict) -> "XLNetForSequenceTask":
+        config = dict(config)
+        network = keras.saving.deserialize_keras_object(config.pop("network"),
+                                                        custom_objects={"XLNetNetwork": XLNetNetwork})
+        return cls(network, **config)
+
+
+def task_loss(task: str, outputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    """Per-example losses [batch] as the original computes them (its loss is their batch mean):
+    softmax cross entropy over labels or options, or squared error (no 1/2) for regression."""
+    if task == "regression":
+        return tf.square(outputs - tf.cast(labels, tf.float32))
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=outputs)

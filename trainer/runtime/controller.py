@@ -1,0 +1,353 @@
+"""The distributed training loop shared by every task (pretraining, fine-tuning), as in Orbit.
+
+A task (trainer/tasks/pretraining.py, trainer/tasks/sequence.py) says what to build, what to
+compute and what to save; the :class:`Controller` owns what every objective shares:
+
+* the strategy and the process-wide policy (mixed precision, seed);
+* the optimizer: AdamW with warm-up and decay, per-variable learning-rate factors when the task
+  asks (layer-wise decay), dynamic loss scaling under mixed_float16;
+* one optimizer step per replica: ``accumulation_steps`` micro-steps whose gradients are summed,
+  all-reduced over replicas, divided by the global count (targets or examples), clipped by
+  global norm, then applied; ``steps_per_loop`` steps run inside one tf.function (the TPU
+  pattern) and Python only sees their per-step losses;
+* checkpoints (model, optimizer, step, dropout RNG state and whatever the task adds, such as the
+  Transformer-XL memory) with exact resume, SIGTERM / SIGINT preemption agreed by all workers,
+  the NaN guard, TensorBoard summaries, the step log, the ETA and periodic evaluation.
+"""
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+from typing import Any, Callable, Mapping, Protocol
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from trainer.runtime.distribution import is_chief, worker_info
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.runtime.optimization import build_optimizer, clip_by_global_norm
+from trainer.configs.training import LoopConfig
+
+
+class TrainingDivergedError(RuntimeError):
+    """The loss became NaN or Inf; training stopped without saving over the last good checkpoint."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    step: int
+    stopped: str  # "completed" or "preempted"
+    last_loss: float | None  # None when no step ran (resumed at train_steps)
+    eval_metrics: Mapping[str, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOutputs:
+    """What a task computes on one micro-batch of one replica.
+
+    ``loss_sum`` is the loss summed over the micro-batch's units (targets, examples) and
+    ``count`` their number, both float32 scalars; ``metric_sums`` maps each of the task's
+    ``metric_names`` to its sum over those units; ``state`` is carried to the next micro-step.
+    """
+
+    loss_sum: tf.Tensor
+    count: tf.Tensor
+    metric_sums: Mapping[str, tf.Tensor]
+    state: Any = None
+
+
+class Task(Protocol):
+    """What the controller asks of an objective (see the two tasks for the details)."""
+
+    network: keras.Model  # the XLNet encoder: --init-checkpoint restores it
+    model: keras.Model  # the trained model (its seed generators are checkpointed)
+    metric_names: Mapping[str, str]  # step-log name -> TensorBoard name of the per-step training metrics
+    tokens_per_example: int
+
+    def build(self, strategy: tf.distribute.Strategy) -> None: ...
+    def trainable_variables(self) -> list[tf.Variable]: ...
+    def learning_rate_multipliers(self) -> Mapping[int, float] | None: ...
+    def checkpoint_items(self, first_replica: int) -> dict[str, Any]: ...
+    def train_dataset(self, strategy: tf.distribute.Strategy, start_step: int) -> tf.distribute.DistributedDataset: ...
+    def read_state(self) -> Any: ...
+    def write_state(self, state: Any) -> None: ...
+    def compute(self, batch: Any, state: Any, training: bool) -> StepOutputs: ...
+    def evaluate(self, controller: "Controller") -> dict[str, float]: ...
+
+
+class Controller:
+    """Builds ``task`` under ``strategy`` with the optimizer and checkpoints, and runs the loop.
+
+    Args:
+      task: the objective (an object with the :class:`Task` members).
+      config: the loop's settings (TrainConfig, FinetuneConfig or any LoopConfig).
+      model_dir: where checkpoints, summaries and the step log go (local or gs://).
+      strategy: the tf.distribute strategy.
+      init_checkpoint: a model directory whose network weights start a new run (ignored when
+        ``model_dir`` already has a checkpoint to resume).
+      log: where progress lines go.
+    """
+
+    def __init__(self, task: Task, config: LoopConfig, *, model_dir: str, strategy: tf.distribute.Strategy,
+                 init_checkpoint: str | None = None, log: Callable[[str], None] = print):
+        self.task, self.config, self.strategy, self.log = task, config, strategy, log
+        self.worker, self.num_workers = worker_info(strategy)
+        self.chief = is_chief(strategy)
+        # every worker keeps its own checkpoints: they may hold its replicas' memory
+        self.model_dir = ModelDirectory(model_dir)
+        self.work_dir = self.model_dir if self.chief else self.model_dir.worker(self.worker)
+        tf.io.gfile.makedirs(self.work_dir.path)
+
+        keras.mixed_precision.set_global_policy(config.precision)
+        keras.utils.set_random_seed(config.seed)  # same initial weights and dropout on every run
+        with strategy.scope():
+            task.build(strategy)
+            self.variables = task.trainable_variables()
+            self.optimizer = build_optimizer(config, self.variables, task.learning_rate_multipliers())
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        first_replica = self.worker * (strategy.num_replicas_in_sync // self.num_workers)
+        # Keras keeps dropout RNG state in seed-generator variables outside the model's checkpoint
+        # graph; saving them makes the dropout masks after a resume the same as without one.
+        rng = [v for v in task.model.non_trainable_variables if "seed_generator" in v.path]
+        self.checkpoint = tf.train.Checkpoint(optimizer=self.optimizer, step=self.step, rng=rng,
+                                              **task.checkpoint_items(first_replica))
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self.work_dir.checkpoints,
+                                                  max_to_keep=config.keep_checkpoints, step_counter=self.step)
+        self._restore(init_checkpoint)
+        self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile)
+        self._train_loop = tf.function(self._train_loop_fn)
+        self._stop_signal: int | None = None
+        self._signals_anywhere = tf.function(self._signals_anywhere_fn)
+
+    @property
+    def network(self) -> keras.Model:
+        return self.task.network
+
+    # ---------------------------------------------------------------------------- set-up
+    def _restore(self, init_checkpoint: str | None) -> None:
+        if self.manager.latest_checkpoint:
+            self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+            self.log(f"resumed from {self.manager.latest_checkpoint} at step {int(self.step.numpy())}")
+        elif init_checkpoint:
+            source = ModelDirectory(init_checkpoint)
+            latest = source.latest_checkpoint()
+            if latest is None:
+                raise ValueError(f"--init-checkpoint {init_checkpoint}: no checkpoint under {source.checkpoints}")
+            tf.train.Checkpoint(model=self.network).restore(latest).expect_partial().assert_existing_objects_matched()
+            self.log(f"initialised the model from {latest}")
+
+    # -------------------------------------------------------------------- replica functions
+    def _micro_steps(self, features, state):
+        """All micro-steps of one step on one replica -> (grad sums, loss sum, metric sums, count, state)."""
+        fp16 = self.config.precision == "mixed_float16"
+        grad_sums = [tf.zeros_like(v) for v in self.variables]
+        loss_sum = count = tf.constant(0.0)
+        metric_sums = {name: tf.constant(0.0) for name in self.task.metric_names}
+        for micro in range(self.config.accumulation_steps):
+            batch = tf.nest.map_structure(lambda value: value[micro], features)
+            with tf.GradientTape() as tape:
+                out = self.task.compute(batch, state, training=True)
+                scaled = self.optimizer.scale_loss(out.loss_sum) if fp16 else out.loss_sum
+            grads = tape.gradient(scaled, self.variables)
+            grad_sums = [s + tf.convert_to_tensor(g) for s, g in zip(grad_sums, grads)]
+            loss_sum += out.loss_sum
+            metric_sums = {name: metric_sums[name] + out.metric_sums[name] for name in metric_sums}
+            count += out.count
+            state = out.state
+        return grad_sums, loss_sum, metric_sums, count, state
+
+    def _replica_gradients(self, features):
+        """Global (all-reduced, clipped) gradients of one step -> (grads, loss, metrics, grad norm)."""
+        context = tf.distribute.get_replica_context()
+        grads, loss_sum, metric_sums, count, state = self._grad_fn(features, self.task.read_state())
+        self.task.write_state(state)
+        names = list(metric_sums)
+        totals = context.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, count] + [metric_sums[n] for n in names])
+        denominator = tf.maximum(totals[1], 1.0)
+        grads = [g / denominator for g in context.all_reduce(tf.distribute.ReduceOp.SUM, grads)]
+        clip = self.config.clip_norm
+        if self.config.precision == "mixed_float16":  # grads are still scaled: clip at the scaled norm
+            scale = tf.cast(self.optimizer.dynamic_scale, tf.float32)
+            grads, norm = clip_by_global_norm(grads, clip * scale if clip > 0 else 0.0)
+            norm = norm / scale
+        else:
+            grads, norm = clip_by_global_norm(grads, clip)
+        metrics = {name: total / denominator for name, total in zip(names, totals[2:])}
+        return grads, totals[0] / denominator, metrics, norm
+
+    def _replica_step(self, features):
+        grads, loss, metrics, norm = self._replica_gradients(features)
+        self.optimizer.apply_gradients(zip(grads, self.variables))
+        return loss, metrics, norm
+
+    def gradients(self, iterator) -> tuple[list[np.ndarray], float]:
+        """(global gradients, loss) of the next batch of ``iterator`` without applying them (advances
+        any task state like a step would). For inspecting a step, e.g. comparing strategies."""
+        @tf.function
+        def run(batch):
+            grads, loss, _, _ = self.strategy.run(self._replica_gradients, args=(batch,))
+            first = self.strategy.experimental_local_results
+            return [first(g)[0] for g in grads], first(loss)[0]
+
+        grads, loss = run(next(iterator))
+        return [g.numpy() for g in grads], float(loss.numpy())
+
+    def run_steps(self, iterator, count: int) -> np.ndarray:
+        """Runs ``count`` optimizer steps on batches from ``iterator`` (one tf.function call); per-step losses."""
+        losses, _, _ = self._train_loop(iterator, tf.constant(count))
+        return losses.numpy()
+
+    def train_dataset(self) -> tf.distribute.DistributedDataset:
+        """The training input, distributed, starting at the current step."""
+        return self.task.train_dataset(self.strategy, int(self.step.numpy()))
+
+    # ------------------------------------------------------------------------ host loops
+    def _train_loop_fn(self, iterator, num_steps):
+        losses = tf.TensorArray(tf.float32, size=num_steps)
+        norms = tf.TensorArray(tf.float32, size=num_steps)
+        metrics = {name: tf.TensorArray(tf.float32, size=num_steps) for name in self.task.metric_names}
+        first = self.strategy.experimental_local_results
+        for i in tf.range(num_steps):
+            loss, step_metrics, norm = self.strategy.run(self._replica_step, args=(next(iterator),))
+            losses = losses.write(i, first(loss)[0])
+            norms = norms.write(i, first(norm)[0])
+            metrics = {name: array.write(i, first(step_metrics[name])[0]) for name, array in metrics.items()}
+            self.step.assign_add(1)
+        return losses.stack(), {name: array.stack() for name, array in metrics.items()}, norms.stack()
+
+    def evaluate(self) -> dict[str, float]:
+        """The task's evaluation metrics at the current weights."""
+        return self.task.evaluate(self)
+
+    def train(self, evaluate_at_end: bool = False) -> TrainResult:
+        """Trains to ``train_steps``; checkpoints every ``checkpoint_every`` steps and at exit,
+        evaluates every ``eval_every`` steps and, with ``evaluate_at_end``, once more at the end
+        (unless the last step was just evaluated)."""
+        config = self.config
+        start = int(self.step.numpy())
+        iterator = iter(self.train_dataset())
+        writers = self._summary_writers()
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        tokens_per_step = config.examples_per_step * self.task.tokens_per_example
+        step, last_loss, eval_metrics, evaluated_at, began = start, None, {}, -1, time.time()
+        try:
+            while step < config.train_steps and not self._stopping():
+                count = self._steps_until_event(step)
+                tick = time.time()
+                losses, metrics, norms = self._train_loop(iterator, tf.constant(count))
+                losses, norms = losses.numpy(), norms.numpy()
+                metrics = {name: values.numpy() for name, values in metrics.items()}
+                elapsed = time.time() - tick
+                self._guard_finite(step, losses)
+                self._record_steps(step, losses, metrics, norms)
+                step += count
+                last_loss = float(losses[-1])
+                rates = {"tokens_per_sec": count * tokens_per_step / elapsed,
+                         "examples_per_sec": count * config.examples_per_step / elapsed}
+                self._summarise(writers["train"], step, losses, metrics, norms, rates)
+                self._progress(step, losses, rates, began, start)
+                if step % config.checkpoint_every == 0:
+                    self.manager.save(checkpoint_number=step)
+                if config.eval_every and step % config.eval_every == 0:
+                    eval_metrics, evaluated_at = self._run_eval(writers["eval"], step), step
+            self.manager.save(checkpoint_number=step)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        stopped = "completed" if step >= config.train_steps else "preempted"
+        if stopped == "preempted":
+            cause = f"received signal {self._stop_signal}" if self._stop_signal else "another worker was signalled"
+            self.log(f"{cause}: saved checkpoint at step {step}, exiting")
+        elif evaluate_at_end and evaluated_at != step:
+            eval_metrics = self._run_eval(writers["eval"], step)
+        return TrainResult(step, stopped, last_loss, eval_metrics)
+
+    # --------------------------------------------------------------------------- helpers
+    def _on_signal(self, signum, frame) -> None:
+        del frame
+        self._stop_signal = signum  # acted upon after the running loop of steps
+
+    def _stopping(self) -> bool:
+        """Whether to stop at this loop boundary: a signal reached this worker or, with several
+        workers, any of them. Workers decide together (one all-reduce per loop of steps): a worker
+        that went on alone would wait forever in the next step's collectives."""
+        if self.num_workers == 1:
+            return self._stop_signal is not None
+        return bool(self._signals_anywhere(tf.constant(float(self._stop_signal is not None))).numpy() > 0)
+
+    def _signals_anywhere_fn(self, signalled: tf.Tensor) -> tf.Tensor:
+        per_replica = self.strategy.run(lambda: tf.identity(signalled))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    def _steps_until_event(self, step: int) -> int:
+        config = self.config
+        boundaries = [config.train_steps, _next_multiple(step, config.steps_per_loop),
+                      _next_multiple(step, config.checkpoint_every)]
+        if config.eval_every:
+            boundaries.append(_next_multiple(step, config.eval_every))
+        return min(boundaries) - step
+
+    def _guard_finite(self, step: int, losses: np.ndarray) -> None:
+        bad = np.flatnonzero(~np.isfinite(losses))
+        if bad.size:
+            last = self.manager.latest_checkpoint or "none yet"
+            raise TrainingDivergedError(
+                f"loss became {losses[bad[0]]} at step {step + int(bad[0]) + 1}; training stopped without "
+                f"saving. Last good checkpoint: {last}. Lower learning_rate or check the data.")
+
+    def _record_steps(self, step: int, losses, metrics: Mapping[str, np.ndarray], norms) -> None:
+        self.work_dir.append_steps(
+            {"step": step + i + 1, "loss": float(loss), **{name: float(values[i]) for name, values in metrics.items()},
+             "grad_norm": float(norm)}
+            for i, (loss, norm) in enumerate(zip(losses, norms)))
+
+    def _learning_rate(self, step: int) -> float:
+        optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        return float(optimizer._learning_rate(step)) if callable(optimizer._learning_rate) else \
+            float(optimizer.learning_rate)
+
+    def _summary_writers(self) -> dict[str, tf.summary.SummaryWriter]:
+        if not self.chief:
+            return {"train": tf.summary.create_noop_writer(), "eval": tf.summary.create_noop_writer()}
+        return {name: tf.summary.create_file_writer(self.model_dir.tensorboard(name)) for name in ("train", "eval")}
+
+    def _summarise(self, writer, step: int, losses, metrics: Mapping[str, np.ndarray], norms,
+                   rates: Mapping[str, float]) -> None:
+        with writer.as_default(step=step):
+            tf.summary.scalar("loss", float(np.mean(losses)))
+            for name, values in metrics.items():
+                tf.summary.scalar(self.task.metric_names[name], float(np.mean(values)))
+            tf.summary.scalar("learning_rate", self._learning_rate(step))
+            tf.summary.scalar("grad_norm", float(np.mean(norms)))
+            for name, value in rates.items():
+                tf.summary.scalar(name, value)
+        writer.flush()
+
+    def _run_eval(self, writer, step: int) -> dict[str, float]:
+        metrics = self.evaluate()
+        with writer.as_default(step=step):
+            for name, value in metrics.items():
+                tf.summary.scalar(name, value)
+        writer.flush()
+        self.log(f"step {step} eval: " + " ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
+        return metrics
+
+    def _progress(self, step: int, losses, rates: Mapping[str, float], began: float, start: int) -> None:
+        done = step - start
+        per_step = (time.time() - began) / max(done, 1)
+        eta = per_step * (self.config.train_steps - step)
+        self.log(f"step {step}/{self.config.train_steps} loss {float(np.mean(losses)):.4f} "
+                 f"lr {self._learning_rate(step):.3g} tokens/s {rates['tokens_per_sec']:.0f} "
+                 f"ETA {_clock(eta)}")
+
+
+def _next_multiple(step: int, every: int) -> int:
+    return (step // every + 1) * every
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"

@@ -1,0 +1,268 @@
+"""The model directory: its file names and every read and write of it, through tf.io.gfile.
+
+Written by `xlnet train` and `xlnet import-checkpoint`; read by `xlnet train --init-checkpoint`,
+by a resumed run and by `xlnet export`. Layout::
+
+    MODEL_DIR/model_config.json        the architecture (trainer/models/config.py ModelConfig)
+              train_config.json        how it was trained (trainer/configs/training.py), `xlnet train` only
+              spiece.model             the SentencePiece vocabulary
+              special_ids.json         XLNet's special ids in that vocabulary
+              text_normalization.json  {"uncased": bool}: how the training text was normalised
+                                       (from the data's manifest; an imported release does not say)
+              checkpoints/             tf.train.CheckpointManager checkpoints
+              tensorboard/{train,eval} summaries
+              train_steps.jsonl        one JSON line per optimizer step: step, loss, accuracy, grad_norm
+              finetune_config.json     how it was fine-tuned (trainer/configs/finetuning.py), `xlnet finetune` only
+              labels.json              the classification labels, index = class id (`xlnet finetune`)
+              eval_results.json        the fine-tuned model's metrics on the eval file
+              predictions.jsonl        one JSON line per --test example
+              predictions.json         squad: the eval answers in the official format (null_odds.json: 2.0)
+              workers/worker-N/        multi-worker runs: worker N's own checkpoints and step log
+
+Every path is a plain string joined with posixpath, never a pathlib.Path: ``gs://bucket/m``
+must stay ``gs://bucket/m`` so that TensorFlow's filesystems (local, gs://, ...) resolve it.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import posixpath
+from typing import Any, Iterable, Mapping
+
+import tensorflow as tf
+
+from trainer.models.config import ModelConfig
+from trainer.models.heads import HeadSpec
+from trainer.runtime.storage import StorageError, read_bytes, read_json, write_json
+
+
+class ModelDirectoryError(StorageError):
+    """A model directory that cannot be used as asked; the message names the directory or file."""
+
+
+class ModelDirectory:
+    """One model directory (local or gs://). Reads are cached: a directory is read once."""
+
+    MODEL_CONFIG = "model_config.json"
+    TRAIN_CONFIG = "train_config.json"
+    VOCAB = "spiece.model"
+    SPECIAL_IDS = "special_ids.json"
+    TEXT_NORMALIZATION = "text_normalization.json"
+    CHECKPOINTS = "checkpoints"
+    TENSORBOARD = "tensorboard"
+    STEP_LOG = "train_steps.jsonl"
+    FINETUNE_CONFIG = "finetune_config.json"
+    LABELS = "labels.json"
+    EVAL_RESULTS = "eval_results.json"
+    PREDICTIONS = "predictions.jsonl"
+    SQUAD_PREDICTIONS = "predictions.json"  # squad: the official format, question id -> answer
+    NULL_ODDS = "null_odds.json"  # squad 2.0: question id -> no-answer score
+    SQUAD_TEST_PREDICTIONS = "test_predictions.json"  # squad --test: as predictions.json
+    TEST_NULL_ODDS = "test_null_odds.json"  # squad --test, a model trained on SQuAD 2.0
+    # What `xlnet export` and --init-checkpoint need besides a checkpoint.
+    REQUIRED = (MODEL_CONFIG, VOCAB, SPECIAL_IDS)
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path).rstrip("/") or "/"
+
+    def __repr__(self) -> str:
+        return f"ModelDirectory({self.path!r})"
+
+    def join(self, *names: str) -> str:
+        """The path of ``names`` inside the directory."""
+        return posixpath.join(self.path, *names)
+
+    @property
+    def checkpoints(self) -> str:
+        return self.join(self.CHECKPOINTS)
+
+    @property
+    def step_log(self) -> str:
+        return self.join(self.STEP_LOG)
+
+    def tensorboard(self, name: str) -> str:
+        """The summary directory of one writer ("train" or "eval")."""
+        return self.join(self.TENSORBOARD, name)
+
+    def worker(self, index: int) -> "ModelDirectory":
+        """Worker ``index``'s own directory in a multi-worker run (its replicas' memory differs)."""
+        return ModelDirectory(self.join("workers", f"worker-{index}"))
+
+    # ------------------------------------------------------------------------ checks
+    def exists(self) -> bool:
+        return tf.io.gfile.isdir(self.path)
+
+    def has(self, name: str) -> bool:
+        return tf.io.gfile.exists(self.join(name))
+
+    def require(self, flag: str, names: Iterable[str] = REQUIRED) -> None:
+        """Raises ModelDirectoryError naming ``flag`` and every missing file of ``names``."""
+        if not self.exists():
+            raise ModelDirectoryError(f"{flag} {self.path!r} does not exist")
+        missing = [name for name in names if not self.has(name)]
+        if missing:
+            raise ModelDirectoryError(f"{flag} {self.path!r} lacks {', '.join(missing)} (a model directory is "
+                                      "written by `xlnet train` or `xlnet import-checkpoint`)")
+
+    def check_same_model(self, model_config: ModelConfig) -> None:
+        """Raises ValueError naming the fields in which an existing directory's model differs from
+        ``model_config``: resuming with another architecture would restore mismatched weights."""
+        if not self.has(self.MODEL_CONFIG) or self.model_config == model_config:
+            return
+        existing = self.model_config.to_dict()
+        changed = sorted(k for k, v in model_config.to_dict().items() if existing.get(k) != v)
+        raise ValueError(f"--model-dir {self.path} holds a model with different {', '.join(changed)}; "
+                         "use a new --model-dir or the same model settings to resume")
+
+    def latest_checkpoint(self) -> str | None:
+        """The newest checkpoint prefix under checkpoints/, or None."""
+        return tf.train.latest_checkpoint(self.checkpoints)
+
+    # ------------------------------------------------------------------------- reads
+    @functools.cached_property
+    def model_config(self) -> ModelConfig:
+        try:
+            return ModelConfig.from_dict(read_json(self.join(self.MODEL_CONFIG)))
+        except (ValueError, TypeError) as error:
+            raise ModelDirectoryError(f"{self.join(self.MODEL_CONFIG)}: {error}") from None
+
+    @functools.cached_property
+    def special_ids(self) -> dict[str, int]:
+        values = read_json(self.join(self.SPECIAL_IDS))
+        if not isinstance(values, dict):
+            raise ModelDirectoryError(f"{self.join(self.SPECIAL_IDS)}: expected an object of name -> id")
+        return {name: int(value) for name, value in values.items()}
+
+    @functools.cached_property
+    def sp_model_proto(self) -> bytes:
+        return read_bytes(self.join(self.VOCAB))
+
+    @functools.cached_property
+    def uncased(self) -> bool | None:
+        """The casing recorded in text_normalization.json, or None when the directory has none."""
+        path = self.join(self.TEXT_NORMALIZATION)
+        if not self.has(self.TEXT_NORMALIZATION):
+            return None
+        value = read_json(path)
+        value = value.get("uncased") if isinstance(value, dict) else None
+        if not isinstance(value, bool):
+            raise ModelDirectoryError(f"{path}: expected {{\"uncased\": true|false}}")
+        return value
+
+    @functools.cached_property
+    def finetune_config(self):
+        """The FinetuneConfig of a fine-tuned model, or None for a pretrained one."""
+        from trainer.configs.finetuning import FinetuneConfig
+
+        if not self.has(self.FINETUNE_CONFIG):
+            return None
+        try:
+            return FinetuneConfig.from_dict(read_json(self.join(self.FINETUNE_CONFIG)))
+        except (ValueError, TypeError) as error:
+            raise ModelDirectoryError(f"{self.join(self.FINETUNE_CONFIG)}: {error}") from None
+
+    @functools.cached_property
+    def head_spec(self) -> HeadSpec | None:
+        """The fine-tuning head this directory's checkpoints hold (finetune_config.json, and labels.json
+        for classification), or None for a pretrained model."""
+        config = self.finetune_config
+        if config is None:
+            return None
+        if config.task == "squad":
+            return HeadSpec("squad", start_n_top=config.start_n_top, end_n_top=config.end_n_top)
+        if config.task == "classification" and self.labels is None:
+            raise ModelDirectoryError(f"{self.join(self.LABELS)}: file not found (a classification model "
+                                      "directory names its labels there)")
+        return HeadSpec(config.task, self.labels if config.task == "classification" else ())
+
+    @functools.cached_property
+    def labels(self) -> tuple[str, ...] | None:
+        """The classification labels (index = class id), or None when the directory has none."""
+        if not self.has(self.LABELS):
+            return None
+        values = read_json(self.join(self.LABELS))
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values) or len(values) < 2:
+            raise ModelDirectoryError(f"{self.join(self.LABELS)}: expected a list of at least 2 label names")
+        return tuple(values)
+
+    def step_rows(self) -> list[dict[str, Any]]:
+        """The rows of train_steps.jsonl (step, loss, metrics, grad_norm), in the order written."""
+        if not self.has(self.STEP_LOG):
+            return []
+        with tf.io.gfile.GFile(self.step_log, "r") as handle:
+            return [json.loads(line) for line in handle.read().splitlines() if line.strip()]
+
+    def step_losses(self) -> dict[int, float]:
+        """step -> loss from train_steps.jsonl (a step logged twice keeps its last value)."""
+        return {int(row["step"]): float(row["loss"]) for row in self.step_rows()}
+
+    def scalars(self, name: str, tag: str) -> dict[int, float]:
+        """step -> value of the scalar ``tag`` in the TensorBoard events of writer ``name`` ("train"
+        or "eval"), whether written as a tensor (tf.summary) or as a simple value."""
+        points: dict[int, float] = {}
+        for path in sorted(tf.io.gfile.glob(posixpath.join(self.tensorboard(name), "events.out.tfevents.*"))):
+            for record in tf.data.TFRecordDataset(path):
+                event = tf.compat.v1.Event.FromString(record.numpy())
+                for value in event.summary.value:
+                    if value.tag == tag:
+                        number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
+                        points[int(event.step)] = number
+        return dict(sorted(points.items()))
+
+    # ------------------------------------------------------------------------ writes
+    def write_model_files(self, model_config: ModelConfig, special_ids: Mapping[str, int], vocab_path: str,
+                          uncased: bool | None = None) -> None:
+        """Writes model_config.json and special_ids.json, copies the SentencePiece model to spiece.model
+        and, when ``uncased`` is known (not None), writes text_normalization.json."""
+        tf.io.gfile.makedirs(self.path)
+        write_json(self.join(self.MODEL_CONFIG), model_config.to_dict())
+        write_json(self.join(self.SPECIAL_IDS), dict(special_ids))
+        if uncased is not None:
+            write_json(self.join(self.TEXT_NORMALIZATION), {"uncased": bool(uncased)})
+        target = self.join(self.VOCAB)
+        if os.fspath(vocab_path) != target:
+            tf.io.gfile.copy(os.fspath(vocab_path), target, overwrite=True)
+        for name in ("model_config", "special_ids", "sp_model_proto", "uncased"):
+            self.__dict__.pop(name, None)  # drop what was read before this write
+
+    def write_train_config(self, train_config) -> None:
+        """Writes train_config.json (a trainer.configs.training.TrainConfig)."""
+        write_json(self.join(self.TRAIN_CONFIG), train_config.to_dict())
+
+    def write_finetune_files(self, finetune_config, labels) -> None:
+        """Writes finetune_config.json and, for classification, labels.json."""
+        write_json(self.join(self.FINETUNE_CONFIG), finetune_config.to_dict())
+        if labels is not None:
+            write_json(self.join(self.LABELS), list(labels))
+        for name in ("finetune_config", "labels", "head_spec"):
+            self.__dict__.pop(name, None)
+
+    def write_head_files(self, head: HeadSpec) -> None:
+        """Records a fine-tuning head that did not come from `xlnet finetune` (an imported one):
+        finetune_config.json with the task and, for squad, the beam widths (every other setting at
+        its default) and, for classification, labels.json."""
+        from trainer.configs.finetuning import FinetuneConfig
+
+        widths = {"start_n_top": head.start_n_top, "end_n_top": head.end_n_top} if head.task == "squad" else {}
+        self.write_finetune_files(FinetuneConfig(task=head.task, **widths),
+                                  head.labels if head.task == "classification" else None)
+
+    def write_json(self, name: str, value: Any) -> None:
+        """Writes one JSON file of the directory (e.g. EVAL_RESULTS)."""
+        write_json(self.join(name), value)
+
+    def write_json_lines(self, name: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Writes one JSON-lines file of the directory (e.g. PREDICTIONS), replacing it."""
+        text = "".join(json.dumps(dict(row)) + "\n" for row in rows)
+        with tf.io.gfile.GFile(self.join(name), "w") as handle:
+            handle.write(text)
+
+    def append_steps(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Appends one JSON line per row to train_steps.jsonl.
+
+        On an object store an append rewrites the object (as TensorBoard's event files do on
+        every flush), so rows are appended once per loop of steps, not per step."""
+        text = "".join(json.dumps(dict(row)) + "\n" for row in rows)
+        with tf.io.gfile.GFile(self.step_log, "a") as handle:
+            handle.write(text)

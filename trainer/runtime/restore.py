@@ -1,0 +1,146 @@
+"""Reading a trained model back out of a model directory: the one way export, interop export and
+any other reader rebuild a directory's network and fine-tuned head.
+
+* :func:`open_model_directory`: the directory, its model files required and its vocabulary
+  checked (spiece.model, special_ids.json and model_config.json describe one vocabulary).
+* :func:`checkpoint_to_read`: a given checkpoint prefix (``--checkpoint``), else the latest.
+* :func:`restore_model`: the whole-sequence network and, for a fine-tuned directory, the head its
+  finetune_config.json names (:class:`trainer.models.heads.HeadSpec`), every variable restored.
+* :func:`resolve_uncased`: whether text is lower-cased, and why.
+
+Every problem is a :class:`RestoreError` (a ModelDirectoryError) naming the directory, file,
+checkpoint or flag.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Optional
+
+import tensorflow as tf
+
+from tfrecords.vocabulary import SpecialIds, VocabError
+from trainer.models.config import sequence_model_config
+from trainer.models.heads import HeadSpec
+from trainer.models.network import XLNetNetwork, build_network
+from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
+from trainer.runtime.storage import StorageError
+
+
+class RestoreError(ModelDirectoryError):
+    """A model directory or checkpoint that cannot be read back as a trained model."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoredModel:
+    """A model directory's trained model: ``network`` (whole-sequence: no memory, no bi_data) and,
+    when fine-tuned, ``head`` (built over ``network``) as ``head_spec`` describes it."""
+
+    network: XLNetNetwork
+    head: Any
+    head_spec: Optional[HeadSpec]
+    checkpoint: str
+
+
+def open_model_directory(model_dir: str | os.PathLike | ModelDirectory) -> ModelDirectory:
+    """The model directory, with model_config.json, spiece.model and special_ids.json read (once)
+    and checked to describe one vocabulary."""
+    directory = model_dir if isinstance(model_dir, ModelDirectory) else ModelDirectory(model_dir)
+    try:
+        directory.require("--model-dir")
+        check_vocabulary(directory)
+    except RestoreError:
+        raise
+    except StorageError as error:
+        raise RestoreError(str(error)) from None
+    return directory
+
+
+def check_vocabulary(directory: ModelDirectory) -> None:
+    """spiece.model, special_ids.json and model_config.json must describe the same vocabulary."""
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_proto=directory.sp_model_proto)
+    where = directory.join(ModelDirectory.VOCAB)
+    vocab_size = directory.model_config.vocab_size
+    if processor.get_piece_size() != vocab_size:
+        raise RestoreError(f"{where} has {processor.get_piece_size()} pieces but model_config.json has vocab_size "
+                           f"{vocab_size}: they must describe the same vocabulary")
+    try:
+        from_vocab = SpecialIds.from_processor(processor, source=where).to_dict()
+    except VocabError as error:
+        raise RestoreError(str(error)) from error
+    recorded = directory.special_ids
+    differing = sorted(name for name, value in recorded.items() if from_vocab.get(name, value) != value)
+    if differing:
+        raise RestoreError(f"special_ids.json disagrees with {where} on {', '.join(differing)}: "
+                           f"{ {name: recorded[name] for name in differing} } vs "
+                           f"{ {name: from_vocab[name] for name in differing} }")
+
+
+def checkpoint_to_read(directory: ModelDirectory, checkpoint: str | None = None) -> str:
+    """``checkpoint`` (a prefix, --checkpoint) when given, else the latest of ``directory``."""
+    if checkpoint is None:
+        checkpoint = directory.latest_checkpoint()
+        if checkpoint is None:
+            raise RestoreError(f"--model-dir {directory.path!r} has no checkpoint under checkpoints/ (train first)")
+    elif not tf.io.gfile.exists(checkpoint + ".index"):
+        raise RestoreError(f"--checkpoint {checkpoint!r} not found (expected {checkpoint}.index)")
+    return checkpoint
+
+
+def restore_model(directory: ModelDirectory, checkpoint: str | None = None) -> RestoredModel:
+    """Builds ``directory``'s whole-sequence network and, when it is fine-tuned, its head, and
+    restores ``checkpoint`` (default: the latest) into them; every variable they hold must be found."""
+    checkpoint = checkpoint_to_read(directory, checkpoint)
+    try:
+        spec = directory.head_spec
+    except StorageError as error:
+        raise RestoreError(str(error)) from None
+    network = build_network(sequence_model_config(directory.model_config))
+    if spec is None:
+        _restore(checkpoint, "match model_config.json", model=network)
+        return RestoredModel(network, None, None, checkpoint)
+    head = spec.build(network)
+    kind = "SQuAD model" if spec.task == "squad" else "model"
+    _restore(checkpoint, f"hold the fine-tuned {kind} of {directory.path!r}", model=network, head=head)
+    return RestoredModel(network, head, spec, checkpoint)
+
+
+def _restore(checkpoint: str, expectation: str, **objects) -> None:
+    """Restores ``objects`` (tf.train.Checkpoint keys) from ``checkpoint``; every variable they hold
+    must be found. RestoreError says why not: unreadable, or it does not ``expectation``."""
+    try:
+        status = tf.train.Checkpoint(**objects).restore(checkpoint)
+        status.assert_existing_objects_matched()
+    except (tf.errors.OpError, IndexError) as error:
+        raise RestoreError(f"cannot read checkpoint {checkpoint!r}: {getattr(error, 'message', error)}") from error
+    except (AssertionError, ValueError) as error:
+        raise RestoreError(f"checkpoint {checkpoint!r} does not {expectation}: {error}") from error
+    status.expect_partial()  # optimizer slots, step, mems and rng state are training-only
+
+
+def resolve_uncased(model_dir: str | os.PathLike | ModelDirectory, flag: bool | None = None) -> tuple[bool, str]:
+    """Whether input text is lower-cased, and why: the --uncased/--cased flag, else what training
+    recorded in text_normalization.json, else a guess from the vocabulary."""
+    if flag is not None:
+        return flag, "--uncased" if flag else "--cased"
+    directory = model_dir if isinstance(model_dir, ModelDirectory) else ModelDirectory(model_dir)
+    try:
+        recorded = directory.uncased
+        if recorded is not None:
+            return recorded, ModelDirectory.TEXT_NORMALIZATION
+        return vocabulary_is_uncased(directory.sp_model_proto), "detected from the vocabulary"
+    except RestoreError:
+        raise
+    except StorageError as error:
+        raise RestoreError(str(error)) from None
+
+
+def vocabulary_is_uncased(sp_model_proto: bytes) -> bool:
+    """True when no piece of the vocabulary has an upper-case letter (it was trained on lower-cased text)."""
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_proto=sp_model_proto)
+    return not any(piece != piece.lower() for piece in
+                   (processor.id_to_piece(i) for i in range(processor.get_piece_size())))

@@ -1,0 +1,176 @@
+"""The pretraining task: permutation language modelling on the stream-ordered records.
+
+What it adds to the controller (trainer/runtime/controller.py): the XLNetPretrainer (trainer/models/pretrainer.py)
+as the model, the reader (tfrecords/reader.py) as the input, and the Transformer-XL memory.
+
+Each replica's memory lives on its device in per-replica (sync-on-read) variables for the whole
+run: micro-step a of a step computes the loss with the memory micro-step a-1 (or the previous
+step) left. The memory is saved in every checkpoint next to the model, the optimizer and the
+step, and the reader restarts at the records of the checkpoint's step, so a resumed run
+continues exactly where it stopped.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import tensorflow as tf
+
+from tfrecords.manifest import Manifest
+from tfrecords.reader import StreamReader
+from trainer.models.config import ModelConfig
+from trainer.runtime.controller import Controller, StepOutputs
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.configs.training import TrainConfig
+
+STEP_LOG = ModelDirectory.STEP_LOG
+
+
+class MemoryState:
+    """Transformer-XL memory of one replica per device: n_layer variables [B, mem_len, d_model].
+
+    Sync-on-read variables hold a different value on every replica; ``trackable`` exposes
+    their per-device components so that a checkpoint keeps each replica's memory.
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, n_layer: int, batch: int, mem_len: int, d_model: int,
+                 name: str):
+        self.enabled = mem_len > 0
+        self.variables = []
+        if not self.enabled:
+            return
+        with strategy.scope():
+            self.variables = [tf.Variable(tf.zeros([batch, mem_len, d_model], tf.float32), trainable=False,
+                                          synchronization=tf.VariableSynchronization.ON_READ,
+                                          aggregation=tf.VariableAggregation.NONE, name=f"{name}_mem_{i}")
+                              for i in range(n_layer)]
+        self._strategy = strategy
+
+    def read(self) -> list[tf.Tensor] | None:
+        """This replica's memory (call in replica context)."""
+        return [v.read_value() for v in self.variables] if self.enabled else None
+
+    def assign(self, mems: Sequence[tf.Tensor] | None) -> None:
+        """Stores this replica's new memory (call in replica context)."""
+        for variable, value in zip(self.variables, mems or ()):
+            variable.assign(value)
+
+    def reset(self) -> None:
+        for variable in self.variables:
+            for component in self._strategy.experimental_local_results(variable):
+                component.assign(tf.zeros_like(component))
+
+    def trackable(self, first_replica: int) -> tf.Module:
+        """Checkpointable per-replica components, named by global replica index."""
+        module = tf.Module()
+        if self.enabled:
+            per_layer = [self._strategy.experimental_local_results(v) for v in self.variables]
+            for local, components in enumerate(zip(*per_layer)):
+                setattr(module, f"replica_{first_replica + local}", list(components))
+        return module
+
+
+class PretrainingTask:
+    """Permutation-LM pretraining of ``model_config`` on the data of ``manifest`` (a controller Task).
+
+    Step-log metric: ``accuracy`` of the predicted targets (TensorBoard ``plm_accuracy``).
+    Evaluation: loss, accuracy and perplexity on ``eval_steps`` batches of the valid split,
+    memory carried from zero.
+    """
+
+    metric_names = {"accuracy": "plm_accuracy"}
+
+    def __init__(self, model_config: ModelConfig, config: TrainConfig, manifest: Manifest):
+        self.model_config, self.config, self.manifest = model_config, config, manifest
+        self.tokens_per_example = config.seq_len
+
+    def reader(self, split: str, batch: int, start_step: int = 0) -> StreamReader:
+        """The stream-ordered reader of ``split`` with this run's shapes and seed."""
+        config = self.config
+        return StreamReader(self.manifest, split, batch, config.seq_len, config.num_predict,
+                            self.model_config.bi_data, seed=config.seed,
+                            accumulation_steps=config.accumulation_steps if split == "train" else 1,
+                            start_step=start_step, resample_masks=config.resample_masks and split == "train")
+
+    def build(self, strategy: tf.distribute.Strategy) -> None:
+        """The pretrainer (under the caller's strategy scope) and both memories."""
+        from trainer.models.pretrainer import XLNetPretrainer
+
+        config, model_config = self.config, self.model_config
+        replicas = strategy.num_replicas_in_sync
+        self.train_batch = self.reader("train", config.train_batch_size).per_replica_batch_size(replicas)
+        self.eval_batch = self.reader("valid", config.eval_batch_size).per_replica_batch_size(replicas)
+        self.pretrainer = XLNetPretrainer(model_config, config.seq_len, config.num_predict, config.perm_size,
+                                          self.manifest.special_ids)
+        self.network = self.model = self.pretrainer.network
+        self.train_memory = MemoryState(strategy, model_config.n_layer, self.train_batch, model_config.mem_len,
+                                        model_config.d_model, "train")
+        self.eval_memory = MemoryState(strategy, model_config.n_layer, self.eval_batch, model_config.mem_len,
+                                       model_config.d_model, "eval")
+        self._eval_fn = tf.function(self._eval_micro, jit_compile=config.jit_compile)
+        self._eval_loop = None
+
+    def trainable_variables(self) -> list[tf.Variable]:
+        return list(self.network.trainable_variables)
+
+    def learning_rate_multipliers(self) -> None:
+        return None  # one learning rate for every variable
+
+    def checkpoint_items(self, first_replica: int) -> dict[str, Any]:
+        return {"model": self.network, "mems": self.train_memory.trackable(first_replica)}
+
+    def train_dataset(self, strategy: tf.distribute.Strategy, start_step: int) -> tf.distribute.DistributedDataset:
+        return self.reader("train", self.config.train_batch_size, start_step).distribute(strategy)
+
+    def read_state(self) -> list[tf.Tensor] | None:
+        return self.train_memory.read()
+
+    def write_state(self, mems) -> None:
+        self.train_memory.assign(mems)
+
+    def compute(self, batch: Mapping[str, tf.Tensor], mems, training: bool) -> StepOutputs:
+        out = self.pretrainer.compute(batch, mems, training=training)
+        count = tf.cast(out["num_targets"], tf.float32)
+        return StepOutputs(loss_sum=tf.cast(out["loss"], tf.float32) * count, count=count,
+                           metric_sums={"accuracy": tf.cast(out["accuracy"], tf.float32) * count},
+                           state=out["new_mems"])
+
+    # ---------------------------------------------------------------------------- evaluation
+    def _eval_micro(self, features, mems):
+        out = self.compute(features, mems, training=False)
+        return out.loss_sum, out.metric_sums["accuracy"], out.count, out.state
+
+    def _replica_eval(self, features):
+        context = tf.distribute.get_replica_context()
+        loss_sum, correct, targets, mems = self._eval_fn({k: v[0] for k, v in features.items()},
+                                                         self.eval_memory.read())
+        self.eval_memory.assign(mems)
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, correct, targets])
+
+    def _eval_loop_fn(self, strategy, iterator, num_steps):
+        totals = tf.zeros([3])
+        for _ in tf.range(num_steps):
+            sums = strategy.run(self._replica_eval, args=(next(iterator),))
+            totals += tf.stack([strategy.experimental_local_results(s)[0] for s in sums])
+        return totals
+
+    def evaluate(self, controller: Controller) -> dict[str, float]:
+        """Loss, accuracy and perplexity on ``eval_steps`` batches of the valid split, memory from zero."""
+        strategy = controller.strategy
+        if self._eval_loop is None:
+            self._eval_loop = tf.function(lambda iterator, steps: self._eval_loop_fn(strategy, iterator, steps))
+        self.eval_memory.reset()
+        iterator = iter(self.reader("valid", self.config.eval_batch_size).distribute(strategy))
+        loss_sum, correct, targets = self._eval_loop(iterator, tf.constant(self.config.eval_steps)).numpy()
+        loss = float(loss_sum / max(targets, 1.0))
+        return {"loss": loss, "accuracy": float(correct / max(targets, 1.0)),
+                "perplexity": float(math.exp(min(loss, 50.0)))}
+
+
+def pretraining_controller(model_config: ModelConfig, train_config: TrainConfig, *, manifest: Manifest,
+                           model_dir: str, strategy: tf.distribute.Strategy, init_checkpoint: str | None = None,
+                           log: Callable[[str], None] = print) -> Controller:
+    """The controller of a pretraining run: what `xlnet train` builds."""
+    task = PretrainingTask(model_config, train_config, manifest)
+    return Controller(task, train_config, model_dir=model_dir, strategy=strategy, init_checkpoint=init_checkpoint,
+                      log=log)

@@ -1,0 +1,264 @@
+"""The fine-tuning task: classification, regression or multiple choice on labeled text files.
+
+What it adds to the controller (trainer/runtime/controller.py): the XLNet network with a sequence head
+(trainer/models/sequence_model.py) as the model, the labeled examples encoded by the serving encoder
+(trainer/inputs/sequence_examples.py) as the input, layer-wise learning-rate decay, and the task's
+metrics on the whole eval file (trainer/evaluation/metrics.py). No memory, no permutation, no
+bi_data: the network's config comes through ``trainer.models.config.sequence_model_config``.
+
+A checkpoint holds ``model`` (the network, so `xlnet export` and --init-checkpoint read it as
+they read a pretraining checkpoint) and ``head`` (the whole fine-tuned model). The training
+order is a pure function of the seed and the step (``batching.example_order``), so a
+resumed run reads what an uninterrupted one would.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from trainer.evaluation import metrics
+from trainer.inputs import batching, sequence_examples
+from trainer.models.config import ModelConfig
+from trainer.runtime.controller import Controller, StepOutputs
+from trainer.configs.finetuning import FinetuneConfig
+from trainer.inputs.sequence_examples import ChoiceExample, TextExample
+from trainer.models.sequence_model import XLNetForSequenceTask, task_loss
+from trainer.models.network import build_network
+from trainer.runtime.optimization import layer_decay_multipliers, variable_key
+from trainer.serving.text_encoder import XLNetTextEncoder
+
+Examples = Sequence[TextExample] | Sequence[ChoiceExample]
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """The examples of one file set and, when labeled, their targets (label ids, values or
+    option indices) and how many the encoder truncates."""
+
+    examples: Examples
+    targets: np.ndarray | None
+    truncated: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskData:
+    """The splits of a fine-tuning run and the classification labels (index = class id)."""
+
+    train: Split
+    eval: Split
+    labels: tuple[str, ...] | None = None
+    test: Split | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldNames:
+    """Column or key names of classification / regression files, and their format."""
+
+    text: str = "text"
+    text_b: str = "text_b"
+    label: str = "label"
+    file_format: str | None = None  # None: from the extension
+
+
+def read_examples(task: str, pattern: str, fields: FieldNames, require_label: bool = True) -> Examples:
+    """The examples of ``pattern`` (local or gs://) for ``task``; FinetuneDataError names bad rows."""
+    if task == "multiple-choice":
+        return sequence_examples.read_choice_examples(pattern, require_label=require_label)
+    return sequence_examples.read_text_examples(pattern, regression=task == "regression", require_label=require_label,
+                                            file_format=fields.file_format, text_field=fields.text,
+                                            text_b_field=fields.text_b, label_field=fields.label)
+
+
+def targets_of(task: str, examples: Examples, labels: Sequence[str] | None) -> np.ndarray:
+    """Label ids (classification, through the TRAINING label list), float values (regression)
+    or option indices (multiple choice)."""
+    if task == "classification":
+        return sequence_examples.label_ids(examples, labels)
+    if task == "regression":
+        return sequence_examples.regression_targets(examples)
+    return sequence_examples.choice_targets(examples)
+
+
+def load_task_data(task: str, encoder: XLNetTextEncoder, train: str, eval: str, test: str | None = None,
+                   fields: FieldNames = FieldNames(), labels: Sequence[str] | None = None) -> TaskData:
+    """Reads and checks the train, eval (and unlabeled-or-labeled test) files.
+
+    ``labels``: the label list of a run being resumed; None takes it from the training file.
+    Raises FinetuneDataError naming the file and line of any bad row, an eval label the training
+    file lacks, or training and eval files that disagree on having ``text_b``.
+    """
+    train_examples = read_examples(task, train, fields)
+    if task == "classification" and labels is None:
+        labels = sequence_examples.label_list(train_examples)
+    splits = {}
+    for name, pattern in (("train", train), ("eval", eval), ("test", test)):
+        if pattern is None:
+            continue
+        examples = train_examples if name == "train" else read_examples(task, pattern, fields, name != "test")
+        _check_same_layout(train_examples, examples)
+        labeled = all(example.label is not None for example in examples)
+        splits[name] = Split(examples, targets_of(task, examples, labels) if labeled else None,
+                             sequence_examples.count_truncated(examples, encoder))
+    return TaskData(splits["train"], splits["eval"], tuple(labels) if labels is not None else None,
+                    splits.get("test"))
+
+
+def _check_same_layout(train: Examples, other: Examples) -> None:
+    """A model trained on pairs cannot score single texts, nor one option count another."""
+    first, second = train[0], other[0]
+    if isinstance(first, TextExample) and (first.text_b is None) != (second.text_b is None):
+        raise sequence_examples.FinetuneDataError(
+            f"{second.path}:{second.line}: {'has no' if second.text_b is None else 'has a'} second text, "
+            f"unlike the training file {first.path}")
+
+
+class HeadTask:
+    """What every fine-tuning task shares (a controller Task, completed by a subclass).
+
+    A subclass sets ``config``, ``model_config``, ``metric_names`` and ``tokens_per_example``,
+    builds ``network`` and ``head`` in ``build`` and defines ``training_columns``, ``compute``
+    and ``evaluate``. The query stream's ``mask_emb`` and the LM output bias are left out of the
+    trained variables: only permutation-LM targets use them (their gradient would be None).
+    """
+
+    config: FinetuneConfig
+    _predict_fn: Callable | None = None  # traced on the first prediction, for the strategy it was given
+
+    def trainable_variables(self) -> list[tf.Variable]:
+        unused = {variable_key(self.network.mask_emb), variable_key(self.network.lm_bias)}
+        return [v for v in self.head.trainable_variables if variable_key(v) not in unused]
+
+    def learning_rate_multipliers(self) -> dict[int, float] | None:
+        """Layer-wise decay factors of ``config.layer_decay_rate`` (None when it is 1)."""
+        rate = self.config.layer_decay_rate
+        if rate == 1.0:
+            return None
+        trained = {variable_key(v) for v in self.trainable_variables()}
+        return {key: factor for key, factor in layer_decay_multipliers(self.network, rate).items() if key in trained}
+
+    def checkpoint_items(self, first_replica: int) -> dict[str, Any]:
+        del first_replica  # every replica holds the same weights
+        return {"model": self.network, "head": self.head}
+
+    def training_columns(self) -> tuple[dict[str, np.ndarray], Callable, Any]:
+        """(per-example columns, in-graph encode of a batch of them, per-example targets)."""
+        raise NotImplementedError
+
+    def train_dataset(self, strategy: tf.distribute.Strategy, start_step: int) -> tf.distribute.DistributedDataset:
+        config = self.config
+        columns, encode, targets = self.training_columns()
+
+        def dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            return batching.training_dataset(columns, encode, config.train_batch_size, targets,
+                                                  seed=config.seed, start_step=start_step,
+                                                  accumulation_steps=config.accumulation_steps,
+                                                  input_context=context)
+
+        return strategy.distribute_datasets_from_function(dataset)
+
+    def read_state(self) -> None:
+        return None  # no memory: every example is encoded on its own
+
+    def write_state(self, state) -> None:
+        del state
+
+    def gathered_outputs(self, strategy: tf.distribute.Strategy, dataset: tf.data.Dataset, count: int) -> Any:
+        """The head's inference outputs on ``dataset``'s batches (features only), gathered from
+        every replica and concatenated in dataset order, as NumPy (same structure as the head's),
+        cut to the first ``count`` rows (the rest pad the last batch: batching.pad_rows)."""
+        if self._predict_fn is None:
+            def replica_outputs(features):
+                return self.head(features, training=False)
+
+            self._predict_fn = tf.function(
+                lambda features: strategy.gather(strategy.run(replica_outputs, args=(features,)), axis=0),
+                reduce_retracing=True)
+        batches = [tf.nest.map_structure(lambda t: t.numpy(), self._predict_fn(features))
+                   for features in strategy.experimental_distribute_dataset(dataset)]
+        return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0)[:count], *batches)
+
+
+class FinetuningTask(HeadTask):
+    """Fine-tunes ``model_config``'s network on ``data`` (a controller Task).
+
+    Step-log metric: ``accuracy`` for classification and multiple choice (none for regression).
+    Evaluation on the whole eval split: classification accuracy, macro_f1, mcc; regression
+    pearson, spearman; multiple choice accuracy; each with the mean eval ``loss``.
+    """
+
+    def __init__(self, config: FinetuneConfig, model_config: ModelConfig, encoder: XLNetTextEncoder,
+                 data: TaskData):
+        self.config, self.model_config, self.encoder, self.data = config, model_config, encoder, data
+        self.task = config.task
+        self.metric_names = {} if self.task == "regression" else {"accuracy": "accuracy"}
+        options = len(data.train.examples[0].options) if self.task == "multiple-choice" else 1
+        self.tokens_per_example = config.max_seq_length * options
+
+    def build(self, strategy: tf.distribute.Strategy) -> None:
+        """The network and its head (under the caller's strategy scope)."""
+        del strategy
+        # the controller has just set the random seed, which frees the tokenizer of an encoder
+        # that already ran (XLNetTextEncoder.copy)
+        self.encoder = self.encoder.copy()
+        self.network = build_network(self.model_config)
+        num_labels = len(self.data.labels) if self.data.labels else 1
+        self.model = self.head = XLNetForSequenceTask(self.network, self.task, num_labels, name="finetuned")
+
+    def training_columns(self) -> tuple[dict[str, np.ndarray], Callable, np.ndarray]:
+        columns, encode = sequence_examples.example_columns(self.data.train.examples, self.encoder)
+        return columns, encode, self.data.train.targets
+
+    def compute(self, batch, state, training: bool) -> StepOutputs:
+        features, targets = batch
+        outputs = self.head(features, training=training)
+        losses = task_loss(self.task, outputs, targets)
+        metrics = {}
+        if self.metric_names:
+            predicted = tf.argmax(outputs, axis=-1, output_type=tf.int32)
+            metrics["accuracy"] = tf.reduce_sum(tf.cast(tf.equal(predicted, tf.cast(targets, tf.int32)), tf.float32))
+        return StepOutputs(loss_sum=tf.reduce_sum(losses), count=tf.cast(tf.shape(losses)[0], tf.float32),
+                           metric_sums=metrics, state=state)
+
+    # ---------------------------------------------------------------------------- evaluation
+    def predict(self, strategy: tf.distribute.Strategy, examples: Examples) -> np.ndarray:
+        """The head's outputs for ``examples`` in file order: logits [N, labels] (classification),
+        scores [N] (regression) or logits [N, options] (multiple choice)."""
+        if self.task == "multiple-choice":
+            dataset = sequence_examples.choice_dataset(examples, self.encoder, self.config.eval_batch_size,
+                                                   pad_last_batch=True)
+        else:
+            dataset = sequence_examples.text_dataset(examples, self.encoder, self.config.eval_batch_size,
+                                                 pad_last_batch=True)
+        return self.gathered_outputs(strategy, dataset, len(examples))
+
+    def scores(self, outputs: np.ndarray, targets: np.ndarray) -> dict[str, float]:
+        """The task's metrics and mean loss of head ``outputs`` against ``targets``."""
+        loss = float(np.mean(task_loss(self.task, tf.constant(outputs), tf.constant(targets)).numpy()))
+        if self.task == "classification":
+            scores = metrics.classification_metrics(targets, outputs, len(self.data.labels))
+        elif self.task == "regression":
+            scores = metrics.regression_metrics(targets, outputs)
+        else:
+            scores = metrics.multiple_choice_metrics(targets, outputs)
+        return {**scores, "loss": loss}
+
+    def evaluate(self, controller: Controller) -> dict[str, float]:
+        """The task's metrics on the whole eval split."""
+        split = self.data.eval
+        return self.scores(self.predict(controller.strategy, split.examples), split.targets)
+
+    def prediction_rows(self, outputs: np.ndarray) -> list[dict[str, Any]]:
+        """One JSON-ready row per example: the predicted label and probabilities, or the score."""
+        if self.task == "regression":
+            return [{"index": i, "score": float(score)} for i, score in enumerate(outputs)]
+        probabilities = tf.nn.softmax(tf.constant(outputs, tf.float32), axis=-1).numpy()
+        rows = []
+        for i, row in enumerate(probabilities):
+            best = int(np.argmax(row))
+            entry = {"index": i, "label": self.data.labels[best] if self.data.labels else best,
+                     "probabilities": [float(p) for p in row]}
+            rows.append(entry)
+        return rows
