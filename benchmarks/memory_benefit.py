@@ -49,10 +49,11 @@ def run_settings(args: argparse.Namespace, seed: int, mem_len: int) -> list[str]
 
 def make_trainer(data_dir: str, model_dir: str, settings: list[str], init_checkpoint: str | None = None):
     """A pretraining controller of the tiny preset with these overrides on the prepared data."""
+    import tensorflow as tf
+
     from tfrecords.manifest import load_manifest
     from trainer.configs.overrides import resolve_configs
     from trainer.tasks.pretraining import pretraining_controller
-    import tensorflow as tf
 
     manifest = load_manifest(data_dir)
     model, train, _ = resolve_configs("tiny", None, settings)
@@ -98,9 +99,10 @@ def loss_by_position(trainer, steps: int) -> dict:
 
 def train_and_evaluate(job: dict) -> dict:
     """One run in a fresh process: train, then evaluate (and, with memory, evaluate its weights without)."""
+    import numpy as np
+
     from trainer.runtime.distribution import make_deterministic
     from trainer.tasks.pretraining import STEP_LOG
-    import numpy as np
 
     make_deterministic()
     trainer = make_trainer(job["data_dir"], job["model_dir"], job["settings"])

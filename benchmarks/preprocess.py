@@ -32,7 +32,7 @@ one process, then in two at once, then in one again (started and synchronised be
 no start-up is timed). Their work ratio is the speed-up that perfectly parallel CPU work would get, the
 ceiling for the pipeline's 1 -> 2 worker speed-up on a shared machine.
 The reference figure (the original single-threaded data_utils.py, about 130k corpus tokens/s
-on this machine class, same settings) comes from the project's issue; it is not measured here.
+on this machine class, same settings) is a quoted reference figure; it is not measured here.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ from pipeline.vocab import VocabConfig, train_vocab  # noqa: E402
 
 CORPUS = str(REPO / "data" / "corpus" / "*.txt.gz")
 CORPUS_FILES = sorted((REPO / "data" / "corpus").glob("*.txt.gz"))
-ORIGINAL_TOKENS_PER_S = 130_000  # from the issue, per core, same settings; not measured here
+ORIGINAL_TOKENS_PER_S = 130_000  # quoted for the original, per core, same settings; not measured here
 
 
 def cpu_seconds(who: int) -> float:

@@ -66,8 +66,9 @@ def seconds_per_step(trainer, iterator, steps: int) -> float:
 
 def measure(shape: str, data_dir: str, workdir: str, steps: int, repeats: int) -> list[dict]:
     import tensorflow as tf
-    from tfrecords.manifest import load_manifest
     from train_step import matmul_peak, model_flops_per_step
+
+    from tfrecords.manifest import load_manifest
     from trainer.configs.overrides import resolve_configs
     from trainer.tasks.pretraining import pretraining_controller
 

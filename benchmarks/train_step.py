@@ -115,7 +115,7 @@ def time_query_rows(steps: int) -> list[dict]:
     import numpy as np
     import tensorflow as tf
 
-    from trainer.layers import TwoStreamRelativeAttention, RelativePositionEncoding
+    from trainer.layers import RelativePositionEncoding, TwoStreamRelativeAttention
 
     s = SHAPES
     B, L, P, D, N = s["batch"], s["seq_len"], s["num_predict"], s["d_model"], s["n_head"]

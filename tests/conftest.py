@@ -1,4 +1,4 @@
-"""Shared fixtures on the bundled corpus (data/corpus), reused by every team's tests.
+"""Shared fixtures on the bundled corpus (data/corpus), used across the test packages.
 
 * ``corpus_files``: paths of the bundled corpus files (gzip, XLNet corpus format, 9 MB of text).
 * ``corpus_sample``: a plain-text file with the first documents of each corpus file (about
@@ -120,7 +120,7 @@ def pytest_configure(config) -> None:
 # ----------------------------------------------------------------------------------------------
 # Google Cloud Storage on 127.0.0.1 (tests/gcs_emulator.py): ``gcs`` and ``gcs_prefix``.
 # ----------------------------------------------------------------------------------------------
-# The section's imports live with it (appended to the shared conftest); gcs_emulator is stdlib only.
+# The section's imports live with it; gcs_emulator is stdlib only.
 import os  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 

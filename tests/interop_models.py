@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from trainer.models.config import ModelConfig, sequence_model_config
 from trainer.models.heads import HeadSpec
-from trainer.runtime.model_dir import ModelDirectory
 from trainer.models.network import build_network
+from trainer.runtime.model_dir import ModelDirectory
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "wiki_summaries_en.txt.gz"
 # d_head = d_model / n_head, as transformers requires.
@@ -129,7 +129,7 @@ def restore_model_dir(path: str):
     """(network, head model or None) of a model directory written by an import."""
     from trainer.runtime.restore import restore_model
 
-    restored = restore_model(ModelDirectory(path))
+    restored = restore_model(ModelDirectory(path), whole_sequence=False)
     return restored.network, restored.head
 
 

@@ -21,11 +21,12 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
-from conftest import TINY_DATA
 from pipeline.preprocess_command import preprocess
 from pipeline.preprocess_config import PreprocessConfig
 from tfrecords.manifest import load_manifest
 from trainer.runtime.model_dir import ModelDirectory
+
+from conftest import TINY_DATA
 
 REPO = Path(__file__).resolve().parent.parent
 # The tiny preset made smaller still (as in tests/test_training.py), so a step takes milliseconds.
@@ -133,8 +134,8 @@ def test_the_saved_model_exported_to_the_bucket_serves_from_the_bucket(bucket_ru
 
 
 def test_init_checkpoint_from_the_bucket_initialises_the_weights(bucket_run, tiny_data_dir, tmp_path):
-    from trainer.models.network import build_network
     from trainer.configs.overrides import resolve_configs
+    from trainer.models.network import build_network
     from trainer.tasks.pretraining import pretraining_controller
 
     source = ModelDirectory(bucket_run["model_dir"])

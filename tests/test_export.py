@@ -16,9 +16,9 @@ import tensorflow as tf
 
 import xlnet_cli
 from trainer.models.config import model_preset
+from trainer.models.network import build_network
 from trainer.runtime.restore import RestoreError, vocabulary_is_uncased
 from trainer.serving.saved_model import ExportConfig, ExportError, export_saved_model, length_buckets, next_version
-from trainer.models.network import build_network
 from trainer.serving.text_encoder import XLNetTextEncoder
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "wiki_summaries_en.txt.gz"

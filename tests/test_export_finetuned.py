@@ -12,12 +12,12 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
+from trainer.configs.finetuning import FinetuneConfig
 from trainer.inputs import sequence_examples
 from trainer.models.config import model_preset, sequence_model_config
-from trainer.configs.finetuning import FinetuneConfig
+from trainer.models.network import build_network
 from trainer.models.sequence_model import XLNetForSequenceTask
 from trainer.runtime.model_dir import ModelDirectory
-from trainer.models.network import build_network
 from trainer.serving import text_encoder
 from trainer.serving.text_encoder import XLNetTextEncoder
 

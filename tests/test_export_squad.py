@@ -1,6 +1,6 @@
 """`xlnet export` of a fine-tuned SQuAD model: the in-graph ``answer`` signature, served in a fresh
-process, equals the Python pipeline (squad_data.build_features + the head's beam +
-squad_postprocess.predict_answers)."""
+process, equals the Python pipeline (inputs.squad.build_features + the head's beam +
+squad_answers.predict_answers)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,20 +14,26 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import WIKI_QA
 import xlnet_cli
-from trainer.models.config import model_preset, sequence_model_config
+from tfrecords.text_normalization import normalize_text, normalized_char_origins, normalized_char_origins_graph
 from trainer.configs.finetuning import FinetuneConfig
-from trainer.runtime.model_dir import ModelDirectory
-from trainer.models.network import build_network
-from trainer.inputs.squad import (SquadExample, SquadTokenizer, build_features, context_windows, max_context_owners,
-                                normalized_char_origins, read_squad)
-from trainer.models.question_answering import XLNetForQuestionAnswering
 from trainer.evaluation.squad_answers import predict_answers
-from trainer.serving.squad_answerer import (SquadServingConfig, context_pieces_graph, max_context_owner,
-                                   normalized_char_origins_graph, window_starts)
+from trainer.inputs.squad import (
+    SquadExample,
+    SquadTokenizer,
+    build_features,
+    context_windows,
+    max_context_owners,
+    read_squad,
+)
+from trainer.models.config import model_preset, sequence_model_config
+from trainer.models.network import build_network
+from trainer.models.question_answering import XLNetForQuestionAnswering
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.serving.squad_answerer import SquadServingConfig, context_pieces_graph, max_context_owner, window_starts
 from trainer.serving.text_encoder import XLNetTextEncoder
-from tfrecords.text_normalization import normalize_text
+
+from conftest import WIKI_QA
 
 SETTINGS = dict(max_seq_length=64, doc_stride=32, max_query_length=16)
 FINETUNE = FinetuneConfig(task="squad", max_answer_length=12, n_best=5, start_n_top=4, end_n_top=3, **SETTINGS)

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from trainer.models.config import FF_ACTIVATIONS, ModelConfig
 from trainer.layers.feed_forward import ACTIVATIONS
+from trainer.models.config import FF_ACTIVATIONS, ModelConfig
 
 
 def test_every_config_activation_has_a_layer_function():

@@ -14,9 +14,9 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
+from trainer.commands.finetune import add_arguments, build_controller
 from trainer.evaluation import metrics
 from trainer.inputs import batching, sequence_examples
-from trainer.commands.finetune import add_arguments, build_controller
 from trainer.runtime.model_dir import ModelDirectory
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,10 +12,21 @@ import pytest
 import tensorflow as tf
 
 from trainer.inputs.batching import pad_rows
-from trainer.inputs.sequence_examples import (ChoiceExample, FinetuneDataError, TextExample, choice_dataset,
-                                              choice_pairs, choice_targets, count_truncated, label_ids, label_list,
-                                              read_choice_examples, read_text_examples, regression_targets,
-                                              text_dataset)
+from trainer.inputs.sequence_examples import (
+    ChoiceExample,
+    FinetuneDataError,
+    TextExample,
+    choice_dataset,
+    choice_pairs,
+    choice_targets,
+    count_truncated,
+    label_ids,
+    label_list,
+    read_choice_examples,
+    read_text_examples,
+    regression_targets,
+    text_dataset,
+)
 from trainer.serving.text_encoder import XLNetTextEncoder
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,9 +6,17 @@ import math
 import numpy as np
 import pytest
 
-from trainer.evaluation.metrics import (accuracy, classification_metrics, confusion_matrix, macro_f1,
-                                      matthews_corrcoef, multiple_choice_metrics, pearson, regression_metrics,
-                                      spearman)
+from trainer.evaluation.metrics import (
+    accuracy,
+    classification_metrics,
+    confusion_matrix,
+    macro_f1,
+    matthews_corrcoef,
+    multiple_choice_metrics,
+    pearson,
+    regression_metrics,
+    spearman,
+)
 
 # Three classes, 11 examples. Confusion matrix (rows true, columns predicted):
 #   [[3, 1, 0],      true counts t = [4, 3, 4], predicted counts p = [4, 4, 3]

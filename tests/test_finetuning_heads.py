@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.models.config import model_preset, sequence_model_config
-from trainer.models.sequence_model import XLNetForSequenceTask, task_loss
 from trainer.layers.sequence_summary import SequenceSummary
+from trainer.models.config import model_preset, sequence_model_config
 from trainer.models.network import build_network
+from trainer.models.sequence_model import XLNetForSequenceTask, task_loss
 from trainer.serving.text_encoder import XLNetTextEncoder
 
 MAX_LENGTH = 24

@@ -15,11 +15,23 @@ import safetensors.numpy
 import tensorflow as tf
 
 import xlnet_cli
-from interop_models import (HEADS, LABELS, SQUAD, assert_same_weights, head_inputs, pretraining_outputs,
-                            restore_model_dir, squad_inputs, squad_outputs, tiny_config, write_model_dir)
 from trainer.configs.finetuning import FinetuneConfig
-from trainer.runtime.model_dir import ModelDirectory
 from trainer.conversion.huggingface_format import HuggingFaceFormatError, read_huggingface_directory
+from trainer.runtime.model_dir import ModelDirectory
+
+from interop_models import (
+    HEADS,
+    LABELS,
+    SQUAD,
+    assert_same_weights,
+    head_inputs,
+    pretraining_outputs,
+    restore_model_dir,
+    squad_inputs,
+    squad_outputs,
+    tiny_config,
+    write_model_dir,
+)
 
 D, H, DH, DI, LAYERS = 16, 2, 8, 24, 2  # interop_models.TINY
 
@@ -257,7 +269,7 @@ def test_classification_model_without_labels_is_refused_by_file_name(tmp_path, v
     (tmp_path / "model" / "labels.json").unlink()
     assert xlnet_cli.main(["export", "--model-dir", str(tmp_path / "model"), "--format", "huggingface",
                            "--output", str(tmp_path / "hf")]) == 2
-    assert "labels.json: file not found" in capsys.readouterr().err
+    assert "is a classification model without labels.json" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import reference_numpy
 import xlnet_cli
 from pipeline.vocab import load_vocab
 from trainer.conversion.tf1_checkpoint import CheckpointImportError, import_original
-from trainer.models.config import ModelConfig
 from trainer.models.network import build_network
+from trainer.runtime.model_dir import ModelDirectory
+
+import reference_numpy
 
 RELEASE_CONFIG = {"n_layer": 2, "d_model": 16, "n_head": 2, "d_head": 8, "d_inner": 24, "ff_activation": "gelu",
                   "untie_r": True, "n_token": 8000}  # n_token = the conftest vocabulary's size
@@ -94,7 +95,7 @@ def test_import_command_writes_a_model_directory(tmp_path, release, spm_model):
     status = xlnet_cli.main(["import-checkpoint", "--checkpoint", prefix, "--config", config_path, "--spm", spm_model,
                              "--output", str(output), "--mem-len", "6", "--reuse-len", "4"])
     assert status == 0
-    config = ModelConfig.load(output / "model_config.json")
+    config = ModelDirectory(output).model_config
     assert (config.n_layer, config.vocab_size, config.mem_len, config.reuse_len) == (2, 8000, 6, 4)
     assert json.loads((output / "special_ids.json").read_text()) == load_vocab(spm_model).special_ids.to_dict()
     assert (output / "spiece.model").read_bytes() == open(spm_model, "rb").read()
@@ -127,7 +128,7 @@ def test_import_command_reads_the_release_from_and_writes_the_model_directory_to
                              "--spm", posixpath.join(remote, posixpath.basename(spm_model)), "--output", output,
                              "--mem-len", "6", "--reuse-len", "4"])
     assert status == 0
-    config = ModelConfig.load(posixpath.join(output, "model_config.json"))
+    config = ModelDirectory(output).model_config
     assert (config.n_layer, config.mem_len, config.reuse_len) == (2, 6, 4)
     restored = build_network(config)
     tf.train.Checkpoint(model=restored).restore(tf.train.latest_checkpoint(posixpath.join(output, "checkpoints"))) \

@@ -19,10 +19,21 @@ transformers = pytest.importorskip(
 torch = pytest.importorskip("torch", reason="torch is not installed: `make test-interop` installs the CPU build")
 
 import xlnet_cli  # noqa: E402
-from interop_models import (HEADS, SQUAD, corpus_sentences, head_inputs, restore_model_dir,  # noqa: E402
-                            squad_inputs, squad_outputs, text_inputs, tiny_config, write_model_dir)
 from trainer.models.question_answering import squad_losses  # noqa: E402
 from trainer.serving.text_encoder import XLNetTextEncoder  # noqa: E402
+
+from interop_models import (  # noqa: E402
+    HEADS,
+    SQUAD,
+    corpus_sentences,
+    head_inputs,
+    restore_model_dir,
+    squad_inputs,
+    squad_outputs,
+    text_inputs,
+    tiny_config,
+    write_model_dir,
+)
 
 TOLERANCE = 1e-4
 # Whole-sequence settings, as transformers runs them (its config.json says bi_data false).

@@ -5,10 +5,10 @@ import keras
 import numpy as np
 import pytest
 
+from trainer.configs.training import TrainConfig
 from trainer.models.config import model_preset
 from trainer.models.network import build_network
 from trainer.runtime.optimization import PerVariableLRAdamW, build_optimizer, layer_decay_multipliers, variable_key
-from trainer.configs.training import TrainConfig
 
 # No warm-up, so the first step already uses the full learning rate (at step 0 warm-up gives 0);
 # weight decay on, so the test also covers the decoupled decay term.

@@ -5,14 +5,20 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import reference_numpy
 from trainer.conversion.tf1_checkpoint import assign_original_weights
+from trainer.layers import (
+    PositionwiseFeedForward,
+    RelativeAttentionBiases,
+    RelativePositionEncoding,
+    TwoStreamRelativeAttention,
+    XLNetBlock,
+)
 from trainer.models.config import ModelConfig
-from trainer.layers import (PositionwiseFeedForward, RelativeAttentionBiases, RelativePositionEncoding,
-                            TwoStreamRelativeAttention, XLNetBlock)
 from trainer.models.network import XLNetNetwork, build_network
 from trainer.models.permutation import dense_inputs
 from trainer.models.pretrainer import XLNetPretrainer
+
+import reference_numpy
 
 SEP, CLS = 4, 3
 SEQ_LEN = 12

@@ -3,8 +3,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.models.permutation import (check_permutation_shapes, dense_inputs, permutation_mask, sample_ranks,
-                                 select_targets, target_flags)
+from trainer.models.permutation import (
+    check_permutation_shapes,
+    dense_inputs,
+    permutation_mask,
+    sample_ranks,
+    select_targets,
+    target_flags,
+)
 
 SEP, CLS = 4, 3
 

@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TINY_DATA, read_corpus_documents
+import xlnet_cli
 from pipeline.corpus import CorpusError
 from pipeline.preprocess_command import OutputError, pipeline_options, preprocess, summary
 from pipeline.preprocess_config import PreprocessConfig
 from tfrecords.manifest import load_manifest
 from tfrecords.record_config import ConfigError
-import xlnet_cli
+
+from conftest import TINY_DATA, read_corpus_documents
 
 
 def read_file_records(path: str, compression: str = "") -> list[dict]:

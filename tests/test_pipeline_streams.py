@@ -5,8 +5,14 @@ from collections import Counter
 
 import numpy as np
 
-from pipeline.streams import (TokenizedDocument, concatenate_stream, place_document, reverse_stream,
-                              shard_of_stream, streams_of_shard)
+from pipeline.streams import (
+    TokenizedDocument,
+    concatenate_stream,
+    place_document,
+    reverse_stream,
+    shard_of_stream,
+    streams_of_shard,
+)
 
 
 def test_placement_is_a_pure_function_of_seed_and_key():

@@ -7,14 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import read_corpus_documents
-from tfrecords.text_normalization import normalize_text
 from pipeline.records import RecordBuilder, split_a_b
 from pipeline.streams import reverse_stream
 from tfrecords.pair_lengths import trim_a_b
 from tfrecords.record_config import ConfigError, RecordConfig
 from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
 from tfrecords.span_masking import SpanMasker
+from tfrecords.text_normalization import normalize_text
+
+from conftest import read_corpus_documents
 
 CONFIG = RecordConfig(seq_len=128, reuse_len=64, num_predict=21, perm_size=32)
 

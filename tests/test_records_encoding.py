@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from pipeline.records import RecordBuilder
-from tfrecords.record_config import RecordConfig
 from tfrecords.example_codec import encode_batch, encode_record, encode_varints
+from tfrecords.record_config import RecordConfig
 from tfrecords.schema import ALL_FEATURES, parse_records, serialize_record
 
 

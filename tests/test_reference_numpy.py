@@ -3,11 +3,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import reference_numpy
 from trainer.conversion.tf1_checkpoint import assign_original_weights
 from trainer.models.config import ModelConfig
 from trainer.models.network import build_network
 from trainer.models.permutation import dense_inputs
+
+import reference_numpy
 
 BATCH, SEQ_LEN, NUM_PREDICT, MEM = 4, 8, 3, 5
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_corpus_documents
-from trainer.inputs.squad_cloze import FUNCTION_WORDS, cloze_squad, held_out_cloze, paragraphs, trivial_answers
-from trainer.inputs.squad import read_squad
 from trainer.evaluation.squad_official import squad_evaluate
+from trainer.inputs.squad import read_squad
+from trainer.inputs.squad_cloze import FUNCTION_WORDS, cloze_squad, held_out_cloze, paragraphs, trivial_answers
+
+from conftest import read_corpus_documents
 
 REPO = Path(__file__).resolve().parents[1]
 WIKI = REPO / "data" / "corpus" / "wiki_summaries_en.txt.gz"

@@ -12,14 +12,22 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import WIKI_QA, read_corpus_documents
 from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
-from tfrecords.text_normalization import normalize_text
+from tfrecords.text_normalization import normalize_text, normalized_char_origins
 from trainer.configs.finetuning import FinetuneConfig
-from trainer.inputs.squad import (SquadDataError, SquadTokenizer, answer_piece_range, build_features,
-                                context_windows, max_context_owners, max_context_window, normalized_char_origins,
-                                read_squad)
+from trainer.inputs.squad import (
+    SquadDataError,
+    SquadTokenizer,
+    answer_piece_range,
+    build_features,
+    context_windows,
+    max_context_owners,
+    max_context_window,
+    read_squad,
+)
 from trainer.serving.text_encoder import XLNetTextEncoder
+
+from conftest import WIKI_QA, read_corpus_documents
 
 SQUAD = FinetuneConfig().for_task("squad")  # run_squad.py's settings, FinetuneConfig's squad defaults
 WINDOWS = dict(max_seq_length=SQUAD.max_seq_length, doc_stride=SQUAD.doc_stride,

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WIKI_QA
 import xlnet_cli
-from trainer.runtime.model_dir import ModelDirectory
-from trainer.inputs.squad import read_squad
 from trainer.evaluation.squad_official import squad_evaluate
+from trainer.inputs.squad import read_squad
+from trainer.runtime.model_dir import ModelDirectory
+
+from conftest import WIKI_QA
 
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "train_batch_size=8",
          "eval_batch_size=32", "steps_per_loop=2", "warmup_steps=2"]

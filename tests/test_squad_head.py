@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import WIKI_QA
-from trainer.models.config import model_preset, sequence_model_config
-from trainer.layers.answer_span import AnswerClass, EndLogits, StartLogits
-from trainer.models.network import build_network
+from trainer.configs.finetuning import FinetuneConfig
 from trainer.inputs.squad import SquadTokenizer, build_features, read_squad
+from trainer.layers.answer_span import AnswerClass, EndLogits, StartLogits
+from trainer.models.config import model_preset, sequence_model_config
+from trainer.models.network import build_network
 from trainer.models.question_answering import XLNetForQuestionAnswering, squad_losses
+
+from conftest import WIKI_QA
 
 SEQ_LEN = 96
 
@@ -31,7 +33,7 @@ def model(vocab) -> XLNetForQuestionAnswering:
 def features(vocab):
     examples = read_squad(str(WIKI_QA)).examples[:6]
     return build_features(examples, SquadTokenizer(vocab, uncased=False), training=True, max_seq_length=SEQ_LEN,
-                          max_query_length=16)
+                          doc_stride=FinetuneConfig.doc_stride, max_query_length=16)
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:

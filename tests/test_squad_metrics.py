@@ -3,8 +3,15 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.evaluation.squad_official import (apply_no_answer_threshold, best_threshold, exact_match, f1_score,
-                                   normalize_answer, raw_scores, squad_evaluate)
+from trainer.evaluation.squad_official import (
+    apply_no_answer_threshold,
+    best_threshold,
+    exact_match,
+    f1_score,
+    normalize_answer,
+    raw_scores,
+    squad_evaluate,
+)
 
 
 def test_normalisation_lowercases_drops_punctuation_and_articles_and_collapses_spaces():

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from trainer.configs.finetuning import FinetuneConfig
+from trainer.evaluation.squad_answers import evaluate_predictions, no_answer_scores, predict_answers, predictions_json
 from trainer.inputs.squad import build_features
-from trainer.evaluation.squad_answers import (evaluate_predictions, no_answer_scores, predict_answers,
-                                       predictions_json)
 
 SQUAD = FinetuneConfig().for_task("squad")  # run_squad.py's settings, FinetuneConfig's squad defaults
 WINDOWS = dict(max_seq_length=SQUAD.max_seq_length, doc_stride=SQUAD.doc_stride,
@@ -47,7 +46,8 @@ def test_the_gold_beam_answers_every_question_with_its_original_text(wiki_qa, sq
 
 def test_the_gold_beam_scores_100_on_the_official_squad2_evaluation(wiki_qa, squad_tokenizer):
     features = build_features(wiki_qa.examples, squad_tokenizer, training=False, **WINDOWS)
-    result = evaluate_predictions(wiki_qa, predict_answers(wiki_qa.examples, features, oracle_beam(features), **ANSWERS))
+    predictions = predict_answers(wiki_qa.examples, features, oracle_beam(features), **ANSWERS)
+    result = evaluate_predictions(wiki_qa, predictions)
     assert result["exact"] == result["f1"] == result["HasAns_exact"] == result["NoAns_exact"] == 100.0
     assert (result["total"], result["HasAns_total"], result["NoAns_total"]) == (130, 109, 21)
     # unanswerable questions already predict "" (adding 0): the walk starts at 21 and reaches 130
@@ -68,13 +68,14 @@ def test_candidates_outside_the_context_reversed_or_too_long_are_dropped(wiki_qa
     [prediction] = predict_answers([example], features, beam, **ANSWERS)
     assert (prediction.text, prediction.score, prediction.no_answer_score) == ("Stanley Kubrick", -1.5, -2.0)
     assert len(prediction.nbest) == 1
-    [too_short] = predict_answers([example], features, beam, **ANSWERS, max_answer_length=end - start)
+    [too_short] = predict_answers([example], features, beam, n_best=SQUAD.n_best, max_answer_length=end - start)
     assert (too_short.text, too_short.score, too_short.nbest) == ("", -1e6, ())
 
 
 def test_windows_share_candidates_dedupe_texts_and_the_no_answer_score_is_their_minimum(wiki_qa, squad_tokenizer):
     example = next(e for e in wiki_qa.examples if e.qid == "wiki-00389-03")  # "1986"
-    features = build_features([example], squad_tokenizer, training=False, **windows(max_seq_length=64, doc_stride=16, max_query_length=16))
+    features = build_features([example], squad_tokenizer, training=False,
+                              **windows(max_seq_length=64, doc_stride=16, max_query_length=16))
     inside = features.is_impossible == 0
     assert inside.sum() >= 2  # the answer is in several windows
     # every window proposes the gold span (where it holds it: score -1 - 1) or else its first
@@ -87,7 +88,7 @@ def test_windows_share_candidates_dedupe_texts_and_the_no_answer_score_is_their_
     beam = {"start_top_log_probs": start_log_probs, "start_top_index": starts,
             "end_top_log_probs": np.tile([[-1.0, -2.0]], (len(features), 1)), "end_top_index": ends,
             "cls_logits": cls_logits}
-    [prediction] = predict_answers([example], features, beam, n_best=4)
+    [prediction] = predict_answers([example], features, beam, n_best=4, max_answer_length=SQUAD.max_answer_length)
     assert prediction.text == "1986" and prediction.score == -2.0
     texts = [candidate.text for candidate in prediction.nbest]
     assert len(texts) == len(set(texts)) == 4 and texts.count("1986") == 1

@@ -9,10 +9,18 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
-from interop_models import (HEADS, SQUAD, assert_same_weights, pretraining_outputs, restore_model_dir, tiny_config,
-                            write_model_dir)
 from trainer.conversion.tf1_checkpoint import ORIGINAL_CONFIG_KEYS
 from trainer.runtime.model_dir import ModelDirectory
+
+from interop_models import (
+    HEADS,
+    SQUAD,
+    assert_same_weights,
+    pretraining_outputs,
+    restore_model_dir,
+    tiny_config,
+    write_model_dir,
+)
 
 D, H, DH, DI, LAYERS = 16, 2, 8, 24, 2  # interop_models.TINY
 
@@ -130,8 +138,8 @@ def test_checkpoint_with_part_of_run_squads_head_is_refused(tmp_path, vocab):
     import re
     import shutil
 
-    from trainer.conversion.tf1_checkpoint import CheckpointImportError, read_original_checkpoint
     from trainer.commands.import_checkpoint import import_to_model_dir
+    from trainer.conversion.tf1_checkpoint import CheckpointImportError, read_original_checkpoint
     from trainer.conversion.tf1_format import write_original_checkpoint
 
     _, _, release = squad_release(tmp_path, vocab)

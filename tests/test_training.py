@@ -16,13 +16,13 @@ import tensorflow as tf
 
 import xlnet_cli
 from tfrecords.manifest import load_manifest
-from trainer.runtime.model_dir import ModelDirectory
-from trainer.models.config import model_preset
-from trainer.runtime.optimization import build_optimizer, learning_rate_schedule, no_decay_variables
 from trainer.commands.run_flags import read_config_file
 from trainer.configs.overrides import parse_overrides, resolve_configs
 from trainer.configs.training import TrainConfig, train_preset
+from trainer.models.config import model_preset
 from trainer.runtime.controller import Controller, TrainingDivergedError
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.runtime.optimization import build_optimizer, learning_rate_schedule, no_decay_variables
 from trainer.tasks.pretraining import STEP_LOG, pretraining_controller
 
 REPO = Path(__file__).resolve().parent.parent
@@ -298,7 +298,7 @@ def test_gradient_accumulation_sums_micro_steps_before_one_update(tiny_data_dir,
 
 def test_init_checkpoint_starts_from_another_model_directory(tiny_data_dir, straight_run, tmp_path):
     source = straight_run
-    from trainer import task
+    from trainer.commands import train as task
 
     parser = __import__("argparse").ArgumentParser()
     task.add_arguments(parser)

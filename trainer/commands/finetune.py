@@ -119,8 +119,8 @@ def build_controller(args: argparse.Namespace, strategy=None):
 
 def _sequence_task(args: argparse.Namespace, source: dict[str, Any], model, config, resumed_labels):
     """Classification, regression or multiple choice: files -> examples -> FinetuningTask."""
-    from trainer.tasks.sequence import FieldNames, FinetuningTask, load_task_data
     from trainer.serving.text_encoder import XLNetTextEncoder
+    from trainer.tasks.sequence import FieldNames, FinetuningTask, load_task_data
 
     encoder = XLNetTextEncoder(source["sp_model_proto"], source["special_ids"], config.max_seq_length,
                                source["uncased"])

@@ -6,7 +6,7 @@ OUTPUT/checkpoints/ (tf.train.CheckpointManager with tf.train.Checkpoint(model=n
 `xlnet train --init-checkpoint` and `xlnet export` read. A Hugging Face model with a fine-tuning
 head (XLNetForSequenceClassification, XLNetForMultipleChoice, XLNetForQuestionAnswering) becomes
 a fine-tuned model directory: its checkpoint also holds ``head`` and finetune_config.json (and
-labels.json) say which (trainer/conversion/head_files.py). So does an original checkpoint written by
+labels.json) say which (trainer/models/heads.py's HeadSpec). So does an original checkpoint written by
 run_squad.py: its head (start_logits, end_logits, answer_class; trainer/conversion/tf1_format.py's names)
 makes a --task squad model directory with run_squad.py's beam widths (start_n_top 5, end_n_top 5).
 Every path may be local or gs://.
@@ -79,7 +79,11 @@ def load_release_weights(network: XLNetNetwork, checkpoint: str) -> Optional[XLN
     """Assigns the original checkpoint's encoder to ``network`` and, when the checkpoint holds
     run_squad.py's head, that head to a squad head built over ``network``; returns the head or None.
     Every variable, the head's included, is checked by name and shape before any is assigned."""
-    from trainer.conversion.tf1_checkpoint import assign_checked_weights, original_variable_map, read_original_checkpoint
+    from trainer.conversion.tf1_checkpoint import (
+        assign_checked_weights,
+        original_variable_map,
+        read_original_checkpoint,
+    )
     from trainer.conversion.tf1_format import build_question_answering_head, question_answering_variable_map
 
     source = f"checkpoint {checkpoint}"
@@ -98,9 +102,9 @@ def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output
     written before every variable is checked."""
     from tfrecords.vocabulary import parse_vocab
     from trainer.conversion.tf1_checkpoint import CheckpointImportError, read_original_config
+    from trainer.conversion.tf1_format import RUN_SQUAD_HEAD
     from trainer.models.network import build_network
     from trainer.runtime.storage import read_bytes
-    from trainer.conversion.tf1_format import RUN_SQUAD_HEAD
 
     target = new_model_directory(output)
     config = read_original_config(config_path, **overrides)
@@ -145,8 +149,8 @@ def import_huggingface_to_model_dir(source: str, output: str, **overrides) -> st
 def run(args: argparse.Namespace) -> int:
     """Imports and prints where the model directory went; returns 2 with a message on bad input."""
     from tfrecords.vocabulary import VocabError
-    from trainer.conversion.tf1_checkpoint import CheckpointImportError
     from trainer.conversion.huggingface_format import HuggingFaceFormatError
+    from trainer.conversion.tf1_checkpoint import CheckpointImportError
     from trainer.runtime.storage import StorageError
 
     original = {"--checkpoint": args.checkpoint, "--config": args.config, "--spm": args.spm}

@@ -61,10 +61,10 @@ def run(args: argparse.Namespace) -> int:
 def _build_trainer(args: argparse.Namespace):
     from tfrecords.manifest import load_manifest, manifest_location
     from tfrecords.reader import file_sha256, validate_manifest
-    from trainer.runtime.distribution import create_strategy, is_chief, make_deterministic
-    from trainer.runtime.model_dir import ModelDirectory
     from trainer.commands.run_flags import read_config_file
     from trainer.configs.overrides import resolve_configs
+    from trainer.runtime.distribution import create_strategy, is_chief, make_deterministic
+    from trainer.runtime.model_dir import ModelDirectory
     from trainer.tasks.pretraining import pretraining_controller
 
     manifest = load_manifest(args.data)

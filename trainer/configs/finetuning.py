@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainer.configs.training import LoopConfig
 from trainer.models.config import MODEL_PRESETS
 from trainer.models.heads import TASKS
-from trainer.configs.training import LoopConfig
 
 # A SQuAD context needs room: the original's run_squad.py sequence length, the squad default of
 # every preset (a --config file, --set or --max-seq-length still changes it).

@@ -38,9 +38,9 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
+from trainer.conversion.huggingface_tokenizer import tokenizer_json
 from trainer.models.config import ModelConfig
 from trainer.models.heads import HeadSpec
-from trainer.conversion.huggingface_tokenizer import tokenizer_json
 from trainer.models.network import XLNetNetwork
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
 

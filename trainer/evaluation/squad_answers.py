@@ -24,8 +24,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from trainer.inputs.squad import SquadData, SquadExample, SquadFeatures
 from trainer.evaluation.squad_official import squad_evaluate
+from trainer.inputs.squad import SquadData, SquadExample, SquadFeatures
 
 BEAM_OUTPUTS = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits")
 
@@ -71,7 +71,7 @@ def predict_answers(examples: Sequence[SquadExample], features: SquadFeatures, b
 
     Args:
       examples: the questions ``features`` were built from (``features.example_index`` indexes them).
-      features: the windows (trainer/squad_data.build_features).
+      features: the windows (trainer/inputs/squad.py's build_features).
       beam: the inference outputs of XLNetForQuestionAnswering, one row per feature, as NumPy:
         start_top_log_probs / start_top_index [F, start_n_top], end_top_log_probs /
         end_top_index [F, start_n_top * end_n_top] (start-major), cls_logits [F].

@@ -41,19 +41,16 @@ Features (as XLNet's run_squad.py builds them, on the serving encoder's conventi
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
-import unicodedata
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
-from tfrecords.text_normalization import normalize_text
+from tfrecords.text_normalization import normalize_text, normalized_char_origins
 from tfrecords.vocabulary import SpecialIds, Vocab, parse_vocab
 from trainer.configs.finetuning import squad_length_problems
 from trainer.inputs.text_files import FinetuneDataError, field, matching_files, read_text
-
 
 
 class SquadDataError(FinetuneDataError):
@@ -191,82 +188,6 @@ def _example(qa: dict, qid: str, context: str, path: str, title: str, require_an
 # ----------------------------------------------------------------------------------------------
 # Text -> pieces with original character spans
 # ----------------------------------------------------------------------------------------------
-
-
-def normalized_char_origins(text: str, uncased: bool) -> tuple[str, np.ndarray, np.ndarray]:
-    """``normalize_text(text, uncased)`` and, per normalised character, the span of ``text`` it came from.
-
-    Each step of the normalisation is followed character by character: an NFKD expansion (``ﬁ``
-    -> ``fi``) maps every resulting character to its source, dropped accents map nowhere, a
-    ``''`` pair becoming ``"`` maps to both quotes, a collapsed whitespace run to the whole run.
-    Where the step-by-step result differs from ``normalize_text`` (canonical reordering across
-    characters, a context-dependent lower case such as a final sigma), the differing characters
-    take the origin of their nearest aligned neighbour.
-
-    Returns:
-      (normalised text, int32 [len(normalised)] first original character, int32 [len(normalised)]
-      exclusive end in the original).
-    """
-    chars: list[tuple[str, int, int]] = []
-    for i, char in enumerate(text):
-        for piece in unicodedata.normalize("NFKD", char):
-            if unicodedata.category(piece) != "Mn":
-                chars.append((piece, i, i + 1))
-    for pair in ("``", "''"):
-        chars = _replace_pairs(chars, pair, '"')
-    collapsed: list[tuple[str, int, int]] = []
-    for char in chars:
-        if char[0].isspace():  # str.split()'s whitespace, the set normalize_text collapses
-            if collapsed and collapsed[-1][0] == " ":
-                collapsed[-1] = (" ", collapsed[-1][1], char[2])
-                continue
-            char = (" ", char[1], char[2])
-        collapsed.append(char)
-    while collapsed and collapsed[0][0] == " ":
-        collapsed.pop(0)
-    while collapsed and collapsed[-1][0] == " ":
-        collapsed.pop()
-    if uncased:
-        collapsed = [(lower, start, end) for char, start, end in collapsed for lower in char.lower()]
-    normalized = normalize_text(text, uncased)
-    built = "".join(char for char, _, _ in collapsed)
-    starts = np.asarray([start for _, start, _ in collapsed], np.int32)
-    ends = np.asarray([end for _, _, end in collapsed], np.int32)
-    if built != normalized:
-        starts, ends = _realign(built, normalized, starts, ends)
-    return normalized, starts, ends
-
-
-def _replace_pairs(chars: list[tuple[str, int, int]], pair: str, replacement: str) -> list[tuple[str, int, int]]:
-    """str.replace(pair, replacement) on (char, start, end) triples: left to right, non-overlapping."""
-    out, k = [], 0
-    while k < len(chars):
-        if k + 1 < len(chars) and chars[k][0] + chars[k + 1][0] == pair:
-            out.append((replacement, chars[k][1], chars[k + 1][2]))
-            k += 2
-        else:
-            out.append(chars[k])
-            k += 1
-    return out
-
-
-def _realign(built: str, normalized: str, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Origins for ``normalized`` from those of the nearly equal ``built``: equal characters, and
-    replaced runs of equal length, keep theirs one to one; a run replaced by one of another length
-    spans the whole replaced run; an inserted character takes its left neighbour's."""
-    new_starts = np.zeros(len(normalized), np.int32)
-    new_ends = np.zeros(len(normalized), np.int32)
-    matcher = difflib.SequenceMatcher(None, built, normalized, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
-            new_starts[j1:j2], new_ends[j1:j2] = starts[i1:i2], ends[i1:i2]
-        elif tag == "replace":
-            new_starts[j1:j2], new_ends[j1:j2] = starts[i1], ends[i2 - 1]
-        elif tag == "insert":
-            neighbour = max(i1 - 1, 0)
-            new_starts[j1:j2] = starts[neighbour] if len(built) else 0
-            new_ends[j1:j2] = ends[neighbour] if len(built) else 0
-    return new_starts, new_ends
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Keras 3 layers of the XLNet network (TensorFlow backend)."""
-from trainer.layers.attention_biases import RelativeAttentionBiases
 from trainer.layers.attention import TwoStreamRelativeAttention, mask_fill_value, relative_segment_difference
+from trainer.layers.attention_biases import RelativeAttentionBiases
 from trainer.layers.dropout import HashDropout
 from trainer.layers.feed_forward import PositionwiseFeedForward
 from trainer.layers.relative_position import RelativePositionEncoding, rel_shift

@@ -12,7 +12,6 @@ import keras
 import tensorflow as tf
 
 from trainer.layers.dropout import HashDropout
-
 from trainer.layers.relative_position import gather_relative, rel_shift
 
 LAYER_NORM_EPSILON = 1e-12

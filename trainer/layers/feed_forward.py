@@ -4,9 +4,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from trainer.layers.dropout import HashDropout
-
 from trainer.layers.attention import LAYER_NORM_EPSILON
+from trainer.layers.dropout import HashDropout
 
 
 def gelu_tanh(x: tf.Tensor) -> tf.Tensor:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-
 FF_ACTIVATIONS = ("gelu", "gelu_exact", "relu")  # trainer/layers/feed_forward.py ACTIVATIONS
 
 

@@ -11,8 +11,8 @@ from typing import Optional, Sequence
 import keras
 import tensorflow as tf
 
-from trainer.models.config import ModelConfig, model_preset
 from trainer.layers import HashDropout, RelativeAttentionBiases, RelativePositionEncoding, XLNetBlock
+from trainer.models.config import ModelConfig, model_preset
 
 
 def _blocked(perm_mask: Optional[tf.Tensor], input_mask: Optional[tf.Tensor], qlen: int, attn_type: str,

@@ -16,7 +16,13 @@ import tensorflow as tf
 from tfrecords.schema import MODEL_FEATURES
 from trainer.models.config import ModelConfig
 from trainer.models.network import XLNetNetwork, build_network
-from trainer.models.permutation import check_permutation_shapes, permutation_mask, sample_ranks, select_targets, target_flags
+from trainer.models.permutation import (
+    check_permutation_shapes,
+    permutation_mask,
+    sample_ranks,
+    select_targets,
+    target_flags,
+)
 
 DENSE_FEATURES = ("input_ids", "segment_ids", "perm_mask", "target_mapping")
 

@@ -25,10 +25,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from trainer.configs.training import LoopConfig
 from trainer.runtime.distribution import is_chief, worker_info
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.optimization import build_optimizer, clip_by_global_norm
-from trainer.configs.training import LoopConfig
 
 
 class TrainingDivergedError(RuntimeError):

@@ -172,8 +172,8 @@ class ModelDirectory:
         if config.task == "squad":
             return HeadSpec("squad", start_n_top=config.start_n_top, end_n_top=config.end_n_top)
         if config.task == "classification" and self.labels is None:
-            raise ModelDirectoryError(f"{self.join(self.LABELS)}: file not found (a classification model "
-                                      "directory names its labels there)")
+            raise ModelDirectoryError(f"{self.path!r} is a classification model without {self.LABELS} (the file "
+                                      "that names its classes, index = class id)")
         return HeadSpec(config.task, self.labels if config.task == "classification" else ())
 
     @functools.cached_property

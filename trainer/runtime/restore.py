@@ -33,8 +33,8 @@ class RestoreError(ModelDirectoryError):
 
 @dataclasses.dataclass(frozen=True)
 class RestoredModel:
-    """A model directory's trained model: ``network`` (whole-sequence: no memory, no bi_data) and,
-    when fine-tuned, ``head`` (built over ``network``) as ``head_spec`` describes it."""
+    """A model directory's trained model: ``network`` and, when fine-tuned, ``head`` (built over
+    ``network``) as ``head_spec`` describes it; ``checkpoint`` is the prefix they came from."""
 
     network: XLNetNetwork
     head: Any
@@ -89,15 +89,20 @@ def checkpoint_to_read(directory: ModelDirectory, checkpoint: str | None = None)
     return checkpoint
 
 
-def restore_model(directory: ModelDirectory, checkpoint: str | None = None) -> RestoredModel:
-    """Builds ``directory``'s whole-sequence network and, when it is fine-tuned, its head, and
-    restores ``checkpoint`` (default: the latest) into them; every variable they hold must be found."""
+def restore_model(directory: ModelDirectory, checkpoint: str | None = None, whole_sequence: bool = True
+                  ) -> RestoredModel:
+    """Builds ``directory``'s network and, when it is fine-tuned, its head, and restores
+    ``checkpoint`` (default: the latest) into them; every variable they hold must be found.
+
+    ``whole_sequence``: the network as serving and fine-tuning run it (no memory, no bi_data:
+    ``sequence_model_config``); False keeps model_config.json as it is (the same variables)."""
     checkpoint = checkpoint_to_read(directory, checkpoint)
     try:
         spec = directory.head_spec
     except StorageError as error:
         raise RestoreError(str(error)) from None
-    network = build_network(sequence_model_config(directory.model_config))
+    config = directory.model_config
+    network = build_network(sequence_model_config(config) if whole_sequence else config)
     if spec is None:
         _restore(checkpoint, "match model_config.json", model=network)
         return RestoredModel(network, None, None, checkpoint)

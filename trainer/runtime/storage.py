@@ -1,6 +1,11 @@
-"""The trainer side's one filesystem layer: every file the trainer, export and import read or
-write goes through tf.io.gfile, so any path may be local or gs:// (or another filesystem
-TensorFlow knows).
+"""Whole-file reads and writes (bytes, JSON) through tf.io.gfile, with errors that name the file.
+
+Every file the trainer, export and import read or write goes through tf.io.gfile, so any path
+may be local or gs:// (or another filesystem TensorFlow knows): small files whole through these
+helpers; listings, globs, copies, renames and record streams through tf.io.gfile and tf.data
+directly, in the module that owns them (trainer/runtime/model_dir.py for model directories,
+trainer/inputs/text_files.py for fine-tuning files, trainer/serving/saved_model.py for
+publishing an export). tests/test_cloud_storage.py runs those paths against a GCS API.
 
 Paths stay plain strings joined with posixpath: ``pathlib.Path("gs://b/m")`` would silently
 become ``gs:/b/m``, a local directory.

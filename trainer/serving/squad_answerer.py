@@ -2,11 +2,12 @@
 
 Everything here is TensorFlow and tensorflow_text ops, so the SavedModel needs no project code.
 It computes, per (question, context) pair of a batch, what the Python pipeline computes
-(trainer/squad_data.build_features(training=False) + XLNetForQuestionAnswering's beam +
-trainer/squad_postprocess.predict_answers):
+(trainer/inputs/squad.py's build_features(training=False) + XLNetForQuestionAnswering's beam +
+trainer/evaluation/squad_answers.py's predict_answers):
 
 1. The context is normalised CHARACTER BY CHARACTER, each normalised character keeping the span
-   of original characters it came from (the graph twin of squad_data.normalized_char_origins):
+   of original characters it came from (tfrecords/text_normalization.py's normalized_char_origins_graph, the graph twin of
+   normalized_char_origins):
    NFKD of each character, non-spacing marks (Mn) dropped, ``````/``''`` pairs to ``"`` (left
    to right, the first pattern first), whitespace runs collapsed to one space spanning the run,
    the ends stripped, lower-cased per character when uncased. The normalised text is the
@@ -18,10 +19,10 @@ trainer/squad_postprocess.predict_answers):
 2. SentencePiece (tensorflow_text, ``tokenize_with_offsets``) cuts the normalised text; byte
    offsets become characters, and each piece gets the original span of its characters, a
    leading word-boundary space excluded; a bare boundary piece gets the empty span at the next
-   character (as squad_data.SquadTokenizer.encode_with_spans).
+   character (as inputs.squad.SquadTokenizer.encode_with_spans).
 3. The question is normalised and tokenised as every text signature does and keeps its first
    ``max_query_length`` pieces.
-4. Windows as squad_data.build_features: context budget ``max_length - len(question) - 3``,
+4. Windows as inputs.squad.build_features: context budget ``max_length - len(question) - 3``,
    windows every ``min(budget, doc_stride)`` pieces until one reaches the end, each piece scored
    only in its max-context window (highest ``min(left, right) + 0.01 * length``, float64 as
    NumPy computes it, the first window on ties). Layout, left-padded, ``<cls>`` last::
@@ -53,7 +54,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
-from tfrecords.text_normalization import WHITESPACE_CODEPOINTS, character_class, nonspacing_mark_class
+from tfrecords.text_normalization import WHITESPACE_CODEPOINTS, character_class, normalized_char_origins_graph
 from trainer.configs.finetuning import squad_length_problems
 
 NO_CANDIDATE_SCORE = -1e6  # predict_answers' score of an answer without candidates
@@ -86,124 +87,6 @@ class SquadServingConfig:
         return problems
 
 
-# ----------------------------------------------------------------------------------------------
-# Flat per-character helpers: a batch of texts as flat arrays with a row (text) id per element.
-# ----------------------------------------------------------------------------------------------
-
-
-def _runs(flags: tf.Tensor, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Runs of consecutive True ``flags`` within a row, over flat [M] arrays sorted by row.
-
-    Returns int32 [M] (offset of each element in its run, run length, index of the run's last
-    element); an element whose flag is False is a run of its own.
-    """
-    size = tf.shape(flags)[0]
-    positions = tf.range(size)
-    # [:size]: for no element at all the leading False alone would be one too many
-    continues = tf.concat([[False], flags[1:] & flags[:-1] & tf.equal(rows[1:], rows[:-1])], axis=0)[:size]
-    run_id = tf.cumsum(tf.cast(~continues, tf.int32)) - 1
-    first = tf.gather(tf.math.segment_min(positions, run_id), run_id)
-    last = tf.gather(tf.math.segment_max(positions, run_id), run_id)
-    return positions - first, last - first + 1, last
-
-
-def _merge_quote_pairs(chars: tf.Tensor, rows: tf.Tensor, starts: tf.Tensor, ends: tf.Tensor,
-                       quote: str) -> list[tf.Tensor]:
-    """str.replace(quote * 2, '"') on flat characters: runs of ``quote`` pair up from their left end
-    (an odd run keeps its last); a pair becomes ``"`` spanning both originals."""
-    is_quote = tf.equal(chars, quote)
-    offset, length, _ = _runs(is_quote, rows)
-    opens = is_quote & (offset % 2 == 0) & (offset + 1 < length)
-    closes = is_quote & (offset % 2 == 1)
-    next_end = tf.concat([ends[1:], ends[-1:]], axis=0)
-    chars = tf.where(opens, '"', chars)
-    ends = tf.where(opens, next_end, ends)
-    keep = ~closes
-    return [tf.boolean_mask(tensor, keep) for tensor in (chars, rows, starts, ends)]
-
-
-def _collapse_whitespace(chars: tf.Tensor, rows: tf.Tensor, starts: tf.Tensor, ends: tf.Tensor,
-                         num_rows: tf.Tensor) -> list[tf.Tensor]:
-    """Whitespace runs -> one " " spanning the whole run; a leading or trailing one is dropped."""
-    is_space = tf.strings.regex_full_match(chars, _WHITESPACE_CHAR)
-    offset, _, last = _runs(is_space, rows)
-    ends = tf.where(is_space, tf.gather(ends, last), ends)
-    chars = tf.where(is_space, " ", chars)
-    keep = ~is_space | tf.equal(offset, 0)
-    chars, rows, starts, ends = [tf.boolean_mask(tensor, keep) for tensor in (chars, rows, starts, ends)]
-    # After collapsing, a row can only begin or end with a single space.
-    row_splits = tf.RaggedTensor.from_value_rowids(rows, rows, nrows=num_rows).row_splits
-    positions = tf.range(tf.shape(rows)[0], dtype=row_splits.dtype)
-    is_first = tf.equal(positions, tf.gather(row_splits, rows))
-    is_last = tf.equal(positions, tf.gather(row_splits, rows + 1) - 1)
-    keep = ~(tf.equal(chars, " ") & (is_first | is_last))
-    return [tf.boolean_mask(tensor, keep) for tensor in (chars, rows, starts, ends)]
-
-
-def _expand(strings: tf.Tensor, rows: tf.Tensor, starts: tf.Tensor, ends: tf.Tensor) -> list[tf.Tensor]:
-    """Splits each flat string into its characters, each inheriting its row and origin span."""
-    split = tf.strings.unicode_split(strings, "UTF-8")
-    source = split.value_rowids()
-    return [split.flat_values] + [tf.gather(tensor, source) for tensor in (rows, starts, ends)]
-
-
-def normalized_char_origins_graph(texts: tf.Tensor, uncased: bool) -> dict[str, tf.Tensor]:
-    """The normalised texts and, per normalised character, its span of original characters.
-
-    Args:
-      texts: tf.string [batch], valid UTF-8 (see :func:`answer`, which transcodes first).
-      uncased: lower-case (per character, as tf.strings.lower does with no context).
-    Returns:
-      ``normalized`` tf.string [batch]; ``chars`` tf.string, ``origin_start`` and ``origin_end``
-      int32 RaggedTensors [batch, (normalised characters)]: first original character (code point
-      index) and exclusive end of each normalised character.
-    """
-    num_rows = tf.shape(texts, out_type=tf.int64)[0]
-    original = tf.strings.unicode_split(texts, "UTF-8")  # [batch, (characters)]
-    index_in_text = tf.cast(tf.ragged.range(original.row_lengths()).flat_values, tf.int32)
-    decomposed = tf_text.normalize_utf8(original.flat_values, "NFKD")
-    decomposed = tf.strings.regex_replace(decomposed, nonspacing_mark_class(), "")
-    chars, rows, starts, ends = _expand(decomposed, original.value_rowids(), index_in_text, index_in_text + 1)
-    for quote in ("`", "'"):  # the order of normalize_text's replacements
-        chars, rows, starts, ends = _merge_quote_pairs(chars, rows, starts, ends, quote)
-    chars, rows, starts, ends = _collapse_whitespace(chars, rows, starts, ends, num_rows)
-    chars, starts, ends = (tf.RaggedTensor.from_value_rowids(values, rows, nrows=num_rows)
-                           for values in (chars, starts, ends))
-    if uncased:
-        chars, starts, ends = _lower_case(chars, starts, ends)
-    return {"normalized": tf.strings.reduce_join(chars, axis=1), "chars": chars, "origin_start": starts,
-            "origin_end": ends}
-
-
-def _lower_case(chars: tf.RaggedTensor, starts: tf.RaggedTensor,
-                ends: tf.RaggedTensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.RaggedTensor]:
-    """Lower-cases [batch, (characters)] as normalize_text_graph does, keeping the origins.
-
-    tf.strings.lower (ICU's full mapping) looks at context (a final capital sigma becomes "ς"),
-    so each text is lower-cased whole, and its characters keep their origins one to one. That
-    needs as many characters after as before, which holds after NFKD (the one unconditional
-    expansion, "İ", has decomposed). A text where it does not hold falls back to lower-casing
-    each character alone, every resulting character inheriting its source's span.
-    """
-    whole = tf.strings.unicode_split(tf.strings.lower(tf.strings.reduce_join(chars, axis=1), encoding="utf-8"),
-                                     "UTF-8")
-    one_to_one = tf.equal(whole.row_lengths(), chars.row_lengths())  # [batch]
-    per_char = tf.strings.unicode_split(tf.strings.lower(chars.flat_values, encoding="utf-8"), "UTF-8")
-    source = per_char.value_rowids()  # flat character each lowered character came from
-    fallback = [tf.RaggedTensor.from_value_rowids(values, tf.gather(chars.value_rowids(), source),
-                                                  nrows=chars.nrows())
-                for values in (per_char.flat_values, tf.gather(starts.flat_values, source),
-                               tf.gather(ends.flat_values, source))]
-
-    def choose(kept: tf.RaggedTensor, other: tf.RaggedTensor) -> tf.RaggedTensor:
-        # Every row is either wholly ``kept`` (one to one) or wholly ``other``.
-        keep = tf.ragged.boolean_mask(kept, kept.with_flat_values(tf.gather(one_to_one, kept.value_rowids())))
-        drop = tf.ragged.boolean_mask(other, other.with_flat_values(~tf.gather(one_to_one, other.value_rowids())))
-        return tf.concat([keep, drop], axis=1)
-
-    return choose(whole, fallback[0]), choose(starts, fallback[1]), choose(ends, fallback[2])
-
-
 def _gather_in_rows(values: tf.RaggedTensor, index: tf.RaggedTensor) -> tf.RaggedTensor:
     """values[row][index[row][k]] for every k: RaggedTensor shaped as ``index`` (indices valid)."""
     flat = tf.cast(index.flat_values, tf.int64) + tf.gather(values.row_splits, index.value_rowids())
@@ -214,7 +97,7 @@ def context_pieces_graph(tokenizer: tf_text.SentencepieceTokenizer, texts: tf.Te
                          uncased: bool) -> dict[str, tf.RaggedTensor]:
     """Piece ids of the normalised texts and each piece's ORIGINAL character span [start, end).
 
-    The graph twin of squad_data.SquadTokenizer.encode_with_spans. Returns int32 RaggedTensors
+    The graph twin of inputs.squad.SquadTokenizer.encode_with_spans. Returns int32 RaggedTensors
     [batch, (pieces)]: ``ids``, ``char_start``, ``char_end``.
     """
     origins = normalized_char_origins_graph(texts, uncased)
@@ -258,7 +141,7 @@ def context_pieces_graph(tokenizer: tf_text.SentencepieceTokenizer, texts: tf.Te
 
 
 def window_starts(num_pieces: tf.Tensor, question_lengths: tf.Tensor, config: SquadServingConfig) -> dict[str, tf.Tensor]:
-    """The sliding windows of every context (squad_data.context_windows), one feature row each.
+    """The sliding windows of every context (inputs.squad.context_windows), one feature row each.
 
     Args:
       num_pieces, question_lengths: int32 [batch] context and (cut) question pieces.
@@ -307,7 +190,7 @@ def _safe_gather(params: tf.Tensor, index: tf.Tensor, default) -> tf.Tensor:
 
 def window_features(pieces: dict[str, tf.RaggedTensor], question_ids: tf.RaggedTensor, config: SquadServingConfig,
                     special_ids: dict[str, int]) -> dict[str, tf.Tensor]:
-    """Model inputs and decoding maps of every window, as squad_data.build_features lays them out.
+    """Model inputs and decoding maps of every window, as inputs.squad.build_features lays them out.
 
     Args:
       pieces: :func:`context_pieces_graph` of the contexts [batch, (pieces)].

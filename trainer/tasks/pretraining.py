@@ -18,10 +18,10 @@ import tensorflow as tf
 
 from tfrecords.manifest import Manifest
 from tfrecords.reader import StreamReader
+from trainer.configs.training import TrainConfig
 from trainer.models.config import ModelConfig
 from trainer.runtime.controller import Controller, StepOutputs
 from trainer.runtime.model_dir import ModelDirectory
-from trainer.configs.training import TrainConfig
 
 STEP_LOG = ModelDirectory.STEP_LOG
 

@@ -19,14 +19,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from trainer.configs.finetuning import FinetuneConfig
 from trainer.evaluation import metrics
 from trainer.inputs import batching, sequence_examples
-from trainer.models.config import ModelConfig
-from trainer.runtime.controller import Controller, StepOutputs
-from trainer.configs.finetuning import FinetuneConfig
 from trainer.inputs.sequence_examples import ChoiceExample, TextExample
-from trainer.models.sequence_model import XLNetForSequenceTask, task_loss
+from trainer.models.config import ModelConfig
 from trainer.models.network import build_network
+from trainer.models.sequence_model import XLNetForSequenceTask, task_loss
+from trainer.runtime.controller import Controller, StepOutputs
 from trainer.runtime.optimization import layer_decay_multipliers, variable_key
 from trainer.serving.text_encoder import XLNetTextEncoder
 

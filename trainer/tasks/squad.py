@@ -14,15 +14,15 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from trainer.models.config import ModelConfig
-from trainer.runtime.controller import Controller, StepOutputs
 from trainer.configs.finetuning import FinetuneConfig
-from trainer.inputs.batching import batched_rows
-from trainer.tasks.sequence import HeadTask
-from trainer.models.network import build_network
-from trainer.inputs.squad import SquadData, SquadFeatures, SquadTokenizer, build_features, read_squad
-from trainer.models.question_answering import XLNetForQuestionAnswering, squad_losses
 from trainer.evaluation.squad_answers import AnswerPrediction, evaluate_predictions, predict_answers
+from trainer.inputs.batching import batched_rows
+from trainer.inputs.squad import SquadData, SquadFeatures, SquadTokenizer, build_features, read_squad
+from trainer.models.config import ModelConfig
+from trainer.models.network import build_network
+from trainer.models.question_answering import XLNetForQuestionAnswering, squad_losses
+from trainer.runtime.controller import Controller, StepOutputs
+from trainer.tasks.sequence import HeadTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,5 +123,5 @@ class SquadTask(HeadTask):
 
 
 def _unchanged(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-    """SQuAD features are model inputs already (built ahead of the graph by squad_data)."""
+    """SQuAD features are model inputs already (built ahead of the graph by trainer/inputs/squad.py)."""
     return batch

@@ -1,0 +1,21 @@
+"""Packaging (setup.py): the wheel holds every module of the three packages, subpackages included."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("pipeline", "tfrecords", "trainer")
+
+
+def test_the_wheel_holds_every_module_of_pipeline_tfrecords_and_trainer(tmp_path):
+    # --no-build-isolation: the build uses this environment's setuptools and wheel (nothing downloads)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(REPO)], check=True, capture_output=True, timeout=300)
+    [wheel] = tmp_path.glob("xlnet_pretrain-*.whl")
+    inside = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".py")}
+    sources = {str(path.relative_to(REPO)) for package in PACKAGES for path in (REPO / package).rglob("*.py")}
+    assert sources - inside == set()
+    assert {"xlnet_cli.py", "trainer/task.py", "trainer/runtime/restore.py"} <= inside
