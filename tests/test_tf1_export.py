@@ -138,7 +138,7 @@ def test_checkpoint_with_part_of_run_squads_head_is_refused(tmp_path, vocab):
     import re
     import shutil
 
-    from trainer.commands.import_checkpoint import import_to_model_dir
+    from trainer.conversion.format_import import import_to_model_dir
     from trainer.conversion.tf1_checkpoint import CheckpointImportError, read_original_checkpoint
     from trainer.conversion.tf1_format import write_original_checkpoint
 

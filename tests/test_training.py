@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import xlnet_cli
 from tfrecords.manifest import load_manifest
-from trainer.commands.run_flags import read_config_file
+from trainer.commands.training_command import read_config_file
 from trainer.configs.overrides import parse_overrides, resolve_configs
 from trainer.configs.training import TrainConfig, train_preset
 from trainer.models.config import model_preset

@@ -1,1 +1,2 @@
-"""XLNet in Keras 3: layers, network, permutation-LM objective, training, export."""
+"""XLNet in Keras 3, one subpackage per concern (docs/architecture.md): layers, models, configs,
+runtime, inputs, evaluation, tasks, serving, conversion, and the commands on top."""

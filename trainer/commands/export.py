@@ -5,9 +5,8 @@ import argparse
 import sys
 import time
 
+from trainer.commands import EXIT_USAGE
 from trainer.serving.saved_model import ExportConfig, ExportError, signature_names
-
-EXIT_USAGE = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

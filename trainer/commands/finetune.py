@@ -16,24 +16,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
-import sys
 from typing import Any
 
 from trainer.models.heads import TASKS
 
-EXIT_USAGE = 2
-# FinetuneConfig fields with a flag of their own (the squad group's help comes from the field's comment).
+# FinetuneConfig fields with a flag of their own (their help comes from the field's metadata).
 SQUAD_FLAGS = ("doc_stride", "max_query_length", "max_answer_length", "n_best")
 # ModelConfig fields that shape the weights: fixed by --init-checkpoint.
 ARCHITECTURE = ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner", "untie_r")
-EXIT_DIVERGED = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `xlnet finetune`."""
-    from trainer.commands.run_flags import add_run_arguments, field_help
+    from trainer.commands.training_command import add_run_arguments, field_help
     from trainer.configs.finetuning import FinetuneConfig
     from trainer.models.config import MODEL_PRESETS
 
@@ -72,21 +68,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Fine-tunes; 0 when done or preempted (checkpoint saved), 2 on bad input, 3 on divergence."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    from trainer.runtime.controller import TrainingDivergedError
+    from trainer.commands.training_command import run_training
     from trainer.runtime.storage import StorageError
 
-    try:
+    def train() -> dict[str, Any]:
         controller = build_controller(args)
         result = controller.train(evaluate_at_end=True)
-        summary = _write_outputs(controller, args, result)
-    except TrainingDivergedError as error:
-        print(f"xlnet finetune: stopped: {error}", file=sys.stderr, flush=True)
-        return EXIT_DIVERGED
-    except (ValueError, StorageError, FileNotFoundError) as error:
-        print(f"xlnet finetune: error: {error}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
-    print(json.dumps(summary), flush=True)
-    return 0
+        return _write_outputs(controller, args, result)
+
+    return run_training("xlnet finetune", train, (ValueError, StorageError, FileNotFoundError))
 
 
 def build_controller(args: argparse.Namespace, strategy=None):
@@ -178,7 +168,7 @@ def _model_source(args: argparse.Namespace) -> dict[str, Any]:
 
 def _resolve_configs(args: argparse.Namespace, source: dict[str, Any]):
     """(whole-sequence ModelConfig, FinetuneConfig): preset -> --config -> --set -> --task/--max-seq-length."""
-    from trainer.commands.run_flags import read_config_file
+    from trainer.commands.training_command import read_config_file
     from trainer.configs.finetuning import finetune_preset
     from trainer.configs.overrides import resolve_model_and
     from trainer.models.config import MODEL_PRESETS, model_preset, sequence_model_config

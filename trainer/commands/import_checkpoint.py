@@ -15,13 +15,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Optional
 
+from trainer.commands import EXIT_USAGE
 from trainer.models.config import ModelConfig
-
-if TYPE_CHECKING:  # imported where used: `xlnet --help` should not load TensorFlow
-    from trainer.models.network import XLNetNetwork
-    from trainer.models.question_answering import XLNetForQuestionAnswering
 
 DEFAULTS = ModelConfig()
 
@@ -55,102 +51,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"else {DEFAULTS.dropatt})")
 
 
-def new_model_directory(output: str):
-    """The --output ModelDirectory, refused when it already holds checkpoints."""
-    from trainer.conversion.tf1_checkpoint import CheckpointImportError
-    from trainer.runtime.model_dir import ModelDirectory
-
-    target = ModelDirectory(output)
-    if target.latest_checkpoint() is not None:
-        raise CheckpointImportError(f"--output {output}: already holds checkpoints; choose a new directory")
-    return target
-
-
-def save_checkpoint(target, **objects) -> str:
-    """The one checkpoint of an imported model directory (``model=network``, plus ``head`` when
-    fine-tuned); returns its prefix."""
-    import tensorflow as tf
-
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(**objects), target.checkpoints, max_to_keep=1)
-    return manager.save(checkpoint_number=0)
-
-
-def load_release_weights(network: XLNetNetwork, checkpoint: str) -> Optional[XLNetForQuestionAnswering]:
-    """Assigns the original checkpoint's encoder to ``network`` and, when the checkpoint holds
-    run_squad.py's head, that head to a squad head built over ``network``; returns the head or None.
-    Every variable, the head's included, is checked by name and shape before any is assigned."""
-    from trainer.conversion.tf1_checkpoint import (
-        assign_checked_weights,
-        original_variable_map,
-        read_original_checkpoint,
-    )
-    from trainer.conversion.tf1_format import build_question_answering_head, question_answering_variable_map
-
-    source = f"checkpoint {checkpoint}"
-    weights = read_original_checkpoint(checkpoint)
-    head = build_question_answering_head(network, weights, source)
-    targets = original_variable_map(network)
-    if head is not None:
-        targets.update(question_answering_variable_map(head))
-    assign_checked_weights(targets, weights, source)
-    return head
-
-
-def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output: str, **overrides) -> str:
-    """Converts the release and writes the model directory (local or gs://), a fine-tuned squad
-    one when the checkpoint holds run_squad.py's head; returns the checkpoint written. Nothing is
-    written before every variable is checked."""
-    from tfrecords.vocabulary import parse_vocab
-    from trainer.conversion.tf1_checkpoint import CheckpointImportError, read_original_config
-    from trainer.conversion.tf1_format import RUN_SQUAD_HEAD
-    from trainer.models.network import build_network
-    from trainer.runtime.storage import read_bytes
-
-    target = new_model_directory(output)
-    config = read_original_config(config_path, **overrides)
-    vocab = parse_vocab(read_bytes(spm_path), spm_path, source=f"--spm {spm_path!r}")
-    if vocab.vocab_size != config.vocab_size:
-        raise CheckpointImportError(f"--spm {spm_path} has {vocab.vocab_size} pieces but --config {config_path} "
-                                    f"has n_token {config.vocab_size}: they are not from the same release")
-    network = build_network(config)
-    head = load_release_weights(network, checkpoint)
-    target.write_model_files(config, vocab.special_ids.to_dict(), spm_path)
-    if head is None:
-        return save_checkpoint(target, model=network)
-    target.write_head_files(RUN_SQUAD_HEAD)
-    print(f"imported the squad head of {checkpoint} (run_squad.py's start_logits, end_logits, answer_class; "
-          f"beam widths start_n_top {RUN_SQUAD_HEAD.start_n_top}, end_n_top {RUN_SQUAD_HEAD.end_n_top}): "
-          "a fine-tuned --task squad model directory", flush=True)
-    return save_checkpoint(target, model=network, head=head)
-
-
-def import_huggingface_to_model_dir(source: str, output: str, **overrides) -> str:
-    """Converts a Hugging Face XLNet directory and writes the model directory (local or gs://),
-    with the fine-tuning head files when the source has a head; returns the checkpoint written.
-    Every tensor is checked before anything is assigned or written."""
-    import posixpath
-
-    from trainer.conversion.huggingface_format import VOCAB, read_huggingface_directory
-    from trainer.models.network import build_network
-
-    target = new_model_directory(output)
-    model = read_huggingface_directory(source, **overrides)
-    network = build_network(model.config)
-    head = None if model.head is None else model.head.build(network)
-    model.load_into(network, head)
-    target.write_model_files(model.config, model.special_ids, posixpath.join(source.rstrip("/"), VOCAB),
-                             uncased=model.uncased)
-    if head is None:
-        return save_checkpoint(target, model=network)
-    target.write_head_files(model.head)
-    return save_checkpoint(target, model=network, head=head)
-
-
 def run(args: argparse.Namespace) -> int:
     """Imports and prints where the model directory went; returns 2 with a message on bad input."""
     from tfrecords.vocabulary import VocabError
+    from trainer.conversion.format_import import import_huggingface_to_model_dir, import_to_model_dir
     from trainer.conversion.huggingface_format import HuggingFaceFormatError
     from trainer.conversion.tf1_checkpoint import CheckpointImportError
+    from trainer.runtime.model_dir import ModelDirectory
     from trainer.runtime.storage import StorageError
 
     original = {"--checkpoint": args.checkpoint, "--config": args.config, "--spm": args.spm}
@@ -158,12 +65,12 @@ def run(args: argparse.Namespace) -> int:
     if args.huggingface is not None and given:
         print(f"xlnet import-checkpoint: error: --huggingface reads one directory; drop {', '.join(given)}",
               file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.huggingface is None and len(given) < len(original):
         missing = [flag for flag in original if flag not in given]
         print(f"xlnet import-checkpoint: error: an original release needs {', '.join(missing)} as well "
               "(or pass --huggingface DIR)", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     flags = dict(mem_len=args.mem_len, reuse_len=args.reuse_len, bi_data=args.bi_data, clamp_len=args.clamp_len,
                  dropout=args.dropout, dropatt=args.dropatt)
     try:
@@ -176,6 +83,11 @@ def run(args: argparse.Namespace) -> int:
             written = import_to_model_dir(args.checkpoint, args.config, args.spm, args.output, **overrides)
     except (CheckpointImportError, HuggingFaceFormatError, VocabError, StorageError) as error:
         print(f"xlnet import-checkpoint: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    head = ModelDirectory(args.output).head_spec
+    if head is not None and args.huggingface is None:
+        print(f"imported the squad head of {source} (run_squad.py's start_logits, end_logits, answer_class; "
+              f"beam widths start_n_top {head.start_n_top}, end_n_top {head.end_n_top}): a fine-tuned --task squad "
+              "model directory", flush=True)
     print(f"imported {source} into {args.output} (checkpoint {written})", flush=True)
     return 0

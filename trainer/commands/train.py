@@ -12,18 +12,13 @@ resumes from the latest checkpoint.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import posixpath
-import sys
-
-EXIT_USAGE = 2
-EXIT_DIVERGED = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `xlnet train`."""
-    from trainer.commands.run_flags import add_run_arguments
+    from trainer.commands.training_command import add_run_arguments
     from trainer.models.config import MODEL_PRESETS
 
     parser.add_argument("--data", required=True, help="data directory written by `xlnet preprocess` (local or gs://)")
@@ -42,26 +37,20 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("trainer").setLevel(logging.INFO)
     from tfrecords.manifest import ManifestError
-    from trainer.runtime.controller import TrainingDivergedError
+    from trainer.commands.training_command import run_training
 
-    try:
-        trainer = _build_trainer(args)
-        result = trainer.train()
-    except TrainingDivergedError as error:
-        print(f"xlnet train: stopped: {error}", file=sys.stderr, flush=True)
-        return EXIT_DIVERGED
-    except (ValueError, ManifestError, FileNotFoundError) as error:
-        print(f"xlnet train: error: {error}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
-    print(json.dumps({"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
-                      "eval": dict(result.eval_metrics)}), flush=True)
-    return 0
+    def train() -> dict:
+        result = _build_trainer(args).train()
+        return {"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
+                "eval": dict(result.eval_metrics)}
+
+    return run_training("xlnet train", train, (ValueError, ManifestError, FileNotFoundError))
 
 
 def _build_trainer(args: argparse.Namespace):
     from tfrecords.manifest import load_manifest, manifest_location
     from tfrecords.reader import file_sha256, validate_manifest
-    from trainer.commands.run_flags import read_config_file
+    from trainer.commands.training_command import read_config_file
     from trainer.configs.overrides import resolve_configs
     from trainer.runtime.distribution import create_strategy, is_chief, make_deterministic
     from trainer.runtime.model_dir import ModelDirectory

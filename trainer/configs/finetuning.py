@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from trainer.configs.training import LoopConfig
-from trainer.models.config import MODEL_PRESETS
+from trainer.models.config import MODEL_PRESETS, named_preset
 from trainer.models.heads import TASKS
 
 # A SQuAD context needs room: the original's run_squad.py sequence length, the squad default of
@@ -95,8 +95,5 @@ assert set(FINETUNE_PRESETS) == set(MODEL_PRESETS), "fine-tuning and model prese
 
 
 def finetune_preset(name: str) -> FinetuneConfig:
-    """The named fine-tuning preset, with a clear error for unknown names."""
-    try:
-        return FINETUNE_PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(FINETUNE_PRESETS)}") from None
+    """The named fine-tuning preset."""
+    return named_preset(FINETUNE_PRESETS, name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trainer.models.config import MODEL_PRESETS, JsonConfig, ModelConfig
+from trainer.models.config import MODEL_PRESETS, JsonConfig, ModelConfig, named_preset
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 DECAYS = ("linear", "cosine")
@@ -134,8 +134,5 @@ assert set(TRAIN_PRESETS) == set(MODEL_PRESETS), "train and model presets must s
 
 
 def train_preset(name: str) -> TrainConfig:
-    """Returns the named training preset with a clear error for unknown names."""
-    try:
-        return TRAIN_PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(TRAIN_PRESETS)}") from None
+    """The named pretraining preset."""
+    return named_preset(TRAIN_PRESETS, name)

@@ -1,1 +1,1 @@
-"""TODO"""
+"""Scoring: classification and regression metrics, SQuAD answers and the official SQuAD evaluation."""

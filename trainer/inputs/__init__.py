@@ -1,1 +1,1 @@
-"""TODO"""
+"""What fine-tuning tasks read: labeled text files, multiple-choice and SQuAD inputs, seeded batches."""

@@ -100,9 +100,15 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 }
 
 
-def model_preset(name: str) -> ModelConfig:
-    """Returns the named preset ('tiny', 'base', 'large') with a clear error for unknown names."""
+def named_preset(presets: Mapping[str, Any], name: str) -> Any:
+    """``presets[name]``, or a ValueError naming the presets there are (every preset table shares
+    the names tiny, base and large)."""
     try:
-        return MODEL_PRESETS[name]
+        return presets[name]
     except KeyError:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(MODEL_PRESETS)}") from None
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(presets)}") from None
+
+
+def model_preset(name: str) -> ModelConfig:
+    """The named architecture ('tiny', 'base', 'large')."""
+    return named_preset(MODEL_PRESETS, name)

@@ -6,7 +6,7 @@ Public entry points (batch-major everywhere):
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import keras
 import tensorflow as tf
@@ -209,6 +209,19 @@ class XLNetNetwork(keras.Model):
     def from_config(cls, config: dict) -> "XLNetNetwork":
         config = dict(config)
         return cls(ModelConfig.from_dict(config.pop("config")), **config)
+
+
+def head_model_config(model: keras.Model, **fields: Any) -> dict:
+    """``get_config`` of a model wrapping an XLNetNetwork (a fine-tuning head): its own ``fields``
+    and the serialised network; :func:`head_model_from_config` reverses it."""
+    return {"name": model.name, **fields, "network": keras.saving.serialize_keras_object(model.network)}
+
+
+def head_model_from_config(cls: type, config: dict) -> keras.Model:
+    """The head model ``cls`` rebuilt from :func:`head_model_config`'s output."""
+    config = dict(config)
+    network = keras.saving.deserialize_keras_object(config.pop("network"), custom_objects={"XLNetNetwork": XLNetNetwork})
+    return cls(network, **config)
 
 
 def build_network(config: ModelConfig | str, dtype: Optional[str] = None) -> XLNetNetwork:

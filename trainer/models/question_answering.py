@@ -24,7 +24,7 @@ import keras
 import tensorflow as tf
 
 from trainer.layers.answer_span import AnswerClass, EndLogits, StartLogits
-from trainer.models.network import XLNetNetwork
+from trainer.models.network import XLNetNetwork, head_model_config, head_model_from_config
 
 INPUTS = ("input_ids", "segment_ids", "input_mask", "p_mask")
 
@@ -88,15 +88,11 @@ class XLNetForQuestionAnswering(keras.Model):
                 "end_top_index": tf.reshape(end_top_index, flat), "cls_logits": cls_logits}
 
     def get_config(self) -> dict:
-        return {"name": self.name, "start_n_top": self.start_n_top, "end_n_top": self.end_n_top,
-                "network": keras.saving.serialize_keras_object(self.network)}
+        return head_model_config(self, start_n_top=self.start_n_top, end_n_top=self.end_n_top)
 
     @classmethod
     def from_config(cls, config: dict) -> "XLNetForQuestionAnswering":
-        config = dict(config)
-        network = keras.saving.deserialize_keras_object(config.pop("network"),
-                                                        custom_objects={"XLNetNetwork": XLNetNetwork})
-        return cls(network, **config)
+        return head_model_from_config(cls, config)
 
 
 def squad_losses(outputs: Mapping[str, tf.Tensor], start_positions: tf.Tensor, end_positions: tf.Tensor,

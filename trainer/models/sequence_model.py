@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from trainer.layers.sequence_summary import SequenceSummary
 from trainer.models.heads import SEQUENCE_TASKS
-from trainer.models.network import XLNetNetwork
+from trainer.models.network import XLNetNetwork, head_model_config, head_model_from_config
 
 INPUTS = ("input_ids", "segment_ids", "input_mask")
 
@@ -70,15 +70,11 @@ class XLNetForSequenceTask(keras.Model):
         return tf.cast(self.logits_proj(self.sequence_summary(hidden, training=training)), tf.float32)
 
     def get_config(self) -> dict:
-        return {"name": self.name, "task": self.task, "num_labels": self.num_labels,
-                "network": keras.saving.serialize_keras_object(self.network)}
+        return head_model_config(self, task=self.task, num_labels=self.num_labels)
 
     @classmethod
     def from_config(cls, config: dict) -> "XLNetForSequenceTask":
-        config = dict(config)
-        network = keras.saving.deserialize_keras_object(config.pop("network"),
-                                                        custom_objects={"XLNetNetwork": XLNetNetwork})
-        return cls(network, **config)
+        return head_model_from_config(cls, config)
 
 
 def task_loss(task: str, outputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:

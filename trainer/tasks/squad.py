@@ -22,7 +22,7 @@ from trainer.models.config import ModelConfig
 from trainer.models.network import build_network
 from trainer.models.question_answering import XLNetForQuestionAnswering, squad_losses
 from trainer.runtime.controller import Controller, StepOutputs
-from trainer.tasks.sequence import HeadTask
+from trainer.tasks.head_task import HeadTask
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,9 +1,15 @@
-"""Flags `xlnet train` and `xlnet finetune` share: the configuration file, overrides, strategy."""
+"""What `xlnet train` and `xlnet finetune` share: the run flags (configuration file, overrides,
+strategy), reading the --config file, help texts derived from the configuration classes, and the
+exit codes of a training run."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import TYPE_CHECKING
+import json
+import sys
+from typing import TYPE_CHECKING, Any, Callable
+
+from trainer.commands import EXIT_DIVERGED, EXIT_USAGE
 
 if TYPE_CHECKING:  # imported where used: `xlnet --help` should not load TensorFlow
     from trainer.configs.overrides import ConfigFile
@@ -40,3 +46,22 @@ def field_help(config_class: type, name: str) -> str:
     and its default, so that a flag's help never drifts from the class that owns the default."""
     field = {field.name: field for field in dataclasses.fields(config_class)}[name]
     return f"{field.metadata['help']} (default {field.default})"
+
+
+def run_training(command: str, train: Callable[[], dict[str, Any]], bad_input: tuple[type[BaseException], ...]
+                 ) -> int:
+    """Runs ``train`` (which returns the run's summary) and turns how it ended into the exit code:
+    0 with the summary as one JSON line on standard output, EXIT_DIVERGED when the loss diverged,
+    EXIT_USAGE with the message on bad input (the ``bad_input`` errors); both on standard error."""
+    from trainer.runtime.controller import TrainingDivergedError
+
+    try:
+        summary = train()
+    except TrainingDivergedError as error:
+        print(f"{command}: stopped: {error}", file=sys.stderr, flush=True)
+        return EXIT_DIVERGED
+    except bad_input as error:
+        print(f"{command}: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    print(json.dumps(summary), flush=True)
+    return 0
