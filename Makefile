@@ -40,7 +40,7 @@ $(INTEROP_STAMP): setup.py
 	touch $(INTEROP_STAMP)
 
 test-interop: $(INTEROP_STAMP)
-	$(INTEROP_PY) -m pytest -q tests/test_interop_transformers.py
+	$(INTEROP_PY) -m pytest -q tests/trainer/conversion/test_interop_transformers.py
 
 demo: $(STAMP)
 	$(PY) demo.py

@@ -22,7 +22,7 @@ INSTALL_REQUIRES = [
 PIPELINE_REQUIRES = ["apache-beam[gcp,tfrecord]==2.77.0"]
 TEST_REQUIRES = [
     "pytest>=8",
-    # A Cloud Storage JSON API in memory, for the gs:// tests (tests/gcs_emulator.py).
+    # A Cloud Storage JSON API in memory, for the gs:// tests (tests/support/gcs_emulator.py).
     "gcp-storage-emulator==2026.7.19",
 ]
 # The real Hugging Face client for the interop tests (`make test-interop`, its own .venv-interop).

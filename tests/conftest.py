@@ -14,25 +14,13 @@
 """
 from __future__ import annotations
 
-import gzip
-import itertools
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-CORPUS_DIR = REPO / "data" / "corpus"
-WIKI_QA = REPO / "data" / "squad" / "wiki_qa_v2.json"
-TINY_DATA = dict(seq_len=128, reuse_len=64, num_predict=21, bi_data=True, num_streams=16,
-                 num_shards=4, valid_shards=2, valid_fraction=0.1, seed=0)
+from support.bundled_data import CORPUS_DIR, TINY_DATA, WIKI_QA, read_corpus_documents
+
 SAMPLE_DOCUMENTS_PER_FILE = {"wiki_summaries_en.txt.gz": 400, "kjv_bible.txt.gz": 40}
-
-
-def read_corpus_documents(path: Path, limit: int) -> list[list[str]]:
-    """The first ``limit`` documents of a bundled corpus file (lists of sentence lines)."""
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        text = handle.read()
-    return [doc.splitlines() for doc in itertools.islice(text.split("\n\n"), limit)]
 
 
 @pytest.fixture(scope="session")
@@ -118,13 +106,13 @@ def pytest_configure(config) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Google Cloud Storage on 127.0.0.1 (tests/gcs_emulator.py): ``gcs`` and ``gcs_prefix``.
+# Google Cloud Storage on 127.0.0.1 (tests/support/gcs_emulator.py): ``gcs`` and ``gcs_prefix``.
 # ----------------------------------------------------------------------------------------------
 # The section's imports live with it; gcs_emulator is stdlib only.
 import os  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
-from gcs_emulator import GcsEmulator  # noqa: E402
+from support.gcs_emulator import GcsEmulator  # noqa: E402
 
 GCS_BUCKET = "xlnet-test"
 

@@ -1,4 +1,4 @@
-"""Every user path on gs://, end to end, against a real GCS JSON API on 127.0.0.1 (tests/gcs_emulator.py).
+"""Every user path on gs://, end to end, against a real GCS JSON API on 127.0.0.1 (tests/support/gcs_emulator.py).
 
 The default suite runs one compact flow: corpus and vocabulary uploaded to the bucket,
 `xlnet preprocess` gs:// -> gs:// on the multi-processing runner with 2 workers, `xlnet train`
@@ -26,10 +26,10 @@ from pipeline.preprocess_config import PreprocessConfig
 from tfrecords.manifest import load_manifest
 from trainer.runtime.model_dir import ModelDirectory
 
-from conftest import TINY_DATA
+from support.bundled_data import TINY_DATA
 
-REPO = Path(__file__).resolve().parent.parent
-# The tiny preset made smaller still (as in tests/test_training.py), so a step takes milliseconds.
+REPO = Path(__file__).resolve().parents[1]
+# The tiny preset made smaller still (as in tests/trainer/tasks/test_pretraining.py), so a step takes milliseconds.
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32",
          "train_batch_size=4", "eval_batch_size=4", "steps_per_loop=2", "eval_steps=2", "warmup_steps=2"]
 RUN = ["train_steps=8", "checkpoint_every=4", "eval_every=8"]

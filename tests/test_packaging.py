@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "tfrecords", "trainer")
 
 

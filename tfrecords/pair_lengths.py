@@ -3,7 +3,7 @@
 The longer of the two loses one piece at a time from its end (B on ties) until both fit: the
 closed form of XLNet's ``_truncate_seq_pair`` loop. Records are built with ``trim_a_b``
 (pipeline/records.py); serving encodes text pairs with ``pair_lengths``, its tensor version
-(trainer/serving/text_encoder.py). tests/test_text_encoding.py holds the two equal.
+(trainer/serving/text_encoder.py). tests/trainer/serving/test_text_encoder.py holds the two equal.
 """
 from __future__ import annotations
 

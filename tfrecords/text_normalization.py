@@ -16,7 +16,7 @@ The steps, in order:
 
 ``normalize_text`` is the reference (used by `xlnet vocab` and `xlnet preprocess` on decoded
 text); ``normalize_text_graph`` does the same with TensorFlow ops for a SavedModel that takes
-raw strings. tests/test_text_normalization_parity.py holds them equal on the bundled corpus.
+raw strings. tests/tfrecords/test_text_normalization_parity.py holds them equal on the bundled corpus.
 ``normalized_char_origins`` and ``normalized_char_origins_graph`` apply the same steps while
 tracking, per normalised character, the span of original characters it came from (SQuAD answers
 are spans of the original context). TensorFlow is imported only by the graph versions, so Beam

@@ -86,6 +86,7 @@ def build_controller(args: argparse.Namespace, strategy=None):
     from trainer.runtime.distribution import create_strategy, is_chief, make_deterministic
     from trainer.runtime.model_dir import ModelDirectory
 
+    _check_settings_before_reading(args)
     source = _model_source(args)
     model, config = _resolve_configs(args, source)
     if config.deterministic:
@@ -166,15 +167,16 @@ def _model_source(args: argparse.Namespace) -> dict[str, Any]:
             "uncased": bool(args.uncased), "vocab_path": args.vocab, "vocab_size": vocab.vocab_size}
 
 
-def _resolve_configs(args: argparse.Namespace, source: dict[str, Any]):
-    """(whole-sequence ModelConfig, FinetuneConfig): preset -> --config -> --set -> --task/--max-seq-length."""
+def _resolve_configs(args: argparse.Namespace, source: dict[str, Any], preset: str | None = None):
+    """(whole-sequence ModelConfig, FinetuneConfig): preset -> --config -> --set -> --task/--max-seq-length.
+    ``preset``: the preset to resolve over (default: --preset, else the one matching the source's model)."""
     from trainer.commands.training_command import read_config_file
     from trainer.configs.finetuning import finetune_preset
     from trainer.configs.overrides import resolve_model_and
     from trainer.models.config import MODEL_PRESETS, model_preset, sequence_model_config
 
     base_model = source["model"]
-    preset = args.preset or _matching_preset(base_model, MODEL_PRESETS)
+    preset = preset or args.preset or _matching_preset(base_model, MODEL_PRESETS)
     if base_model is None:
         base_model = model_preset(preset).replace(vocab_size=source["vocab_size"])
     flags = {name: getattr(args, name) for name in ("max_seq_length",) + SQUAD_FLAGS if getattr(args, name) is not None}
@@ -187,6 +189,17 @@ def _resolve_configs(args: argparse.Namespace, source: dict[str, Any]):
             raise ValueError(f"--set/--config cannot change the architecture of --init-checkpoint "
                              f"({', '.join(changed)})")
     return sequence_model_config(model), config
+
+
+def _check_settings_before_reading(args: argparse.Namespace) -> None:
+    """Resolves the flags, --set and --config over a stand-in preset, so that a setting the
+    configuration refuses (the SQuAD window rule among them) is reported before any model or data
+    file is read. The stand-in cannot hide a problem of the real resolution: squad's lengths come
+    from FinetuneConfig, not from a preset, and the full resolution checks everything again."""
+    from trainer.models.config import model_preset
+
+    preset = args.preset or "base"
+    _resolve_configs(args, {"model": None, "vocab_size": model_preset(preset).vocab_size}, preset=preset)
 
 
 def _matching_preset(model, presets) -> str:

@@ -1,0 +1,80 @@
+"""The benchmark scripts run end to end and print the JSON lines they document.
+
+Slow: each runs the real pipeline or trainer, on short settings. The figures themselves are
+measurements (README); these tests check that the scripts keep producing them consistently.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_benchmark(script: str, *args: str) -> list[dict]:
+    """The JSON lines a benchmark script prints (its exit status must be 0)."""
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.slow
+def test_memory_benefit_reports_both_runs_by_position_and_their_difference(tmp_path, spm_model):
+    shutil.copy(spm_model, tmp_path / "spiece.model")  # the benchmark trains a vocabulary only when none is there
+    memory, without, summary = run_benchmark("memory_benefit.py", "--workdir", str(tmp_path), "--steps", "20",
+                                             "--seeds", "0", "--eval-steps", "3")
+
+    assert (memory["mem_len"], without["mem_len"]) == (32, 0)
+    assert memory["steps"] == without["steps"] == 20
+    assert memory["valid"]["targets"] == 3 * 16 * 5  # eval batches x rows x num_predict
+    assert sum(memory["valid"]["targets_by_position"].values()) == memory["valid"]["targets"]
+    assert list(memory["valid"]["loss_by_position"]) == ["0-2", "2-4", "4-8", "8-16", "16-32"]
+    assert "valid_same_weights_without_memory" in memory and "valid_same_weights_without_memory" not in without
+    assert summary["per_seed"]["0"]["difference"] == round(without["valid"]["loss"] - memory["valid"]["loss"], 4)
+    assert summary["memory_helps_every_seed"] == (summary["per_seed"]["0"]["difference"] > 0)
+
+
+@pytest.mark.slow
+def test_preprocess_benchmark_reports_capacity_both_set_ups_and_the_speed_up(spm_model):
+    capacity, one, two, summary = run_benchmark("preprocess.py", "--vocab", spm_model, "--repeats", "1",
+                                                "--capacity-seconds", "0.2")
+
+    assert capacity["benchmark"] == "machine_parallel_capacity" and capacity["encodes_2_processes"] > 0
+    assert (one["workers"], two["workers"]) == (1, 2)
+    assert (one["corpus_tokens"], one["records"]) == (two["corpus_tokens"], two["records"])
+    speedup = round(one["seconds"] / two["seconds"], 2)
+    assert summary["speedup_1_to_2_per_repeat"] == [speedup]
+    assert summary["speedup_over_capacity_per_repeat"] == [round(speedup / capacity["capacity_2_vs_1"], 2)]
+
+
+@pytest.mark.slow
+def test_finetune_benchmark_reports_random_and_pretrained_runs_with_the_same_settings(tmp_path):
+    random, pretrained = run_benchmark("finetune.py", "--workdir", str(tmp_path), "--pretrain-steps", "0", "4",
+                                       "--finetune-steps", "4")
+
+    assert (random["init"], random["pretrain_steps"]) == ("random", 0)
+    assert (pretrained["init"], pretrained["pretrain_steps"]) == ("pretrained", 4)
+    assert random["finetune_steps"] == pretrained["finetune_steps"] == 4 and random["seed"] == pretrained["seed"]
+    assert pretrained["pretrain_valid_loss"] > 0 and random["pretrain_valid_loss"] is None
+    for line in (random, pretrained):
+        assert set(line["dev"]) == {"accuracy", "macro_f1", "mcc", "loss"} and 0 <= line["dev"]["accuracy"] <= 1
+
+
+@pytest.mark.slow
+def test_squad_benchmark_reports_trivial_baselines_then_random_and_pretrained_runs(tmp_path):
+    *baselines, random, pretrained = run_benchmark("finetune.py", "--task", "squad", "--workdir", str(tmp_path),
+                                                   "--pretrain-steps", "0", "4", "--finetune-steps", "4")
+
+    assert [line["baseline"] for line in baselines] == ["first 1 word", "random 1 word", "first 2 words",
+                                                        "random 2 words"]
+    assert all(0 <= line["dev"]["f1"] < 15 for line in baselines)
+    assert (random["init"], pretrained["init"]) == ("random", "pretrained")
+    for line in (random, pretrained):
+        assert line["task"] == "squad" and set(line["dev"]) == {"exact", "f1"} and line["finetune_steps"] == 4
+        assert line["dev_curve"] == {"4": line["dev"]}

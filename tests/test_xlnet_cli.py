@@ -1,0 +1,77 @@
+"""The `xlnet` command line: on/off flags in both forms, defaults in --help, quiet TensorFlow start-up."""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import xlnet_cli
+from pipeline.preprocess_command import add_arguments as preprocess_arguments
+from pipeline.preprocess_command import config_from_args
+
+REPO = Path(__file__).resolve().parents[1]
+REQUIRED = ["--input", "corpus.txt", "--output", "out", "--vocab", "spiece.model"]
+
+
+def preprocess_config(*flags: str):
+    parser = argparse.ArgumentParser()
+    preprocess_arguments(parser)
+    return config_from_args(parser.parse_args(REQUIRED + list(flags)))
+
+
+@pytest.mark.parametrize("flag, field, default", [("bi-data", "bi_data", True), ("eod", "use_eod", True),
+                                                  ("uncased", "uncased", False),
+                                                  ("subword-spans", "subword_spans", False)])
+def test_every_preprocess_switch_accepts_both_forms(flag, field, default):
+    assert getattr(preprocess_config(), field) is default
+    assert getattr(preprocess_config(f"--{flag}"), field) is True
+    assert getattr(preprocess_config(f"--no-{flag}"), field) is False
+
+
+def test_vocab_and_export_switches_accept_both_forms():
+    from pipeline.vocab_command import add_arguments as vocab_arguments
+    from trainer.commands.export import add_arguments as export_arguments
+
+    vocab = argparse.ArgumentParser()
+    vocab_arguments(vocab)
+    assert vocab.parse_args(["--input", "c", "--output", "o", "--no-uncased"]).uncased is False
+    assert vocab.parse_args(["--input", "c", "--output", "o", "--uncased"]).uncased is True
+    export = argparse.ArgumentParser()
+    export_arguments(export)
+    base = ["--model-dir", "m", "--output", "o"]
+    assert [export.parse_args(base + flags).uncased for flags in ([], ["--uncased"], ["--no-uncased"], ["--cased"])] \
+        == [None, True, False, False]
+
+
+def test_help_shows_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        xlnet_cli.main(["preprocess", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for expected in ("tokens per record (default: 512)", "(default: 256)", "--bi-data, --no-bi-data",
+                     "(default: True)", "--num-streams NUM_STREAMS text streams per split"):
+        assert expected in text, expected
+    assert "(default: None)" not in text
+
+
+def run_export_of_a_missing_directory(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | env
+    return subprocess.run([sys.executable, "xlnet_cli.py", "export", "--model-dir", str(tmp_path / "missing"),
+                           "--output", str(tmp_path / "out")], cwd=REPO, env=environment, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_tensorflow_start_up_noise_is_not_printed(tmp_path):
+    result = run_export_of_a_missing_directory(tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"xlnet export: error: --model-dir '{tmp_path / 'missing'}' "
+                                                  "does not exist"]
+
+
+def test_tensorflow_start_up_log_is_shown_when_the_user_sets_its_level(tmp_path):
+    result = run_export_of_a_missing_directory(tmp_path, TF_CPP_MIN_LOG_LEVEL="0")
+    assert result.returncode == 2
+    assert "absl::InitializeLog" in result.stderr and "xlnet export: error:" in result.stderr

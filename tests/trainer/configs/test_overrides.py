@@ -1,0 +1,55 @@
+"""Resolving a run's configurations (trainer/configs/overrides.py): presets, --config files, --set
+overrides, and the checks between the model and the training configuration."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainer.commands.training_command import read_config_file
+from trainer.configs.overrides import parse_overrides, resolve_configs
+from trainer.configs.training import TrainConfig, train_preset
+from trainer.models.config import model_preset
+
+
+def test_presets_share_the_model_preset_names():
+    for name in ("tiny", "base", "large"):
+        model, train, _ = resolve_configs(name)
+        assert model == model_preset(name) and train == train_preset(name)
+
+
+def test_set_overrides_are_typed_by_the_config_fields():
+    model, train = parse_overrides(["model.n_layer=3", "learning_rate=2e-4", "jit_compile=true", "decay=cosine"])
+    assert model == {"n_layer": 3}
+    assert train == {"learning_rate": 2e-4, "jit_compile": True, "decay": "cosine"}
+
+
+@pytest.mark.parametrize("item, message", [("nope=1", "no such field"), ("n_layer=two", "expected a int"),
+                                           ("train.n_layer=2", "TrainConfig has no field"),
+                                           ("jit_compile=maybe", "true or false"), ("n_layer", "key=value")])
+def test_bad_set_override_names_the_problem(item, message):
+    with pytest.raises(ValueError, match=message):
+        parse_overrides([item])
+
+
+def test_config_file_applies_between_preset_and_set(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"model": {"n_layer": 3, "d_model": 96}, "train": {"learning_rate": 5e-4}}))
+    model, train, explicit = resolve_configs("tiny", read_config_file(str(path)), ["d_model=64"])
+    assert (model.n_layer, model.d_model, train.learning_rate) == (3, 64, 5e-4)
+    assert explicit == {"n_layer", "d_model"}
+
+
+def test_config_file_that_is_missing_or_not_json_is_named(tmp_path):
+    with pytest.raises(ValueError, match=f"--config {tmp_path / 'none.json'}: file not found"):
+        read_config_file(str(tmp_path / "none.json"))
+    (tmp_path / "bad.json").write_text("{model: 1}")
+    with pytest.raises(ValueError, match=f"--config {tmp_path / 'bad.json'} is not valid JSON"):
+        read_config_file(str(tmp_path / "bad.json"))
+
+
+def test_inconsistent_model_and_train_configs_are_refused():
+    with pytest.raises(ValueError, match="perm_size"):
+        resolve_configs("tiny", None, ["perm_size=48"])
+    with pytest.raises(ValueError, match="precision"):
+        TrainConfig(precision="float8")

@@ -1,0 +1,58 @@
+"""The model directory (trainer/runtime/model_dir.py): its head files and what it reads back, the step
+log and the TensorBoard scalars."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import tensorflow as tf
+
+from trainer.configs.finetuning import FinetuneConfig
+from trainer.models.heads import HeadSpec
+from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
+
+
+def test_step_losses_keep_the_last_value_of_a_step_logged_twice(tmp_path):
+    directory = ModelDirectory(str(tmp_path))
+    directory.append_steps([{"step": 1, "loss": 7.5, "grad_norm": 1.0}, {"step": 2, "loss": 7.25, "grad_norm": 1.0}])
+    directory.append_steps([{"step": 2, "loss": 7.0, "grad_norm": 1.0}])  # a resumed run redoes step 2
+    assert [row["loss"] for row in directory.step_rows()] == [7.5, 7.25, 7.0]
+    assert directory.step_losses() == {1: 7.5, 2: 7.0}
+
+
+def test_a_directory_without_a_step_log_has_no_steps(tmp_path):
+    assert ModelDirectory(str(tmp_path / "new")).step_rows() == []
+
+
+def test_scalars_are_the_values_tf_summary_wrote_for_one_tag(tmp_path):
+    directory = ModelDirectory(str(tmp_path))
+    writer = tf.summary.create_file_writer(directory.tensorboard("eval"))
+    with writer.as_default():
+        for step, value in ((50, 8.5), (100, 7.25), (150, 6.0)):
+            tf.summary.scalar("loss", value, step=step)
+            tf.summary.scalar("grad_norm", 1.0, step=step)
+    writer.flush()
+    assert directory.scalars("eval", "loss") == {50: 8.5, 100: 7.25, 150: 6.0}
+    assert directory.scalars("train", "loss") == {}
+
+
+@pytest.mark.parametrize("head", [HeadSpec("classification", ("no", "yes")), HeadSpec("regression"),
+                                  HeadSpec("multiple-choice"), HeadSpec("squad", start_n_top=3, end_n_top=2)])
+def test_head_files_written_for_an_imported_head_read_back_as_the_same_head(tmp_path, head):
+    directory = ModelDirectory(str(tmp_path))
+    directory.write_head_files(head)
+    assert ModelDirectory(str(tmp_path)).head_spec == head
+    recorded = json.loads((tmp_path / ModelDirectory.FINETUNE_CONFIG).read_text())
+    assert {key: recorded[key] for key in ("task", "max_seq_length")} == {
+        "task": head.task, "max_seq_length": FinetuneConfig.max_seq_length}
+
+
+def test_a_pretrained_directory_has_no_head(tmp_path):
+    assert ModelDirectory(str(tmp_path)).head_spec is None
+
+
+def test_a_classification_directory_without_labels_names_the_missing_file(tmp_path):
+    directory = ModelDirectory(str(tmp_path))
+    directory.write_finetune_files(FinetuneConfig(task="classification"), None)
+    with pytest.raises(ModelDirectoryError, match="is a classification model without labels.json"):
+        directory.head_spec

@@ -1,0 +1,249 @@
+"""Pretraining on the controller and `xlnet train`: the loop's guarantees (resume, preemption, NaN guard,
+XLA, mixed precision) on the bundled corpus. Its configuration is tested in tests/trainer/configs/, its
+optimizer in tests/trainer/runtime/test_optimization.py."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import xlnet_cli
+from tfrecords.manifest import load_manifest
+from trainer.configs.overrides import resolve_configs
+from trainer.runtime.controller import Controller, TrainingDivergedError
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.tasks.pretraining import STEP_LOG, pretraining_controller
+
+REPO = Path(__file__).resolve().parents[3]
+# The tiny preset made smaller still, so a step takes milliseconds on two CPU cores.
+SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32",
+         "train_batch_size=4", "eval_batch_size=4", "steps_per_loop=2", "eval_steps=2", "warmup_steps=2"]
+
+
+def small_configs(*overrides: str):
+    model, train, _ = resolve_configs("tiny", None, SMALL + list(overrides))
+    return model.replace(vocab_size=8000), train
+
+
+def make_trainer(tiny_data_dir, model_dir, *overrides: str, strategy=None) -> Controller:
+    model, train = small_configs(*overrides)
+    return pretraining_controller(model, train, manifest=load_manifest(str(tiny_data_dir)), model_dir=str(model_dir),
+                   strategy=strategy or tf.distribute.get_strategy(), log=lambda line: None)
+
+
+
+
+def train_command(data_dir, model_dir, *overrides: str) -> list[str]:
+    args = ["train", "--data", str(data_dir), "--model-dir", str(model_dir), "--preset", "tiny"]
+    for item in SMALL + list(overrides):
+        args += ["--set", item]
+    return args
+
+
+def run_subprocess_training(args: list[str]) -> subprocess.Popen:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "trainer.task"] + args[1:], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(predicate, process: subprocess.Popen, timeout: float = 240.0) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        if process.poll() is not None:
+            raise AssertionError(f"training exited early ({process.returncode}):\n{process.stdout.read()}")
+        if time.time() > deadline:
+            process.kill()
+            raise AssertionError("training did not reach the expected point in time")
+        time.sleep(0.2)
+
+
+# ---------------------------------------------------------------------------------- the loop
+STRAIGHT = ("train_steps=12", "checkpoint_every=4", "eval_every=12")
+
+
+@pytest.fixture(scope="module")
+def straight_run(tiny_data_dir, tmp_path_factory) -> Path:
+    """An uninterrupted 12-step `xlnet train` run (checkpoints every 4 steps, one evaluation)."""
+    model_dir = tmp_path_factory.mktemp("straight") / "model"
+    assert xlnet_cli.main(train_command(tiny_data_dir, model_dir, *STRAIGHT)) == 0
+    return model_dir
+
+
+def test_cli_train_writes_a_model_directory_export_can_use(straight_run):
+    model_dir = straight_run
+    for name in ("model_config.json", "train_config.json", "spiece.model", "special_ids.json"):
+        assert (model_dir / name).exists(), name
+    assert json.loads((model_dir / "train_config.json").read_text())["train_steps"] == 12
+    assert json.loads((model_dir / "model_config.json").read_text())["n_layer"] == 2
+    assert json.loads((model_dir / "text_normalization.json").read_text()) == {"uncased": False}  # as the data
+    assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")).endswith("ckpt-12")
+    assert sorted(ModelDirectory(model_dir).step_losses()) == list(range(1, 13))
+    tags = set()
+    for events in (model_dir / "tensorboard").rglob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(events)):
+            tags |= {f"{events.parent.name}/{value.tag}" for value in event.summary.value}
+    assert {"train/loss", "train/plm_accuracy", "train/learning_rate", "train/grad_norm",
+            "train/tokens_per_sec", "train/examples_per_sec",
+            "eval/loss", "eval/accuracy", "eval/perplexity"} <= tags
+
+
+def test_missing_data_directory_is_a_clear_error(tmp_path, capsys):
+    code = xlnet_cli.main(["train", "--data", str(tmp_path / "none"), "--model-dir", str(tmp_path / "m")])
+    assert code == 2
+    assert "manifest.json" in capsys.readouterr().err
+
+
+def test_model_directory_with_another_architecture_is_refused(tiny_data_dir, straight_run, capsys):
+    code = xlnet_cli.main(train_command(tiny_data_dir, straight_run, *STRAIGHT, "d_inner=256"))
+    assert code == 2
+    assert "d_inner" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_resumed_run_continues_with_the_saved_memory_and_reader_position(tiny_data_dir, tmp_path):
+    straight = make_trainer(tiny_data_dir, tmp_path / "a", "train_steps=6", "checkpoint_every=3")
+    straight.train()
+    first = make_trainer(tiny_data_dir, tmp_path / "b", "train_steps=3", "checkpoint_every=3")
+    first.train()
+    memory = [v.numpy() for v in first.train_memory.variables]
+    resumed = make_trainer(tiny_data_dir, tmp_path / "b", "train_steps=6", "checkpoint_every=3")
+    assert int(resumed.step.numpy()) == 3
+    for saved, restored in zip(memory, resumed.train_memory.variables):
+        np.testing.assert_array_equal(saved, restored.numpy())
+        assert np.abs(saved).sum() > 0  # the memory really was carried, not zeros
+    resumed.train()
+    a, b = ModelDirectory(tmp_path / "a").step_losses(), ModelDirectory(tmp_path / "b").step_losses()
+    np.testing.assert_allclose([a[s] for s in range(1, 7)], [b[s] for s in range(1, 7)], rtol=1e-5)
+
+
+def test_sigkill_then_restart_gives_the_same_per_step_losses(tiny_data_dir, straight_run, tmp_path):
+    model_dir = tmp_path / "killed"
+    process = run_subprocess_training(train_command(tiny_data_dir, model_dir, *STRAIGHT))
+    log = model_dir / STEP_LOG
+    wait_for(lambda: (model_dir / "checkpoints" / "ckpt-4.index").exists() and log.exists()
+             and len(log.read_text().splitlines()) >= 6, process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")) is not None
+    assert xlnet_cli.main(train_command(tiny_data_dir, model_dir, *STRAIGHT)) == 0
+    expected, resumed = ModelDirectory(straight_run).step_losses(), ModelDirectory(model_dir).step_losses()
+    assert sorted(resumed) == list(range(1, 13))
+    np.testing.assert_allclose([resumed[s] for s in range(1, 13)], [expected[s] for s in range(1, 13)], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_deterministic_runs_log_byte_identical_losses(tiny_data_dir, tmp_path):
+    settings = ("train_steps=40", "steps_per_loop=10", "checkpoint_every=40", "eval_every=0", "deterministic=true")
+    logs = []
+    for name in ("first", "second"):
+        process = run_subprocess_training(train_command(tiny_data_dir, tmp_path / name, *settings))
+        output = process.communicate(timeout=300)[0]
+        assert process.returncode == 0, output
+        logs.append((tmp_path / name / STEP_LOG).read_bytes())
+    assert logs[0].count(b"\n") == 40
+    assert logs[1] == logs[0]
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tiny_data_dir, tmp_path):
+    model_dir = tmp_path / "preempted"
+    process = run_subprocess_training(train_command(tiny_data_dir, model_dir, "train_steps=100000",
+                                                    "checkpoint_every=100000", "eval_every=0"))
+    log = model_dir / STEP_LOG
+    wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= 2, process)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output
+    assert '"stopped": "preempted"' in output
+    saved = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))
+    assert saved is not None and int(saved.rsplit("-", 1)[1]) == max(ModelDirectory(model_dir).step_losses())
+
+
+def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tiny_data_dir, tmp_path):
+    trainer = make_trainer(tiny_data_dir, tmp_path, "train_steps=2", "checkpoint_every=2")
+    trainer.train()
+    good = trainer.manager.latest_checkpoint
+    embedding = trainer.network.word_embedding.embeddings
+    embedding.assign(tf.fill(embedding.shape, float("nan")))
+    trainer.config = trainer.config.replace(train_steps=4)
+    with pytest.raises(TrainingDivergedError, match="loss became nan at step 3"):
+        trainer.train()
+    assert trainer.manager.latest_checkpoint == good
+    reader = tf.train.load_checkpoint(good)
+    assert all(np.isfinite(reader.get_tensor(name)).all() for name, _ in tf.train.list_variables(good)
+               if reader.get_variable_to_dtype_map()[name].is_floating)
+
+
+def test_train_step_compiles_with_xla_at_static_shapes(tiny_data_dir, tmp_path):
+    # tf.function(jit_compile=True) raises instead of falling back when XLA cannot compile the step
+    trainer = make_trainer(tiny_data_dir, tmp_path, "jit_compile=true", "train_steps=2", "n_layer=1")
+    trainer.train()
+    assert all(math.isfinite(loss) for loss in ModelDirectory(tmp_path).step_losses().values())
+    assert trainer._grad_fn.experimental_get_tracing_count() == 1  # one static-shape trace for all steps
+
+
+@pytest.mark.slow
+def test_xla_train_step_matches_the_plain_step(tiny_data_dir, tmp_path):
+    trainer = make_trainer(tiny_data_dir, tmp_path, "jit_compile=true", "train_steps=2", "dropout=0", "dropatt=0")
+    trainer.train()
+    eager = make_trainer(tiny_data_dir, tmp_path / "plain", "train_steps=2", "dropout=0", "dropatt=0")
+    eager.train()
+    xla, plain = ModelDirectory(tmp_path).step_losses(), ModelDirectory(tmp_path / "plain").step_losses()
+    np.testing.assert_allclose([xla[1], xla[2]], [plain[1], plain[2]], rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_step_gives_a_finite_loss_near_float32(tiny_data_dir, tmp_path, precision):
+    mixed = make_trainer(tiny_data_dir, tmp_path / "mixed", f"precision={precision}", "train_steps=2", "dropout=0",
+                         "dropatt=0")
+    mixed.train()
+    full = make_trainer(tiny_data_dir, tmp_path / "full", "train_steps=2", "dropout=0", "dropatt=0")
+    full.train()
+    low, high = ModelDirectory(tmp_path / "mixed").step_losses(), ModelDirectory(tmp_path / "full").step_losses()
+    assert math.isfinite(low[2])
+    np.testing.assert_allclose(low[1], high[1], rtol=2e-2)
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_sums_micro_steps_before_one_update(tiny_data_dir, tmp_path):
+    trainer = make_trainer(tiny_data_dir, tmp_path, "accumulation_steps=2", "train_steps=2")
+    trainer.train()
+    assert int(trainer.optimizer.iterations.numpy()) == 2
+    # each optimizer step consumed two records of every row
+    batch = next(iter(trainer.task.reader("train", 4, start_step=2).dataset()))
+    np.testing.assert_array_equal(batch["stream_pos"].numpy()[:, 0], [4, 5])
+
+
+def test_init_checkpoint_starts_from_another_model_directory(tiny_data_dir, straight_run, tmp_path):
+    source = straight_run
+    from trainer.commands import train as task
+
+    parser = __import__("argparse").ArgumentParser()
+    task.add_arguments(parser)
+    args = parser.parse_args(train_command(tiny_data_dir, tmp_path / "target", "train_steps=2")[1:]
+                             + ["--init-checkpoint", str(source)])
+    trainer = task._build_trainer(args)
+    assert int(trainer.step.numpy()) == 0
+    saved = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(source / "checkpoints")))
+    key = next(name for name, _ in tf.train.list_variables(str(source / "checkpoints"))
+               if name.startswith("model/word_embedding"))
+    np.testing.assert_array_equal(trainer.network.word_embedding.embeddings.numpy(), saved.get_tensor(key))
+
+
+@pytest.mark.slow
+def test_tiny_model_loss_falls_within_a_few_hundred_steps(tiny_data_dir, tmp_path):
+    trainer = make_trainer(tiny_data_dir, tmp_path, "train_steps=300", "steps_per_loop=50", "learning_rate=2e-3",
+                           "warmup_steps=30", "train_batch_size=8", "checkpoint_every=300", "eval_every=0")
+    trainer.train()
+    losses = ModelDirectory(tmp_path).step_losses()
+    first, last = np.mean([losses[s] for s in range(1, 21)]), np.mean([losses[s] for s in range(281, 301)])
+    assert last < first - 1.5, (first, last)
