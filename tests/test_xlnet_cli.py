@@ -75,3 +75,22 @@ def test_tensorflow_start_up_log_is_shown_when_the_user_sets_its_level(tmp_path)
     result = run_export_of_a_missing_directory(tmp_path, TF_CPP_MIN_LOG_LEVEL="0")
     assert result.returncode == 2
     assert "absl::InitializeLog" in result.stderr and "xlnet export: error:" in result.stderr
+
+
+def test_the_subcommand_list_names_every_fine_tuning_task(capsys):
+    with pytest.raises(SystemExit):
+        xlnet_cli.main(["--help"])
+    listing = " ".join(capsys.readouterr().out.split())
+    assert "fine-tune a model for classification, regression, multiple choice or extractive QA (squad)" in listing
+
+
+def test_python_m_trainer_task_is_xlnet_train_under_its_own_name():
+    result = subprocess.run([sys.executable, "-m", "trainer.task", "--help"], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("usage: python -m trainer.task ")
+    usage_flags = {"--data", "--model-dir", "--preset", "--config", "--set", "--strategy", "--tpu", "--init-checkpoint"}
+    assert all(flag in result.stdout for flag in usage_flags)
+    bad = subprocess.run([sys.executable, "-m", "trainer.task", "--model-dir", "m"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "the following arguments are required: --data" in bad.stderr

@@ -110,14 +110,15 @@ def test_tf_checkpoint_manager_save_restore(gcs_prefix):
 
 
 def test_tf_summary_writer_writes_events_file(gcs_prefix):
-    writer = tf.summary.create_file_writer(gcs_prefix + "logs")
+    from trainer.runtime.model_dir import ModelDirectory
+
+    directory = ModelDirectory(gcs_prefix + "model")
+    writer = tf.summary.create_file_writer(directory.tensorboard("train"))
     with writer.as_default():
         tf.summary.scalar("loss", 1.5, step=7)
     writer.close()
-    [events] = tf.io.gfile.glob(gcs_prefix + "logs/events.out.tfevents.*")
-    scalars = [(event.step, value.tag, tf.make_ndarray(value.tensor).item())
-               for event in tf.compat.v1.train.summary_iterator(events) for value in event.summary.value]
-    assert scalars == [(7, "loss", 1.5)]
+    assert len(tf.io.gfile.glob(directory.tensorboard("train") + "/events.out.tfevents.*")) == 1
+    assert directory.scalars("train", "loss") == {7: 1.5} and directory.scalar_tags("train") == {"loss"}
 
 
 # -- Beam FileSystems -------------------------------------------------------------------------

@@ -92,6 +92,17 @@ def test_a_fine_tuned_squad_directory_resumes(tmp_path):
     assert ModelDirectory(model_dir).latest_checkpoint().endswith("ckpt-4")
 
 
+@pytest.mark.parametrize("name, head", [("pretrained", None), ("classifier", "XLNetForSequenceTask"),
+                                        ("squad", "XLNetForQuestionAnswering")])
+def test_a_directory_restores_every_variable_of_its_network_and_head(name, head):
+    from trainer.runtime.restore import restore_model
+
+    restored = restore_model(ModelDirectory(str(LEGACY / name)))  # every variable matched, or RestoreError
+    assert type(restored.head).__name__ == (head or "NoneType")
+    assert restored.checkpoint.endswith("ckpt-4" if name == "pretrained" else "ckpt-2")
+
+
+@pytest.mark.slow  # 80 s: three SavedModels; the fast test above restores the same checkpoints
 @pytest.mark.parametrize("name, signature", [("pretrained", "encode_text"), ("classifier", "classify"),
                                              ("squad", "answer")])
 def test_a_directory_exports_with_the_signatures_of_its_task(tmp_path, name, signature):

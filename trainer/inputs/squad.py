@@ -13,7 +13,7 @@ duplicate id, an empty context or question, an ``answer_start`` outside the cont
 Features (as XLNet's run_squad.py builds them, on the serving encoder's conventions)
 --------------------------------------------------------------------------------
 * Context and question are normalised as everywhere in the project
-  (tfrecords/text_normalization.normalize_text with the model's casing: accents stripped,
+  (tfrecords/text_normalization.py's normalize_text with the model's casing: accents stripped,
   quotes changed, whitespace collapsed) and cut into SentencePiece pieces by the model, so the
   ids equal the serving encoder's. Each context piece keeps the span of ORIGINAL context
   characters it came from (:func:`normalized_char_origins` follows every character through the

@@ -64,7 +64,7 @@ def cloze_squad(documents: Sequence[Sequence[str]], seed: int, *, questions_per_
     """A SQuAD 2.0-format dict (``{"version", "data": [...]}``) of cloze questions.
 
     Args:
-      documents: paragraphs as lists of sentence lines (tests/conftest.read_corpus_documents).
+      documents: paragraphs as lists of sentence lines (tests/support/bundled_data.read_corpus_documents).
       seed: the whole set is a function of it.
       questions_per_document: questions drawn per paragraph (from distinct sentences while any remain).
       max_span_words: the removed span has 1..max_span_words words, uniformly.

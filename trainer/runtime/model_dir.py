@@ -28,7 +28,7 @@ import functools
 import json
 import os
 import posixpath
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import tensorflow as tf
 
@@ -200,15 +200,19 @@ class ModelDirectory:
     def scalars(self, name: str, tag: str) -> dict[int, float]:
         """step -> value of the scalar ``tag`` in the TensorBoard events of writer ``name`` ("train"
         or "eval"), whether written as a tensor (tf.summary) or as a simple value."""
-        points: dict[int, float] = {}
+        return dict(sorted((step, value) for step, found, value in self._scalar_events(name) if found == tag))
+
+    def scalar_tags(self, name: str) -> set[str]:
+        """The scalar tags writer ``name`` ("train" or "eval") has written."""
+        return {tag for _, tag, _ in self._scalar_events(name)}
+
+    def _scalar_events(self, name: str) -> Iterator[tuple[int, str, float]]:
         for path in sorted(tf.io.gfile.glob(posixpath.join(self.tensorboard(name), "events.out.tfevents.*"))):
             for record in tf.data.TFRecordDataset(path):
                 event = tf.compat.v1.Event.FromString(record.numpy())
                 for value in event.summary.value:
-                    if value.tag == tag:
-                        number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
-                        points[int(event.step)] = number
-        return dict(sorted(points.items()))
+                    number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
+                    yield int(event.step), value.tag, number
 
     # ------------------------------------------------------------------------ writes
     def write_model_files(self, model_config: ModelConfig, special_ids: Mapping[str, int], vocab_path: str,

@@ -1,4 +1,4 @@
-"""Fine-tuning inputs (trainer/inputs/sequence_files.py) on the bundled Rotten Tomatoes splits and corpus."""
+"""Fine-tuning inputs (trainer/inputs/sequence_examples.py) on the bundled Rotten Tomatoes splits and corpus."""
 from __future__ import annotations
 
 import csv

@@ -87,10 +87,7 @@ def test_cli_train_writes_a_model_directory_export_can_use(straight_run):
     assert json.loads((model_dir / "text_normalization.json").read_text()) == {"uncased": False}  # as the data
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")).endswith("ckpt-12")
     assert sorted(ModelDirectory(model_dir).step_losses()) == list(range(1, 13))
-    tags = set()
-    for events in (model_dir / "tensorboard").rglob("events.out.tfevents.*"):
-        for event in tf.compat.v1.train.summary_iterator(str(events)):
-            tags |= {f"{events.parent.name}/{value.tag}" for value in event.summary.value}
+    tags = {f"{name}/{tag}" for name in ("train", "eval") for tag in ModelDirectory(model_dir).scalar_tags(name)}
     assert {"train/loss", "train/plm_accuracy", "train/learning_rate", "train/grad_norm",
             "train/tokens_per_sec", "train/examples_per_sec",
             "eval/loss", "eval/accuracy", "eval/perplexity"} <= tags
