@@ -22,6 +22,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("trainer.commands.export",
                "export a model directory as a serving SavedModel (or for Hugging Face, or in the TF1 layout)"),
 }
+# Said under every subcommand's --help; trainer/commands/__init__.py names the codes for the code.
+EXIT_STATUS = ("exit status: 0 done (or preempted, with a checkpoint saved); 2 usage or bad input (a flag, file "
+               "or setting, named); 3 a data or state problem (damaged data, a diverged run, no readable "
+               "checkpoint, a corpus too short for any record)")
 # Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/commands/tensorflow_startup.py).
 TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export")
 
@@ -69,7 +73,7 @@ def run_subcommand(name: str, argv: list[str], prog: str | None = None) -> int:
               file=sys.stderr)
         return 2
     sub_parser = argparse.ArgumentParser(prog=prog or f"xlnet {name}", description=SUBCOMMANDS[name][1],
-                                         formatter_class=HelpFormatter)
+                                         epilog=EXIT_STATUS, formatter_class=HelpFormatter)
     module.add_arguments(sub_parser)
     if getattr(module, "ACCEPTS_RUNNER_OPTIONS", False):
         # e.g. `xlnet preprocess` hands unknown flags to Apache Beam (--project, --region, ...)

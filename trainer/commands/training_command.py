@@ -9,7 +9,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
-from trainer.commands import EXIT_DIVERGED, EXIT_USAGE
+from trainer.commands import EXIT_DATA, EXIT_USAGE
 
 if TYPE_CHECKING:  # imported where used: `xlnet --help` should not load TensorFlow
     from trainer.configs.overrides import ConfigFile
@@ -51,7 +51,7 @@ def field_help(config_class: type, name: str) -> str:
 def run_training(command: str, train: Callable[[], dict[str, Any]], bad_input: tuple[type[BaseException], ...]
                  ) -> int:
     """Runs ``train`` (which returns the run's summary) and turns how it ended into the exit code:
-    0 with the summary as one JSON line on standard output, EXIT_DIVERGED when the loss diverged,
+    0 with the summary as one JSON line on standard output, EXIT_DATA when the loss diverged,
     EXIT_USAGE with the message on bad input (the ``bad_input`` errors); both on standard error."""
     from trainer.runtime.controller import TrainingDivergedError
 
@@ -59,7 +59,7 @@ def run_training(command: str, train: Callable[[], dict[str, Any]], bad_input: t
         summary = train()
     except TrainingDivergedError as error:
         print(f"{command}: stopped: {error}", file=sys.stderr, flush=True)
-        return EXIT_DIVERGED
+        return EXIT_DATA
     except bad_input as error:
         print(f"{command}: error: {error}", file=sys.stderr, flush=True)
         return EXIT_USAGE
