@@ -12,7 +12,9 @@ SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
         -> WriteShard: normalise + tokenise the shard's documents, per stream concatenate
            them in hash order, build records (forward, then reversed with bi_data), write the
            shard file
-        -> shard statistics -> combined -> WriteManifest (last, atomic)
+        -> shard statistics -> combined -> WriteManifest (last, atomic): each shard's size
+           read back from the finished files; no manifest at all when there is no training
+           record, so a failed run never looks like data
 
 Why one shuffle of raw text: a document's split, stream and hence shard depend only on
 its key, so it can go straight to its shard. Everything that costs CPU (tokenising,
@@ -46,14 +48,14 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from pipeline.corpus import CorpusError, InputFile, read_documents
-from pipeline.data_directory import save_manifest
+from pipeline.data_directory import save_manifest, shard_sizes
 from pipeline.preprocess_config import PreprocessConfig
 from pipeline.records import RecordBuilder
 from pipeline.streams import (TokenizedDocument, concatenate_stream, place_document, reverse_stream,
                               shard_of_stream, stream_rng, streams_of_shard)
 from pipeline.vocab import Vocab, load_vocab
 from tfrecords.example_codec import encode_batch
-from tfrecords.manifest import SPLITS, Manifest, ShardEntry, SplitEntry, StreamEntry
+from tfrecords.manifest import MANIFEST_NAME, SPLITS, Manifest, ShardEntry, SplitEntry, StreamEntry
 from tfrecords.text_normalization import normalize_text
 
 NAMESPACE = "xlnet"
@@ -273,7 +275,10 @@ class WriteShard(beam.DoFn):
 
 
 class WriteManifest(beam.DoFn):
-    """All shard statistics -> DIR/manifest.json, written atomically once every shard is done."""
+    """All shard statistics -> DIR/manifest.json, written atomically once every shard is done.
+
+    A run without a single training record writes no manifest: its presence means usable data,
+    and the launcher (pipeline/preprocess_command.py) reports why there is none."""
 
     def __init__(self, config: PreprocessConfig, vocab_entry: dict, special_ids: dict):
         self._config = config
@@ -281,21 +286,32 @@ class WriteManifest(beam.DoFn):
         self._special_ids = special_ids
 
     def process(self, shard_stats: list[dict]) -> Iterator[str]:
-        manifest = build_manifest(self._config, self._vocab_entry, self._special_ids, shard_stats)
+        if not has_training_records(shard_stats):
+            _LOG.warning("no training records: %s/%s not written", self._config.output, MANIFEST_NAME)
+            return
+        sizes = shard_sizes(self._config.output, [s["file"] for s in shard_stats])
+        manifest = build_manifest(self._config, self._vocab_entry, self._special_ids, shard_stats, sizes)
         problems = manifest.validate()
         if problems:
             raise RuntimeError("inconsistent shard statistics: " + "; ".join(problems))
         yield save_manifest(manifest, self._config.output)
 
 
-def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dict, shard_stats: list[dict]) -> Manifest:
-    """The manifest for a finished run from the per-shard statistics."""
+def has_training_records(shard_stats: list[dict]) -> bool:
+    """Whether a run produced data to train on: the rule that decides if its manifest is written."""
+    return any(s["records"] for s in shard_stats if s["split"] == "train")
+
+
+def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dict, shard_stats: list[dict],
+                   sizes: dict[str, int]) -> Manifest:
+    """The manifest for a finished run from the per-shard statistics and the shard files' sizes."""
     splits = {}
     for split in SPLITS:
         stats = sorted((s for s in shard_stats if s["split"] == split), key=lambda s: s["shard"])
         shards = tuple(
             ShardEntry(file=s["file"], records=s["records"], tokens=s["tokens"], masked_tokens=s["masked_tokens"],
-                       documents=s["documents"], streams=tuple(StreamEntry(**stream) for stream in s["streams"]))
+                       documents=s["documents"], streams=tuple(StreamEntry(**stream) for stream in s["streams"]),
+                       bytes=sizes[s["file"]])
             for s in stats)
         splits[split] = SplitEntry(num_shards=config.num_shards_of(split), num_streams=config.num_streams,
                                    shards=shards)

@@ -1,8 +1,9 @@
 """The output data directory of `xlnet preprocess`, through Beam's FileSystems (local, gs://, ...).
 
-The pipeline's side of tfrecords/manifest.py: preparing the directory before a run, writing
-the manifest last and atomically, and reading it back for the summary. Shard files are written
-by the pipeline's shard stage (pipeline/beam_pipeline.py) into the same directory.
+The pipeline's side of tfrecords/manifest.py: preparing the directory before a run, measuring
+the finished shards, writing the manifest last and atomically, reading it back for the summary,
+and clearing away what a failed run wrote. Shard files are written by the pipeline's shard stage
+(pipeline/beam_pipeline.py) into the same directory.
 """
 from __future__ import annotations
 
@@ -43,11 +44,34 @@ def prepare_output(output: str, overwrite: bool) -> None:
     manifest = FileSystems.join(output, MANIFEST_NAME)
     if FileSystems.exists(manifest):
         FileSystems.delete([manifest])  # first, so a crash below never leaves a stale valid manifest
-    ours = [path for path in existing if posixpath.basename(path.rstrip("/")).startswith(OWN_PREFIXES)]
-    if ours:
-        FileSystems.delete(ours)
+    remove_run_files(output)
     if is_local_path(output):
         os.makedirs(output, exist_ok=True)
+
+
+def own_entries(output: str) -> list[str]:
+    """What a run writes into ``output`` (shards, scratch manifests), leaving anything else alone."""
+    return [path for path in entries(output) if posixpath.basename(path.rstrip("/")).startswith(OWN_PREFIXES)]
+
+
+def remove_run_files(output: str) -> list[str]:
+    """Deletes the shards and scratch manifests in ``output``: an earlier run's before a new one, or
+    those of a run that failed, so that none of its files can pass for data. Returns their paths."""
+    ours = own_entries(output)
+    if ours:
+        FileSystems.delete(ours)
+    return ours
+
+
+def shard_sizes(directory: str, names: list[str]) -> dict[str, int]:
+    """Bytes of each named file of ``directory``, from one listing (one request on an object store
+    rather than one per shard). A name that is not there is an error: the shards are complete."""
+    listed = FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list
+    sizes = {posixpath.basename(m.path.rstrip("/")): int(m.size_in_bytes) for m in listed}
+    missing = [name for name in names if name not in sizes]
+    if missing:
+        raise OutputError(f"shard files missing from {directory} after they were written: {', '.join(missing)}")
+    return {name: sizes[name] for name in names}
 
 
 def save_manifest(manifest: Manifest, directory: str) -> str:
@@ -61,6 +85,11 @@ def save_manifest(manifest: Manifest, directory: str) -> str:
         FileSystems.delete([target])
     FileSystems.rename([scratch], [target])
     return target
+
+
+def has_manifest(output: str) -> bool:
+    """Whether ``output`` holds a manifest, i.e. complete data."""
+    return FileSystems.exists(FileSystems.join(output, MANIFEST_NAME))
 
 
 def read_manifest(path: str) -> Manifest:

@@ -17,7 +17,8 @@ import sys
 import time
 
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, CorpusError, expand_inputs
-from pipeline.data_directory import OutputError, is_local_path, prepare_output, read_manifest
+from pipeline.data_directory import (OutputError, has_manifest, is_local_path, prepare_output, read_manifest,
+                                     remove_run_files)
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from pipeline.vocab import VocabError, load_vocab
 from tfrecords.manifest import MANIFEST_NAME, ManifestError
@@ -146,6 +147,31 @@ def counters(result) -> dict[str, int]:
     return totals
 
 
+COUNTER_KEYS = ("files", "lines", "documents", "tokens", "records", "masked_tokens", "empty_files",
+                "unreadable_files", "invalid_lines", "long_lines", "empty_documents", "short_streams",
+                "uncovered_tokens")
+SKIPPED_KEYS = ("unreadable_files", "invalid_lines", "long_lines", "empty_files")
+
+
+class NoTrainingRecordsError(Exception):
+    """The run produced no training record: it wrote no manifest and its shards were removed.
+    A data problem (exit status 3), not a usage error; ``metrics`` holds the run's counters."""
+
+    def __init__(self, message: str, metrics: dict[str, int]):
+        super().__init__(message)
+        self.metrics = metrics
+
+
+def counter_lines(metrics: dict[str, int]) -> list[str]:
+    """The counters line of the end-of-run report, and a warning line when input was skipped."""
+    lines = ["  counters: " + ", ".join(f"{k}={metrics.get(k, 0)}" for k in COUNTER_KEYS)]
+    skipped = {k: metrics.get(k, 0) for k in SKIPPED_KEYS}
+    if any(skipped.values()):
+        lines.append("  WARNING: skipped input: " + ", ".join(f"{k}={v}" for k, v in skipped.items() if v)
+                     + " (see the log for file names)")
+    return lines
+
+
 def summary(manifest, metrics: dict[str, int], seconds: float) -> str:
     """The readable end-of-run report."""
     lines = [f"preprocessing finished in {seconds:.1f} s -> {manifest.directory}/{MANIFEST_NAME}"]
@@ -154,19 +180,44 @@ def summary(manifest, metrics: dict[str, int], seconds: float) -> str:
         lines.append(f"  {name}: {t['documents']} documents, {t['tokens']} tokens -> {t['records']} records "
                      f"({t['masked_tokens']} masked tokens) in {split.num_shards} shard(s), "
                      f"{split.num_streams} streams{' x2 (bi_data)' if manifest.bi_data else ''}")
-    keys = ("files", "lines", "documents", "tokens", "records", "masked_tokens", "empty_files", "unreadable_files",
-            "invalid_lines", "long_lines", "empty_documents", "short_streams", "uncovered_tokens")
-    lines.append("  counters: " + ", ".join(f"{k}={metrics.get(k, 0)}" for k in keys))
-    skipped = {k: metrics.get(k, 0) for k in ("unreadable_files", "invalid_lines", "long_lines", "empty_files")}
-    if any(skipped.values()):
-        lines.append("  WARNING: skipped input: " + ", ".join(f"{k}={v}" for k, v in skipped.items() if v)
-                     + " (see the log for file names)")
-    return "\n".join(lines)
+    return "\n".join(lines + counter_lines(metrics))
+
+
+def no_records_message(config: PreprocessConfig, metrics: dict[str, int]) -> str:
+    """Why a run produced no training record, from its counters: no documents at all (an empty
+    input, or one whose every line was skipped), or documents too short for one record."""
+    count = {key: metrics.get(key, 0) for key in COUNTER_KEYS}
+    read = f"read {count['files']} file(s) from --input: {count['lines']} lines, {count['documents']} documents"
+    nothing_written = f"Nothing was written as data (no {MANIFEST_NAME}, no shard files)."
+    if count["documents"] == 0:
+        return f"{_no_documents_headline(count)}: {read}; {_skipped_input(count)}. {nothing_written}"
+    return (f"no training records: the corpus is too short for --seq-len {config.seq_len} in "
+            f"{config.num_streams} streams ({read}, {count['tokens']} tokens); lower --num-streams or "
+            f"--seq-len. {nothing_written}")
+
+
+def _no_documents_headline(count: dict[str, int]) -> str:
+    if count["lines"] == 0 and not any(count[key] for key in SKIPPED_KEYS if key != "empty_files"):
+        return "the input is empty"
+    if count["lines"] == 0:
+        return "the input holds no valid line"
+    return "the input holds no text (only blank lines, or lines empty after normalisation)"
+
+
+def _skipped_input(count: dict[str, int]) -> str:
+    """Invalid lines always (the usual culprit), the other kinds of skipped input when there are any."""
+    parts = [f"skipped {count['invalid_lines']} invalid lines (not UTF-8, NUL bytes, or JSON lines without "
+             "a string --text-field; the log names the files)"]
+    others = (("long_lines", "lines over --max-line-bytes"), ("unreadable_files", "unreadable files"),
+              ("empty_files", "empty files"))
+    parts += [f"{count[key]} {what}" for key, what in others if count[key]]
+    return ", ".join(parts)
 
 
 def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: int | None = None,
                runner_options: list[str] | None = None, overwrite: bool = False):
-    """Validates everything, runs the pipeline, returns (manifest, counters). Raises on bad input.
+    """Validates everything, runs the pipeline, returns (manifest, counters). Raises on bad input, and
+    NoTrainingRecordsError (after removing the run's shards) when there is no training record.
 
     Locally (FnApiRunner) ``workers`` worker processes (default: one per CPU core) run the
     pipeline unless ``runner_options`` choose ``--direct_running_mode=in_memory``."""
@@ -187,8 +238,11 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
     build_pipeline(pipeline, config, vocab, files)
     result = pipeline.run()
     result.wait_until_finish()
-    manifest = read_manifest(config.output)
-    return manifest, counters(result)
+    metrics = counters(result)
+    if not has_manifest(config.output):  # the pipeline writes none without a training record
+        remove_run_files(config.output)
+        raise NoTrainingRecordsError(no_records_message(config, metrics), metrics)
+    return read_manifest(config.output), metrics
 
 
 class WorkerLogFilter(logging.Filter):
@@ -238,9 +292,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, VocabError, CorpusError, OutputError, ManifestError) as error:
         print(f"xlnet preprocess: error: {error}", file=sys.stderr)
         return 2
-    print(summary(manifest, metrics, time.time() - start))
-    if manifest.split("train").totals["records"] == 0:
-        print("xlnet preprocess: error: no training records: the corpus is too short for --seq-len "
-              f"{config.seq_len} in {config.num_streams} streams; lower --num-streams or --seq-len", file=sys.stderr)
+    except NoTrainingRecordsError as error:
+        print(f"preprocessing failed after {time.time() - start:.1f} s\n" + "\n".join(counter_lines(error.metrics)))
+        print(f"xlnet preprocess: error: {error}", file=sys.stderr)
         return 3
+    print(summary(manifest, metrics, time.time() - start))
     return 0

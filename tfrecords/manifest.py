@@ -15,7 +15,7 @@ it through Beam's FileSystems. Layout::
         "train": {
           "num_shards": 8, "num_streams": 128,   # forward streams; with bi_data ids go to 2 * num_streams
           "shards": [{"file": "train-00000-of-00008.tfrecord", "records": ..., "tokens": ...,
-                      "masked_tokens": ..., "documents": ...,
+                      "masked_tokens": ..., "documents": ..., "bytes": ...,
                       "streams": [{"stream_id": 0, "records": 12, "first_record_index_in_file": 0}, ...]}],
           "totals": {"records": ..., "tokens": ..., "masked_tokens": ..., "documents": ...}
         },
@@ -27,7 +27,9 @@ it through Beam's FileSystems. Layout::
 shard's documents (forward text, including ``<eod>``), ``records`` counts every record in
 the file (forward and reversed streams). Each stream lives in one file, its records
 contiguous in stream_pos order starting at ``first_record_index_in_file``, so a reader
-takes a stream as ``TFRecordDataset(file).skip(first).take(records)``.
+takes a stream as ``TFRecordDataset(file).skip(first).take(records)``. ``bytes`` is the shard
+file's size once complete; manifests written before it existed lack it, so it is optional
+(``None``) and checks that use it are skipped for them.
 """
 from __future__ import annotations
 
@@ -53,6 +55,20 @@ class StreamEntry:
     first_record_index_in_file: int
 
 
+def _object(value, where: str) -> dict:
+    """``value`` when it is a JSON object; otherwise a TypeError naming where it sits in the file
+    (indexing a list with a field name would only say "list indices must be integers")."""
+    if not isinstance(value, dict):
+        raise TypeError(f"{where} must be a JSON object, found {_json_type(value)}")
+    return value
+
+
+def _json_type(value) -> str:
+    names = {list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+             type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
 @dataclass(frozen=True)
 class ShardEntry:
     file: str
@@ -61,11 +77,21 @@ class ShardEntry:
     masked_tokens: int
     documents: int
     streams: tuple[StreamEntry, ...]
+    bytes: int | None = None  # the file's size; None in manifests written before it was recorded
+
+    def to_dict(self) -> dict:
+        values = asdict(self)
+        if self.bytes is None:
+            del values["bytes"]  # an older manifest saved again stays as it was
+        return values
 
     @classmethod
-    def from_dict(cls, values: dict) -> "ShardEntry":
-        streams = tuple(StreamEntry(**stream) for stream in values["streams"])
-        return cls(**{**{k: values[k] for k in ("file",) + COUNT_KEYS}, "streams": streams})
+    def from_dict(cls, values: dict, where: str = "shard") -> "ShardEntry":
+        values = _object(values, where)
+        streams = tuple(StreamEntry(**_object(stream, f"{where}.streams[{i}]"))
+                        for i, stream in enumerate(values["streams"]))
+        return cls(**{**{k: values[k] for k in ("file",) + COUNT_KEYS}, "streams": streams,
+                      "bytes": values.get("bytes")})
 
 
 @dataclass(frozen=True)
@@ -85,12 +111,14 @@ class SplitEntry:
 
     def to_dict(self) -> dict:
         return {"num_shards": self.num_shards, "num_streams": self.num_streams,
-                "shards": [asdict(shard) for shard in self.shards], "totals": self.totals}
+                "shards": [shard.to_dict() for shard in self.shards], "totals": self.totals}
 
     @classmethod
-    def from_dict(cls, values: dict) -> "SplitEntry":
+    def from_dict(cls, values: dict, where: str = "split") -> "SplitEntry":
+        values = _object(values, where)
         return cls(num_shards=values["num_shards"], num_streams=values["num_streams"],
-                   shards=tuple(ShardEntry.from_dict(shard) for shard in values["shards"]))
+                   shards=tuple(ShardEntry.from_dict(shard, f"{where}.shards[{i}]")
+                                for i, shard in enumerate(values["shards"])))
 
 
 @dataclass(frozen=True)
@@ -155,8 +183,11 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, values: dict, directory: str = "") -> "Manifest":
-        return cls(config=values["config"], vocab=values["vocab"], special_ids=values["special_ids"],
-                   splits={name: SplitEntry.from_dict(entry) for name, entry in values["splits"].items()},
+        values = _object(values, "the manifest")
+        splits = _object(values["splits"], "splits")
+        return cls(config=_object(values["config"], "config"), vocab=_object(values["vocab"], "vocab"),
+                   special_ids=values["special_ids"],
+                   splits={name: SplitEntry.from_dict(entry, f"splits.{name}") for name, entry in splits.items()},
                    format_version=values["format_version"], directory=directory)
 
     def validate(self) -> list[str]:
@@ -185,6 +216,9 @@ class Manifest:
                     position += stream.records
                 if position != shard.records:
                     problems.append(f"{shard.file}: streams hold {position} records, shard says {shard.records}")
+                if shard.bytes is not None and (type(shard.bytes) is not int or shard.bytes < 0):
+                    problems.append(f"{shard.file}: bytes must be a file size (an integer >= 0), "
+                                    f"found {shard.bytes!r}")
             if seen != set(range(expected_streams)):
                 problems.append(f"{name}: streams listed {len(seen)}, expected ids 0..{expected_streams - 1}")
         return problems
@@ -209,8 +243,10 @@ def parse_manifest(text: str, file_path: str) -> Manifest:
     _, directory = manifest_location(file_path)
     try:
         manifest = Manifest.from_dict(json.loads(text), directory=directory)
-    except (ValueError, KeyError, TypeError) as error:
-        raise ManifestError(f"{file_path} is not a valid manifest: {error}") from error
+    except KeyError as error:
+        raise ManifestError(f"{file_path} is not a valid manifest: it lacks the field {error}") from None
+    except (ValueError, TypeError) as error:
+        raise ManifestError(f"{file_path} is not a valid manifest: {error}") from None
     problems = manifest.validate()
     if problems:
         raise ManifestError(f"{file_path}: " + "; ".join(problems))

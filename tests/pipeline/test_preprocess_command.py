@@ -182,15 +182,69 @@ def test_non_empty_output_is_refused_unless_overwrite(tmp_path, wiki_documents, 
     assert manifest.split("train").num_shards == 2
 
 
+def run_preprocess_cli(tmp_path: Path, source: str, spm_model: str, *flags: str) -> int:
+    """`xlnet preprocess` as a user runs it, in this process (in_memory: no worker processes)."""
+    return xlnet_cli.main(["preprocess", "--input", source, "--output", str(tmp_path / "out"), "--vocab", spm_model,
+                           "--workers", "1", "--direct_running_mode", "in_memory", *flags])
+
+
+def assert_nothing_left_as_data(output: Path) -> None:
+    """A failed run leaves neither manifest.json nor shard files (the directory may remain, empty)."""
+    assert not output.exists() or sorted(p.name for p in output.iterdir()) == []
+
+
 def test_corpus_too_short_for_one_record_fails_clearly(tmp_path, wiki_documents, spm_model, capsys):
     source = write_documents(tmp_path / "tiny.txt", wiki_documents[:1])
-    code = xlnet_cli.main(["preprocess", "--input", source, "--output", str(tmp_path / "out"), "--vocab", spm_model,
-                           "--seq-len", "512", "--reuse-len", "256", "--num-predict", "85", "--num-streams", "2",
-                           "--num-shards", "1", "--workers", "1"])
+    code = run_preprocess_cli(tmp_path, source, spm_model, "--seq-len", "512", "--reuse-len", "256",
+                              "--num-predict", "85", "--num-streams", "2", "--num-shards", "1")
     captured = capsys.readouterr()
     assert code == 3
     assert "no training records" in captured.err and "--num-streams" in captured.err
+    assert "1 documents" in captured.err and "no manifest.json" in captured.err
     assert "short_streams=2" in captured.out  # the stream and its reversed copy
+    assert "Traceback" not in captured.err
+    assert_nothing_left_as_data(tmp_path / "out")
+
+
+def test_empty_input_fails_with_its_own_message_and_writes_nothing(tmp_path, spm_model, capsys):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    code = run_preprocess_cli(tmp_path, str(tmp_path / "empty.txt"), spm_model)
+    captured = capsys.readouterr()
+    assert code == 3
+    assert "the input is empty: read 1 file(s) from --input: 0 lines, 0 documents" in captured.err
+    assert "skipped 0 invalid lines" in captured.err and "1 empty files" in captured.err
+    assert "too short" not in captured.err and "--num-streams" not in captured.err
+    assert "Traceback" not in captured.err
+    assert_nothing_left_as_data(tmp_path / "out")
+
+
+def test_input_of_only_invalid_utf8_fails_naming_the_skipped_lines_and_writes_nothing(tmp_path, spm_model, capsys):
+    (tmp_path / "binary.txt").write_bytes(b"\n".join(b"\xff\xfe broken \xc3\x28 bytes %d" % i for i in range(399)))
+    code = run_preprocess_cli(tmp_path, str(tmp_path / "binary.txt"), spm_model)
+    captured = capsys.readouterr()
+    assert code == 3
+    assert "the input holds no valid line: read 1 file(s) from --input: 0 lines, 0 documents" in captured.err
+    assert "skipped 399 invalid lines (not UTF-8" in captured.err
+    assert "too short" not in captured.err and "--num-streams" not in captured.err
+    assert "invalid_lines=399" in captured.out
+    assert "Traceback" not in captured.err
+    assert_nothing_left_as_data(tmp_path / "out")
+
+
+def test_a_failed_run_leaves_the_output_usable_without_overwrite(tmp_path, wiki_documents, spm_model):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert run_preprocess_cli(tmp_path, str(tmp_path / "empty.txt"), spm_model) == 3
+    source = write_documents(tmp_path / "docs.txt", wiki_documents[:60])
+    manifest, _ = small_run(tmp_path, [source], spm_model)
+    assert manifest.split("train").totals["records"] > 0
+
+
+def test_manifest_records_each_shard_files_size(tiny_data_dir):
+    manifest = load_manifest(tiny_data_dir)
+    for split in manifest.splits.values():
+        for shard in split.shards:
+            assert shard.bytes == Path(manifest.shard_path(shard)).stat().st_size
+    assert all(shard.bytes > 0 for shard in manifest.split("train").shards)
 
 
 def test_shards_without_documents_still_get_an_empty_file_and_manifest_entry(tmp_path, wiki_documents, spm_model):
@@ -202,7 +256,7 @@ def test_shards_without_documents_still_get_an_empty_file_and_manifest_entry(tmp
     empty = [shard for shard in train.shards if shard.documents == 0]
     assert len(empty) >= 6
     for shard in empty + list(manifest.split("valid").shards):
-        assert shard.records == 0 and Path(manifest.shard_path(shard)).stat().st_size == 0
+        assert shard.records == 0 and Path(manifest.shard_path(shard)).stat().st_size == 0 == shard.bytes
         assert [s.records for s in shard.streams] == [0] * len(shard.streams)
 
 

@@ -64,3 +64,48 @@ def test_pipeline_and_trainer_read_the_same_manifest(tiny_data_dir):
 def test_pipeline_reports_a_missing_manifest_like_the_trainer(tmp_path):
     with pytest.raises(ManifestError, match="manifest.json not found"):
         read_manifest(str(tmp_path))
+
+
+LEGACY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "legacy" / "data"
+
+
+@pytest.mark.parametrize("text, found", [("[1, 2]", "a list"), ('"manifest"', "a string"), ("null", "null")])
+def test_manifest_that_is_not_a_json_object_is_refused_naming_the_file(tmp_path, text, found):
+    (tmp_path / "manifest.json").write_text(text)
+    with pytest.raises(ManifestError) as error:
+        load_manifest(str(tmp_path))
+    assert str(error.value) == (f"{tmp_path / 'manifest.json'} is not a valid manifest: the manifest must be a "
+                                f"JSON object, found {found}")
+
+
+def test_a_nested_entry_that_is_not_an_object_is_refused_naming_where(tiny_data_dir, tmp_path):
+    values = json.loads((Path(tiny_data_dir) / "manifest.json").read_text())
+    values["splits"]["train"]["shards"][1] = ["train-00001-of-00004.tfrecord"]
+    (tmp_path / "manifest.json").write_text(json.dumps(values))
+    with pytest.raises(ManifestError, match=r"manifest.json is not a valid manifest: splits.train.shards\[1\] must "
+                                            "be a JSON object, found a list"):
+        load_manifest(str(tmp_path))
+
+
+def test_a_missing_field_is_named(tiny_data_dir, tmp_path):
+    values = json.loads((Path(tiny_data_dir) / "manifest.json").read_text())
+    del values["vocab"]
+    (tmp_path / "manifest.json").write_text(json.dumps(values))
+    with pytest.raises(ManifestError, match="manifest.json is not a valid manifest: it lacks the field 'vocab'"):
+        load_manifest(str(tmp_path))
+
+
+def test_manifest_without_shard_sizes_loads_and_saves_unchanged(tmp_path):
+    manifest = load_manifest(str(LEGACY_DATA))
+    assert all(shard.bytes is None for split in manifest.splits.values() for shard in split.shards)
+    assert '"bytes"' not in manifest.to_json()
+    assert json.loads(manifest.to_json()) == json.loads((LEGACY_DATA / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("size", [-1, "12", True])
+def test_a_shard_size_that_is_not_a_file_size_is_refused(tiny_data_dir, tmp_path, size):
+    values = json.loads((Path(tiny_data_dir) / "manifest.json").read_text())
+    values["splits"]["valid"]["shards"][0]["bytes"] = size
+    (tmp_path / "manifest.json").write_text(json.dumps(values))
+    with pytest.raises(ManifestError, match="valid-00000-of-00002.tfrecord: bytes must be a file size"):
+        load_manifest(str(tmp_path))

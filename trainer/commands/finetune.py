@@ -15,6 +15,7 @@ from the latest checkpoint.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 from typing import Any
@@ -72,19 +73,23 @@ def run(args: argparse.Namespace) -> int:
     from trainer.runtime.storage import StorageError
 
     def train() -> dict[str, Any]:
-        controller = build_controller(args)
-        result = controller.train(evaluate_at_end=True)
-        return _write_outputs(controller, args, result)
+        with contextlib.ExitStack() as held:
+            controller = build_controller(args, held=held)
+            result = controller.train(evaluate_at_end=True)
+            return _write_outputs(controller, args, result)
 
     return run_training("xlnet finetune", train, (ValueError, StorageError, FileNotFoundError))
 
 
-def build_controller(args: argparse.Namespace, strategy=None):
+def build_controller(args: argparse.Namespace, strategy=None, held: contextlib.ExitStack | None = None):
     """Reads the files, resolves the configs, prepares the model directory; returns the Controller.
-    ``strategy``: an existing tf.distribute strategy instead of the one --strategy names."""
+    ``strategy``: an existing tf.distribute strategy instead of the one --strategy names. With
+    ``held``, the chief first takes the model directory's run lock, released when ``held`` closes."""
     from trainer.runtime.controller import Controller
     from trainer.runtime.distribution import create_strategy, is_chief, make_deterministic
     from trainer.runtime.model_dir import ModelDirectory
+    from trainer.commands.training_command import settings_replacement
+    from trainer.runtime.run_lock import RunLock
 
     _check_settings_before_reading(args)
     source = _model_source(args)
@@ -95,17 +100,23 @@ def build_controller(args: argparse.Namespace, strategy=None):
     if strategy is None:
         strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
     out = ModelDirectory(args.model_dir)
+    if held is not None and is_chief(strategy):
+        held.enter_context(RunLock(out, log=lambda line: print(line, flush=True)))
     resumed_labels = _check_resume(out, model, config)
     if config.task == "squad":
         task, labels = _squad_task(args, source, model, config), None
     else:
         task = _sequence_task(args, source, model, config, resumed_labels)
         labels = task.data.labels
+    after_first_save = None
     if is_chief(strategy):
         out.write_model_files(model, source["special_ids"], source["vocab_path"], uncased=source["uncased"])
-        out.write_finetune_files(task.config, labels)
+        after_first_save = settings_replacement(out, out.FINETUNE_CONFIG, task.config)
+        if labels is not None:
+            out.write_json(out.LABELS, list(labels))  # the same as a resumed run's (_check_resume)
     return Controller(task, task.config, model_dir=args.model_dir, strategy=strategy,
-                      init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True))
+                      init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True),
+                      after_first_save=after_first_save)
 
 
 def _sequence_task(args: argparse.Namespace, source: dict[str, Any], model, config, resumed_labels):

@@ -12,8 +12,10 @@ resumes from the latest checkpoint.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import posixpath
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,31 +34,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Trains; returns 0 when done or preempted (checkpoint saved), 2 on bad input, 3 on divergence."""
+    """Trains; returns 0 when done or preempted (checkpoint saved), 2 on bad input, 3 on divergence or
+    damaged data (a shard missing or of another size than the manifest records)."""
     # Our own progress at INFO; libraries (TensorFlow's Python side, Keras, absl) only from WARNING.
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("trainer").setLevel(logging.INFO)
     from tfrecords.manifest import ManifestError
+    from tfrecords.verification import DamagedDataError
     from trainer.commands.training_command import run_training
 
     def train() -> dict:
-        result = _build_trainer(args).train()
+        with contextlib.ExitStack() as held:
+            result = _build_trainer(args, held).train()
         return {"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
                 "eval": dict(result.eval_metrics)}
 
-    return run_training("xlnet train", train, (ValueError, ManifestError, FileNotFoundError))
+    return run_training("xlnet train", train, (ValueError, ManifestError, FileNotFoundError), (DamagedDataError,))
 
 
-def _build_trainer(args: argparse.Namespace):
+def _build_trainer(args: argparse.Namespace, held: contextlib.ExitStack | None = None):
+    """The pretraining controller of ``args``; with ``held``, the chief first takes the model
+    directory's run lock (trainer/runtime/run_lock.py), released when ``held`` closes."""
     from tfrecords.manifest import load_manifest, manifest_location
     from tfrecords.reader import file_sha256, validate_manifest
     from trainer.commands.training_command import read_config_file
     from trainer.configs.overrides import resolve_configs
     from trainer.runtime.distribution import create_strategy, is_chief, make_deterministic
     from trainer.runtime.model_dir import ModelDirectory
+    from trainer.runtime.run_lock import RunLock
     from trainer.tasks.pretraining import pretraining_controller
 
     manifest = load_manifest(args.data)
+    _check_shard_files(manifest, args.data)
     init = ModelDirectory(args.init_checkpoint) if args.init_checkpoint else None
     if init is not None:
         init.require("--init-checkpoint", (ModelDirectory.MODEL_CONFIG, ModelDirectory.VOCAB))
@@ -72,11 +81,27 @@ def _build_trainer(args: argparse.Namespace):
                       num_predict=train.num_predict, vocab_size=model.vocab_size,
                       vocab_sha256=file_sha256(vocab_path), source=manifest_location(args.data)[0])
     strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
+    after_first_save = None
     if is_chief(strategy):
-        _prepare_model_dir(ModelDirectory(args.model_dir), model, train, manifest.special_ids, vocab_path,
-                           uncased=bool(manifest.config.get("uncased", False)))
+        if held is not None:
+            held.enter_context(RunLock(ModelDirectory(args.model_dir), log=lambda line: print(line, flush=True)))
+        after_first_save = _prepare_model_dir(ModelDirectory(args.model_dir), model, train, manifest.special_ids,
+                                              vocab_path, uncased=bool(manifest.config.get("uncased", False)))
     return pretraining_controller(model, train, manifest=manifest, model_dir=args.model_dir, strategy=strategy,
-                   init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True))
+                                  init_checkpoint=args.init_checkpoint, log=lambda line: print(line, flush=True),
+                                  after_first_save=after_first_save)
+
+
+def _check_shard_files(manifest, data: str) -> None:
+    """Every shard the manifest lists is there with its recorded size, before anything is built: a
+    truncated or missing shard would otherwise surface only when the reader reaches it, hours in.
+    Raises DamagedDataError; no record is read (`xlnet inspect --verify` reads them all)."""
+    from tfrecords.verification import check_shard_files
+
+    if not check_shard_files(manifest):
+        print(f"xlnet train: note: {data}'s manifest records no shard sizes (written before they were "
+              f"recorded): only checked that every shard exists; `xlnet inspect {data} --verify` checks "
+              "every record", file=sys.stderr, flush=True)
 
 
 def _vocab_path(manifest) -> str:
@@ -92,12 +117,16 @@ def _vocab_path(manifest) -> str:
                      "put the SentencePiece model there or next to manifest.json")
 
 
-def _prepare_model_dir(model_dir, model, train, special_ids: dict, vocab_path: str, uncased: bool) -> None:
+def _prepare_model_dir(model_dir, model, train, special_ids: dict, vocab_path: str, uncased: bool):
     """Writes the resolved configs, spiece.model and special_ids.json into the model directory.
 
     An existing model directory must hold the same architecture: resuming with another one
-    would silently restore mismatched weights.
+    would silently restore mismatched weights. Changed training settings are allowed and printed;
+    train_config.json then changes only once the run has saved a checkpoint with them (a run that
+    fails before leaves the settings of its checkpoints): the returned function, for the controller.
     """
+    from trainer.commands.training_command import settings_replacement
+
     model_dir.check_same_model(model)
     model_dir.write_model_files(model, special_ids, vocab_path, uncased=uncased)
-    model_dir.write_train_config(train)
+    return settings_replacement(model_dir, model_dir.TRAIN_CONFIG, train)

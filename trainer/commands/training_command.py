@@ -48,20 +48,46 @@ def field_help(config_class: type, name: str) -> str:
     return f"{field.metadata['help']} (default {field.default})"
 
 
-def run_training(command: str, train: Callable[[], dict[str, Any]], bad_input: tuple[type[BaseException], ...]
-                 ) -> int:
+def run_training(command: str, train: Callable[[], dict[str, Any]], bad_input: tuple[type[BaseException], ...],
+                 bad_data: tuple[type[BaseException], ...] = ()) -> int:
     """Runs ``train`` (which returns the run's summary) and turns how it ended into the exit code:
-    0 with the summary as one JSON line on standard output, EXIT_DATA when the loss diverged,
-    EXIT_USAGE with the message on bad input (the ``bad_input`` errors); both on standard error."""
-    from trainer.runtime.controller import TrainingDivergedError
+    0 with the summary as one JSON line on standard output, EXIT_DATA when the run stopped on its state
+    (diverged, no readable checkpoint, unreadable input: TrainingStopped) or
+    damaged data (the ``bad_data`` errors), EXIT_USAGE with the message on bad input (the
+    ``bad_input`` errors); both on standard error."""
+    from trainer.runtime.controller import TrainingStopped
 
     try:
         summary = train()
-    except TrainingDivergedError as error:
+    except TrainingStopped as error:  # diverged, no readable checkpoint, unreadable input
         print(f"{command}: stopped: {error}", file=sys.stderr, flush=True)
+        return EXIT_DATA
+    except bad_data as error:
+        print(f"{command}: error: {error}", file=sys.stderr, flush=True)
         return EXIT_DATA
     except bad_input as error:
         print(f"{command}: error: {error}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     print(json.dumps(summary), flush=True)
     return 0
+
+
+def settings_replacement(model_dir, name: str, config) -> Callable[[int], None] | None:
+    """Saves a run's settings ``config`` as ``name`` in the model directory: at once when none are
+    saved; when they differ from the saved ones, prints every difference and returns what saves
+    them after the run's first checkpoint (Controller's ``after_first_save``), keeping the old
+    file as ``name.step-N.json``; None when nothing is left to do."""
+    changes = model_dir.settings_changes(name, config)
+    if not model_dir.has(name):
+        model_dir.write_json(name, config.to_dict())
+        return None
+    if not changes:
+        return None
+    print(f"resuming with other settings than {model_dir.join(name)}: " + "; ".join(changes)
+          + f". {name} takes them once this run saves a checkpoint; the saved ones are kept beside it", flush=True)
+
+    def replace(resumed_at: int) -> None:
+        kept = model_dir.replace_settings(name, config, resumed_at)
+        print(f"saved the new settings in {model_dir.join(name)}; the earlier ones are in {kept}", flush=True)
+
+    return replace

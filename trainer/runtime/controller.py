@@ -31,8 +31,21 @@ from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.optimization import build_optimizer, clip_by_global_norm
 
 
-class TrainingDivergedError(RuntimeError):
+class TrainingStopped(RuntimeError):
+    """A run that cannot go on because of its data or its state (the commands exit with status 3);
+    the checkpoints saved so far are kept."""
+
+
+class TrainingDivergedError(TrainingStopped):
     """The loss became NaN or Inf; training stopped without saving over the last good checkpoint."""
+
+
+class UnreadableCheckpointError(TrainingStopped):
+    """No checkpoint of the model directory can be read (each was set aside to checkpoints/damaged/)."""
+
+
+class TrainingDataError(TrainingStopped):
+    """The training input could not be read (a damaged or vanished file)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,11 +101,15 @@ class Controller:
       init_checkpoint: a model directory whose network weights start a new run (ignored when
         ``model_dir`` already has a checkpoint to resume).
       log: where progress lines go.
+      after_first_save: called once, with the step the run started at, after the run's first
+        checkpoint is saved (the command saves changed settings then: trainer/commands/training_command.py).
     """
 
     def __init__(self, task: Task, config: LoopConfig, *, model_dir: str, strategy: tf.distribute.Strategy,
-                 init_checkpoint: str | None = None, log: Callable[[str], None] = print):
+                 init_checkpoint: str | None = None, log: Callable[[str], None] = print,
+                 after_first_save: Callable[[int], None] | None = None):
         self.task, self.config, self.strategy, self.log = task, config, strategy, log
+        self._after_first_save = after_first_save
         self.worker, self.num_workers = worker_info(strategy)
         self.chief = is_chief(strategy)
         # every worker keeps its own checkpoints: they may hold its replicas' memory
@@ -129,8 +146,7 @@ class Controller:
     # ---------------------------------------------------------------------------- set-up
     def _restore(self, init_checkpoint: str | None) -> None:
         if self.manager.latest_checkpoint:
-            self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
-            self.log(f"resumed from {self.manager.latest_checkpoint} at step {int(self.step.numpy())}")
+            self._resume()
         elif init_checkpoint:
             source = ModelDirectory(init_checkpoint)
             latest = source.latest_checkpoint()
@@ -138,6 +154,36 @@ class Controller:
                 raise ValueError(f"--init-checkpoint {init_checkpoint}: no checkpoint under {source.checkpoints}")
             tf.train.Checkpoint(model=self.network).restore(latest).expect_partial().assert_existing_objects_matched()
             self.log(f"initialised the model from {latest}")
+
+    def _resume(self) -> None:
+        """Restores the newest checkpoint that reads. One that does not (a truncated or corrupted
+        file) is set aside to checkpoints/damaged/, never deleted, and the next newest is tried.
+        Then everything logged after the restored step is forgotten: the run logs it again."""
+        set_aside = []
+        while self.manager.latest_checkpoint:
+            latest = self.manager.latest_checkpoint
+            try:
+                self.checkpoint.restore(latest).assert_existing_objects_matched()
+                break
+            except (tf.errors.OpError, IndexError, ValueError) as error:
+                moved = self.work_dir.set_aside_checkpoint(latest)
+                set_aside.append(latest)
+                reason = " ".join(str(getattr(error, "message", error)).split())[:200]
+                self.log(f"warning: checkpoint {latest} cannot be read ({reason}); moved it to {moved}")
+                self.manager = tf.train.CheckpointManager(self.checkpoint, self.work_dir.checkpoints,
+                                                          max_to_keep=self.config.keep_checkpoints,
+                                                          step_counter=self.step)
+        else:
+            raise UnreadableCheckpointError(
+                f"no checkpoint under {self.work_dir.checkpoints} can be read: {', '.join(set_aside)} were moved "
+                f"to {self.work_dir.join(ModelDirectory.CHECKPOINTS, ModelDirectory.DAMAGED_CHECKPOINTS)}; "
+                "start again in a new --model-dir or put a readable checkpoint back")
+        step = int(self.step.numpy())
+        if set_aside:
+            self.log(f"warning: resuming from {self.manager.latest_checkpoint} (step {step}) instead of {set_aside[0]}")
+        dropped = self.work_dir.forget_steps_after(step)  # every worker its own step log; the chief's has the events
+        self.log(f"resumed from {self.manager.latest_checkpoint} at step {step}"
+                 + (f"; the {dropped} steps logged after it will be logged again" if dropped else ""))
 
     # -------------------------------------------------------------------- replica functions
     def _micro_steps(self, features, state):
@@ -232,12 +278,17 @@ class Controller:
         writers = self._summary_writers()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         tokens_per_step = config.examples_per_step * self.task.tokens_per_example
-        step, last_loss, eval_metrics, evaluated_at, began = start, None, {}, -1, time.time()
+        step, last_loss, eval_metrics, evaluated_at = start, None, {}, -1
+        began, timed_from = time.time(), start  # the ETA leaves the first (compiling) step out
         try:
             while step < config.train_steps and not self._stopping():
-                count = self._steps_until_event(step)
+                # the first loop of a process is one step, so that progress shows once it is compiled
+                count = 1 if step == start else self._steps_until_event(step)
                 tick = time.time()
-                losses, metrics, norms = self._train_loop(iterator, tf.constant(count))
+                try:
+                    losses, metrics, norms = self._train_loop(iterator, tf.constant(count))
+                except (tf.errors.DataLossError, tf.errors.NotFoundError) as error:
+                    raise TrainingDataError(self._input_error(step, error)) from None
                 losses, norms = losses.numpy(), norms.numpy()
                 metrics = {name: values.numpy() for name, values in metrics.items()}
                 elapsed = time.time() - tick
@@ -248,12 +299,17 @@ class Controller:
                 rates = {"tokens_per_sec": count * tokens_per_step / elapsed,
                          "examples_per_sec": count * config.examples_per_step / elapsed}
                 self._summarise(writers["train"], step, losses, metrics, norms, rates)
-                self._progress(step, losses, rates, began, start)
+                if step == start + count:
+                    self.log(f"step {step}/{config.train_steps} loss {last_loss:.4f} (the first step of this run: "
+                             f"{elapsed:.1f}s with tracing and compilation)")
+                    began, timed_from = time.time(), step
+                else:
+                    self._progress(step, losses, rates, began, timed_from)
                 if step % config.checkpoint_every == 0:
-                    self.manager.save(checkpoint_number=step)
+                    self._save(step, start)
                 if config.eval_every and step % config.eval_every == 0:
                     eval_metrics, evaluated_at = self._run_eval(writers["eval"], step), step
-            self.manager.save(checkpoint_number=step)
+            self._save(step, start)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -266,6 +322,12 @@ class Controller:
         return TrainResult(step, stopped, last_loss, eval_metrics)
 
     # --------------------------------------------------------------------------- helpers
+    def _save(self, step: int, start: int) -> None:
+        self.manager.save(checkpoint_number=step)
+        if self._after_first_save is not None:
+            callback, self._after_first_save = self._after_first_save, None
+            callback(start)
+
     def _on_signal(self, signum, frame) -> None:
         del frame
         self._stop_signal = signum  # acted upon after the running loop of steps
@@ -289,6 +351,18 @@ class Controller:
         if config.eval_every:
             boundaries.append(_next_multiple(step, config.eval_every))
         return min(boundaries) - step
+
+    def _input_error(self, step: int, error: tf.errors.OpError) -> str:
+        """What to tell when the training input cannot be read: what TensorFlow said, where the task
+        finds the damage, and what is kept."""
+        from tfrecords.verification import error_text
+
+        said = error_text(error)
+        self.log(f"the training input could not be read after step {step} ({said}); locating the damage")
+        where = self.task.describe_input_error(error) if hasattr(self.task, "describe_input_error") else said
+        kept = self.manager.latest_checkpoint or "no checkpoint yet"
+        return (f"the training input could not be read after step {step}: {where}. Training stopped; the "
+                f"checkpoints so far are kept (latest: {kept})")
 
     def _guard_finite(self, step: int, losses: np.ndarray) -> None:
         bad = np.flatnonzero(~np.isfinite(losses))

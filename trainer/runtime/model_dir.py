@@ -9,9 +9,12 @@ by a resumed run and by `xlnet export`. Layout::
               special_ids.json         XLNet's special ids in that vocabulary
               text_normalization.json  {"uncased": bool}: how the training text was normalised
                                        (from the data's manifest; an imported release does not say)
-              checkpoints/             tf.train.CheckpointManager checkpoints
+              checkpoints/             tf.train.CheckpointManager checkpoints (damaged/: ones that could
+                                       not be read on a resume, set aside)
               tensorboard/{train,eval} summaries
               train_steps.jsonl        one JSON line per optimizer step: step, loss, accuracy, grad_norm
+              run.lock                 the run writing the directory (trainer/runtime/run_lock.py)
+              train_config.step-N.json the settings a resume at step N replaced (finetune_config too)
               finetune_config.json     how it was fine-tuned (trainer/configs/finetuning.py), `xlnet finetune` only
               labels.json              the classification labels, index = class id (`xlnet finetune`)
               eval_results.json        the fine-tuned model's metrics on the eval file
@@ -34,7 +37,7 @@ import tensorflow as tf
 
 from trainer.models.config import ModelConfig
 from trainer.models.heads import HeadSpec
-from trainer.runtime.storage import StorageError, read_bytes, read_json, write_json
+from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
 
 
 class ModelDirectoryError(StorageError):
@@ -59,6 +62,7 @@ class ModelDirectory:
     SQUAD_PREDICTIONS = "predictions.json"  # squad: the official format, question id -> answer
     NULL_ODDS = "null_odds.json"  # squad 2.0: question id -> no-answer score
     SQUAD_TEST_PREDICTIONS = "test_predictions.json"  # squad --test: as predictions.json
+    DAMAGED_CHECKPOINTS = "damaged"  # under checkpoints/: checkpoints that could not be read, set aside
     TEST_NULL_ODDS = "test_null_odds.json"  # squad --test, a model trained on SQuAD 2.0
     # What `xlnet export` and --init-checkpoint need besides a checkpoint.
     REQUIRED = (MODEL_CONFIG, VOCAB, SPECIAL_IDS)
@@ -214,6 +218,46 @@ class ModelDirectory:
                     number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
                     yield int(event.step), value.tag, number
 
+    # ------------------------------------------------------------------------ resumes
+    def forget_steps_after(self, step: int) -> int:
+        """Drops what a run logged beyond ``step`` (the checkpoint it resumes from): rows of
+        train_steps.jsonl and TensorBoard events of later steps, which the resumed run logs again.
+        So the step log holds each step once, equal to an uninterrupted run's, and the curves do
+        not double. Returns how many step-log rows were dropped."""
+        rows = self.step_rows()
+        kept = [row for row in rows if int(row["step"]) <= step]
+        if len(kept) != len(rows):
+            self._replace(self.step_log, "".join(json.dumps(row) + "\n" for row in kept).encode("utf-8"))
+        for name in ("train", "eval"):
+            for path in tf.io.gfile.glob(posixpath.join(self.tensorboard(name), "events.out.tfevents.*")):
+                _drop_events_after(path, step)
+        return len(rows) - len(kept)
+
+    def set_aside_checkpoint(self, prefix: str) -> str:
+        """Moves the files of checkpoint ``prefix`` to checkpoints/damaged/ (never deletes them) and
+        points checkpoints/checkpoint at the newest checkpoint left; returns where they went."""
+        damaged = self.join(self.CHECKPOINTS, self.DAMAGED_CHECKPOINTS)
+        tf.io.gfile.makedirs(damaged)
+        for path in tf.io.gfile.glob(prefix + ".*"):
+            tf.io.gfile.rename(path, posixpath.join(damaged, posixpath.basename(path)), overwrite=True)
+        state = tf.train.get_checkpoint_state(self.checkpoints)
+        left = [path for path in (state.all_model_checkpoint_paths if state else [])
+                if posixpath.basename(path) != posixpath.basename(prefix)]
+        if left:
+            tf.compat.v1.train.update_checkpoint_state(self.checkpoints, left[-1], left)
+        elif tf.io.gfile.exists(self.join(self.CHECKPOINTS, "checkpoint")):
+            tf.io.gfile.remove(self.join(self.CHECKPOINTS, "checkpoint"))  # no checkpoint left to name
+        return posixpath.join(damaged, posixpath.basename(prefix))
+
+    def _replace(self, path: str, data: bytes) -> None:
+        """Writes ``data`` as the whole of ``path``: on a local disk through a temporary file and a
+        rename, so a reader never sees half a file; an object store publishes an object whole."""
+        if "://" in path:
+            write_bytes(path, data)
+            return
+        write_bytes(path + ".tmp", data)
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
     # ------------------------------------------------------------------------ writes
     def write_model_files(self, model_config: ModelConfig, special_ids: Mapping[str, int], vocab_path: str,
                           uncased: bool | None = None) -> None:
@@ -233,6 +277,24 @@ class ModelDirectory:
     def write_train_config(self, train_config) -> None:
         """Writes train_config.json (a trainer.configs.training.TrainConfig)."""
         write_json(self.join(self.TRAIN_CONFIG), train_config.to_dict())
+
+    def settings_changes(self, name: str, config) -> list[str]:
+        """How ``config`` (a configuration dataclass) differs from the one saved as ``name``, one
+        "field: saved -> new" per field (empty when nothing is saved yet)."""
+        if not self.has(name):
+            return []
+        saved, new = read_json(self.join(name)), config.to_dict()
+        return [f"{key}: {saved.get(key, '(none)')!r} -> {new.get(key, '(none)')!r}"
+                for key in sorted(set(saved) | set(new)) if saved.get(key) != new.get(key)]
+
+    def replace_settings(self, name: str, config, resumed_at: int) -> str:
+        """Writes ``config`` as ``name`` and keeps the settings it replaces as ``name.step-N.json``,
+        N the step the run with the new settings resumed at; returns where the old ones went."""
+        kept = self.join(name.removesuffix(".json") + f".step-{resumed_at}.json")
+        tf.io.gfile.rename(self.join(name), kept, overwrite=True)
+        write_json(self.join(name), config.to_dict())
+        self.__dict__.pop("finetune_config", None)
+        return kept
 
     def write_finetune_files(self, finetune_config, labels) -> None:
         """Writes finetune_config.json and, for classification, labels.json."""
@@ -270,3 +332,26 @@ class ModelDirectory:
         text = "".join(json.dumps(dict(row)) + "\n" for row in rows)
         with tf.io.gfile.GFile(self.step_log, "a") as handle:
             handle.write(text)
+
+
+def _drop_events_after(path: str, step: int) -> None:
+    """Rewrites one TensorBoard event file without its events of steps after ``step`` (left as it
+    is when it has none). A file cut short by a killed run keeps the events before the cut."""
+    kept, dropped = [], 0
+    try:
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            if event.HasField("summary") and event.step > step:
+                dropped += 1
+            else:
+                kept.append(record.numpy())
+    except tf.errors.DataLossError:
+        dropped += 1  # the torn last record of a killed writer
+    if not dropped:
+        return
+    # not named *tfevents*: a rewrite cut short must not be read as another event file
+    temporary = posixpath.join(posixpath.dirname(path), ".rewrite-" + posixpath.basename(path).replace("tfevents", "tmp"))
+    with tf.io.TFRecordWriter(temporary) as writer:
+        for record in kept:
+            writer.write(record)
+    tf.io.gfile.rename(temporary, path, overwrite=True)

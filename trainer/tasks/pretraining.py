@@ -11,6 +11,8 @@ continues exactly where it stopped.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import math
 from typing import Any, Callable, Mapping, Sequence
 
@@ -83,6 +85,19 @@ class PretrainingTask:
     def __init__(self, model_config: ModelConfig, config: TrainConfig, manifest: Manifest):
         self.model_config, self.config, self.manifest = model_config, config, manifest
         self.tokens_per_example = config.seq_len
+
+    def describe_input_error(self, error: Exception) -> str:
+        """Which file of the data the training input could not read, and its first bad record: the
+        train shards are read through (in parallel over files), as `xlnet inspect --verify` does."""
+        from tfrecords.verification import verify_shard
+
+        shards = self.manifest.splits["train"].shards
+        vocab_size = self.manifest.vocab.get("vocab_size")
+        with ThreadPoolExecutor(max(1, min(8, len(shards)))) as pool:
+            reports = list(pool.map(lambda shard: verify_shard(self.manifest, "train", shard, vocab_size), shards))
+        damaged = [report.describe() for report in reports if report.damaged]
+        found = "; ".join(damaged) if damaged else "every train shard reads back intact now"
+        return f"{found}; check the whole directory with `xlnet inspect {self.manifest.directory} --verify`"
 
     def reader(self, split: str, batch: int, start_step: int = 0) -> StreamReader:
         """The stream-ordered reader of ``split`` with this run's shapes and seed."""
@@ -169,8 +184,9 @@ class PretrainingTask:
 
 def pretraining_controller(model_config: ModelConfig, train_config: TrainConfig, *, manifest: Manifest,
                            model_dir: str, strategy: tf.distribute.Strategy, init_checkpoint: str | None = None,
-                           log: Callable[[str], None] = print) -> Controller:
+                           log: Callable[[str], None] = print,
+                           after_first_save: Callable[[int], None] | None = None) -> Controller:
     """The controller of a pretraining run: what `xlnet train` builds."""
     task = PretrainingTask(model_config, train_config, manifest)
     return Controller(task, train_config, model_dir=model_dir, strategy=strategy, init_checkpoint=init_checkpoint,
-                      log=log)
+                      log=log, after_first_save=after_first_save)

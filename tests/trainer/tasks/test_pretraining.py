@@ -111,10 +111,10 @@ def test_resumed_run_continues_with_the_saved_memory_and_reader_position(tiny_da
     straight.train()
     first = make_trainer(tiny_data_dir, tmp_path / "b", "train_steps=3", "checkpoint_every=3")
     first.train()
-    memory = [v.numpy() for v in first.train_memory.variables]
+    memory = [v.numpy() for v in first.task.train_memory.variables]
     resumed = make_trainer(tiny_data_dir, tmp_path / "b", "train_steps=6", "checkpoint_every=3")
     assert int(resumed.step.numpy()) == 3
-    for saved, restored in zip(memory, resumed.train_memory.variables):
+    for saved, restored in zip(memory, resumed.task.train_memory.variables):
         np.testing.assert_array_equal(saved, restored.numpy())
         assert np.abs(saved).sum() > 0  # the memory really was carried, not zeros
     resumed.train()
@@ -135,6 +135,8 @@ def test_sigkill_then_restart_gives_the_same_per_step_losses(tiny_data_dir, stra
     expected, resumed = ModelDirectory(straight_run).step_losses(), ModelDirectory(model_dir).step_losses()
     assert sorted(resumed) == list(range(1, 13))
     np.testing.assert_allclose([resumed[s] for s in range(1, 13)], [expected[s] for s in range(1, 13)], rtol=1e-5)
+    # each step logged once: the steps the killed run logged after its last checkpoint were dropped
+    assert [row["step"] for row in ModelDirectory(model_dir).step_rows()] == list(range(1, 13))
 
 
 @pytest.mark.slow
@@ -244,3 +246,45 @@ def test_tiny_model_loss_falls_within_a_few_hundred_steps(tiny_data_dir, tmp_pat
     losses = ModelDirectory(tmp_path).step_losses()
     first, last = np.mean([losses[s] for s in range(1, 21)]), np.mean([losses[s] for s in range(281, 301)])
     assert last < first - 1.5, (first, last)
+
+
+def flip_a_byte_in_every_record(path: Path) -> None:
+    """Corrupts the data of every record of a TFRecord file (the CRCs no longer match; the size stays)."""
+    data = bytearray(path.read_bytes())
+    offset = 0
+    while offset < len(data):
+        length = int.from_bytes(data[offset:offset + 8], "little")
+        data[offset + 12 + length // 2] ^= 0xFF  # header: length (8) + its CRC (4); then the data
+        offset += 12 + length + 4
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_shard_met_mid_run_stops_with_status_3_naming_it_and_keeps_the_checkpoints(
+        tiny_data_dir, tmp_path, capsys):
+    import shutil
+
+    data, model_dir = tmp_path / "data", tmp_path / "model"
+    shutil.copytree(tiny_data_dir, data)
+    assert xlnet_cli.main(train_command(data, model_dir, "train_steps=2", "checkpoint_every=2", "eval_every=0")) == 0
+    for shard in sorted(data.glob("train-*.tfrecord")):
+        flip_a_byte_in_every_record(shard)
+    capsys.readouterr()
+    code = xlnet_cli.main(train_command(data, model_dir, "train_steps=6", "checkpoint_every=2", "eval_every=0"))
+    err = capsys.readouterr().err
+    assert code == 3 and "Traceback" not in err
+    assert "the training input could not be read after step 2" in err
+    assert f"DAMAGED {data / 'train-00000-of-00004.tfrecord'}" in err and "record 0" in err
+    assert f"xlnet inspect {data} --verify" in err and "latest: " in err and "ckpt-2" in err
+    assert ModelDirectory(model_dir).latest_checkpoint().endswith("ckpt-2")
+    assert sorted(ModelDirectory(model_dir).step_losses()) == [1, 2]
+
+
+def test_the_first_progress_line_comes_after_the_first_step_with_its_compile_time(tiny_data_dir, tmp_path):
+    model, train = small_configs("train_steps=4", "steps_per_loop=4", "checkpoint_every=4", "eval_every=0")
+    lines = []
+    pretraining_controller(model, train, manifest=load_manifest(str(tiny_data_dir)), model_dir=str(tmp_path),
+                           strategy=tf.distribute.get_strategy(), log=lines.append).train()
+    progress = [line for line in lines if line.startswith("step ")]
+    assert progress[0].startswith("step 1/4 loss ") and "the first step of this run: " in progress[0]
+    assert "s with tracing and compilation" in progress[0]
+    assert progress[1].startswith("step 4/4 loss ")  # then the loop of steps up to the next boundary

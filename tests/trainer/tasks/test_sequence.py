@@ -236,6 +236,8 @@ def test_sigkill_then_restart_gives_the_same_per_step_losses(spm_model, tmp_path
     expected, resumed = ModelDirectory(straight).step_losses(), ModelDirectory(killed).step_losses()
     assert sorted(resumed) == list(range(1, 13))
     np.testing.assert_allclose([resumed[s] for s in range(1, 13)], [expected[s] for s in range(1, 13)], rtol=1e-5)
+    # each step logged once: the steps the killed run logged after its last checkpoint were dropped
+    assert [row["step"] for row in ModelDirectory(killed).step_rows()] == list(range(1, 13))
 
 
 def test_resuming_with_another_task_is_refused(classifier, spm_model, capsys):

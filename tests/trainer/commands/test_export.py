@@ -1,0 +1,97 @@
+"""`xlnet export` as a command (trainer/commands/export.py): its help, and SIGINT, SIGTERM and
+SIGKILL during a real export in a subprocess."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import xlnet_cli
+from trainer.serving.saved_model import STAGING_PREFIX
+
+from support.interop_models import tiny_config, write_model_dir
+
+REPO = Path(__file__).resolve().parents[3]
+MAX_LENGTH = 16  # one length bucket: the quickest export
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, vocab) -> Path:
+    path = tmp_path_factory.mktemp("export") / "model"
+    write_model_dir(str(path), tiny_config(vocab.vocab_size), vocab)
+    return path
+
+
+def start_export(model_dir: Path, output: Path) -> subprocess.Popen:
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return subprocess.Popen([sys.executable, "xlnet_cli.py", "export", "--model-dir", str(model_dir),
+                             "--output", str(output), "--max-length", str(MAX_LENGTH)],
+                            cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def staging_directories(output: Path) -> list[Path]:
+    return sorted(output.glob(f"{STAGING_PREFIX}*")) if output.is_dir() else []
+
+
+def wait_for_staging(process: subprocess.Popen, output: Path, timeout: float = 120.0) -> Path:
+    """The export's staging directory, as soon as it exists (polled, the export still running)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = staging_directories(output)
+        if found:
+            return found[0]
+        assert process.poll() is None, f"the export ended before staging: {process.communicate()}"
+        time.sleep(0.01)
+    process.kill()
+    pytest.fail(f"no staging directory in {output} after {timeout}s")
+
+
+def versions(output: Path) -> list[str]:
+    return sorted(path.name for path in output.iterdir() if path.name.isdigit()) if output.is_dir() else []
+
+
+def test_help_says_both_casing_flags_default_to_what_training_recorded(capsys):
+    with pytest.raises(SystemExit):
+        xlnet_cli.main(["export", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    default = "(default: as training recorded, else detected from the vocabulary)"
+    assert f"--uncased, --no-uncased lower-case input text, or not {default}" in text
+    assert f"--cased keep the case of input text, the same as --no-uncased {default}" in text
+    assert "(default: True)" not in text and "(default: False)" not in text
+
+
+def test_help_states_the_exit_status_of_an_interrupted_export(capsys):
+    with pytest.raises(SystemExit):
+        xlnet_cli.main(["export", "--help"])
+    assert "130 or 143 interrupted by SIGINT or SIGTERM" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_an_interrupted_export_says_so_in_one_line_and_leaves_nothing(tmp_path, model_dir, signum, status):
+    output = tmp_path / "serving"
+    process = start_export(model_dir, output)
+    wait_for_staging(process, output)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == status
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    assert stderr.strip().splitlines()[-1] == \
+        f"xlnet export: interrupted by {signal.Signals(signum).name}; nothing was published"
+    assert staging_directories(output) == [] and versions(output) == []
+
+
+def test_the_staging_directory_of_a_killed_export_is_removed_by_the_next_export(tmp_path, model_dir):
+    output = tmp_path / "serving"
+    process = start_export(model_dir, output)
+    staging = wait_for_staging(process, output)
+    process.kill()  # SIGKILL: no handler runs, the staging directory stays
+    process.communicate(timeout=120)
+    assert staging.is_dir() and f"-{process.pid}-" in staging.name
+    assert xlnet_cli.main(["export", "--model-dir", str(model_dir), "--output", str(output),
+                           "--max-length", str(MAX_LENGTH)]) == 0
+    assert staging_directories(output) == [] and versions(output) == ["1"]

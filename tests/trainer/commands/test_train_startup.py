@@ -1,0 +1,71 @@
+"""`xlnet train`'s start-up check of the data directory (trainer/commands/train.py): every shard the
+manifest lists is there with its recorded size, before anything is built or trained."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import xlnet_cli
+from tfrecords.manifest import load_manifest
+
+# The tiny preset made smaller still (as in tests/trainer/tasks/test_pretraining.py).
+SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32",
+         "train_batch_size=4", "eval_batch_size=4", "steps_per_loop=2", "eval_steps=2", "warmup_steps=2",
+         "train_steps=2", "checkpoint_every=2", "eval_every=0"]
+
+
+@pytest.fixture
+def data_copy(tiny_data_dir, tmp_path) -> Path:
+    """A copy of the session's tiny data directory that a test may damage."""
+    return Path(shutil.copytree(tiny_data_dir, tmp_path / "data"))
+
+
+def train(data: Path, model_dir: Path, capsys, *overrides: str) -> tuple[int, str]:
+    args = ["train", "--data", str(data), "--model-dir", str(model_dir), "--preset", "tiny"]
+    for item in SMALL + list(overrides):
+        args += ["--set", item]
+    code = xlnet_cli.main(args)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err
+
+
+def test_a_truncated_shard_stops_training_before_anything_is_built(data_copy, tmp_path, capsys):
+    shard = data_copy / load_manifest(str(data_copy)).split("train").shards[1].file
+    size = shard.stat().st_size
+    shard.write_bytes(shard.read_bytes()[:-100])
+    code, err = train(data_copy, tmp_path / "model", capsys)
+    assert code == 3
+    assert f"xlnet train: error: damaged data in {data_copy}: {shard}: expected {size} bytes, found {size - 100} " \
+           "bytes" in err
+    assert f"xlnet inspect {data_copy} --verify" in err
+    assert not (tmp_path / "model" / "checkpoints").exists()
+    assert not (tmp_path / "model" / "model_config.json").exists()
+
+
+def test_a_missing_shard_stops_training_with_exit_3(data_copy, tmp_path, capsys):
+    shard = data_copy / load_manifest(str(data_copy)).split("valid").shards[0].file
+    size = shard.stat().st_size
+    shard.unlink()
+    code, err = train(data_copy, tmp_path / "model", capsys)
+    assert code == 3
+    assert f"{shard}: expected {size} bytes, found no such file" in err
+    assert not (tmp_path / "model").exists()
+
+
+def test_an_older_manifest_without_sizes_gets_a_note_and_the_existence_check(data_copy, tmp_path, capsys):
+    values = json.loads((data_copy / "manifest.json").read_text())
+    for split in values["splits"].values():
+        for shard in split["shards"]:
+            del shard["bytes"]
+    (data_copy / "manifest.json").write_text(json.dumps(values))
+    # seq_len differs from the data's: the run stops at the next check, after the note, before training
+    code, err = train(data_copy, tmp_path / "model", capsys, "seq_len=256")
+    assert code == 2 and "seq_len: data has 128, training uses 256" in err
+    assert f"xlnet train: note: {data_copy}'s manifest records no shard sizes" in err
+    (data_copy / "valid-00001-of-00002.tfrecord").unlink()
+    code, err = train(data_copy, tmp_path / "model", capsys)
+    assert code == 3 and "valid-00001-of-00002.tfrecord: listed in the manifest, found no such file" in err

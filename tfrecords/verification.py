@@ -1,0 +1,283 @@
+"""Checking a data directory's shard files against its manifest.
+
+Two depths:
+
+* ``check_shard_files``: cheap, no record is read. Every shard the manifest lists exists and,
+  where the manifest records ``bytes``, has that size. `xlnet train` runs it at start-up.
+* ``verify_data_directory``: every record of every shard of every split is read back, files in
+  parallel (one thread per file; TensorFlow releases the GIL while it reads and parses), and
+  checked: TFRecord framing and CRCs, each record parsing as a record of the manifest's
+  ``seq_len``, its ``stream_id`` and ``stream_pos`` where the manifest's stream layout puts it,
+  token ids inside the vocabulary, the number of records, the file's size. `xlnet inspect
+  DATA_DIR --verify` runs it.
+
+A shard's report names the index of its first bad record: after a framing or CRC error the rest
+of the file cannot be trusted, so reading stops there. TensorFlow is imported inside the
+functions (the rule of tfrecords/), so that importing this module stays cheap.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from tfrecords.manifest import Manifest, ShardEntry
+from tfrecords.schema import parse_records
+
+# Records read and parsed per step: large enough that per-batch overhead is negligible.
+BATCH_RECORDS = 512
+DEFAULT_THREADS = 8
+# What TensorFlow wraps around an error's message: "{{function_node ...}} ... [Op:IteratorGetNext] name:".
+_TF_FUNCTION_NAME = re.compile(r"\{\{function_node [^}]*\}\}")
+_TF_OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\].*$")
+
+
+class DamagedDataError(Exception):
+    """Shard files that do not match their manifest (missing, or of another size): a data problem,
+    not a usage error. The message names every such file and how to check the rest."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BadRecord:
+    """The first record of a shard that failed a check, and why."""
+
+    index: int
+    problem: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardReport:
+    """What verifying one shard file found."""
+
+    split: str
+    path: str
+    size: int | None  # None when the file is missing
+    records_read: int
+    problems: tuple[str, ...]
+    first_bad_record: int | None = None
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.problems)
+
+    def describe(self) -> str:
+        """One line naming the file and every problem found, its first bad record first."""
+        return f"DAMAGED {self.path}: " + "; ".join(self.problems)
+
+
+@dataclasses.dataclass(frozen=True)
+class VerificationReport:
+    """Every shard's report, in manifest order, and notes on checks that could not be made."""
+
+    directory: str
+    shards: tuple[ShardReport, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def damaged(self) -> list[ShardReport]:
+        return [shard for shard in self.shards if shard.damaged]
+
+    def summary(self) -> str:
+        """The one-line verdict."""
+        records = sum(shard.records_read for shard in self.shards)
+        size = sum(shard.size or 0 for shard in self.shards)
+        read = f"{len(self.shards)} shard(s), {records} records in {size} bytes"
+        if not self.damaged:
+            return f"verified {self.directory}: {read}: all intact"
+        missing = sum(shard.size is None for shard in self.shards)
+        return (f"verified {self.directory}: {read}: {len(self.damaged)} of {len(self.shards)} shard(s) damaged"
+                f"{f' ({missing} missing)' if missing else ''}")
+
+
+# ------------------------------------------------------------------------------ the cheap check
+def check_shard_files(manifest: Manifest, threads: int = DEFAULT_THREADS) -> bool:
+    """Raises DamagedDataError when a listed shard is missing or, where the manifest records its
+    size, has another size. Reads no record. Returns whether sizes were checked (an older manifest
+    records none)."""
+    shards = [shard for split in manifest.splits.values() for shard in split.shards]
+    with ThreadPoolExecutor(max(1, min(threads, len(shards)))) as pool:
+        problems = [problem for problem in pool.map(lambda s: _file_problem(manifest, s), shards) if problem]
+    if problems:
+        raise DamagedDataError(f"damaged data in {manifest.directory}: " + "; ".join(problems)
+                               + f"; run `xlnet inspect {manifest.directory} --verify` to check every record")
+    return any(shard.bytes is not None for shard in shards)
+
+
+def _file_problem(manifest: Manifest, shard: ShardEntry) -> str | None:
+    import tensorflow as tf
+
+    path = manifest.shard_path(shard)
+    try:
+        if not tf.io.gfile.exists(path):
+            expected = f"expected {shard.bytes} bytes" if shard.bytes is not None else "listed in the manifest"
+            return f"{path}: {expected}, found no such file"
+        size = tf.io.gfile.stat(path).length if shard.bytes is not None else None
+    except tf.errors.OpError as error:  # e.g. no permission: the file cannot be vouched for
+        return f"{path}: cannot be checked ({error_text(error)})"
+    if size != shard.bytes:
+        return f"{path}: expected {shard.bytes} bytes, found {size} bytes"
+    return None
+
+
+# ---------------------------------------------------------------------------- the full reading
+def verify_data_directory(manifest: Manifest, threads: int = DEFAULT_THREADS) -> VerificationReport:
+    """Reads every record of every shard of every split (``threads`` files at a time) and checks it
+    against ``manifest``; see the module docstring for the checks."""
+    jobs = [(name, shard) for name, split in manifest.splits.items() for shard in split.shards]
+    vocab_size = manifest.vocab.get("vocab_size")
+    with ThreadPoolExecutor(max(1, min(threads, len(jobs)))) as pool:
+        reports = tuple(pool.map(lambda job: verify_shard(manifest, job[0], job[1], vocab_size), jobs))
+    notes = ()
+    if vocab_size is None:
+        notes = ("token ids not checked: the manifest records no vocab_size",)
+    if any(shard.bytes is None for _, shard in jobs):
+        notes += ("file sizes not checked: the manifest records none (written before sizes were recorded)",)
+    return VerificationReport(manifest.directory, reports, notes)
+
+
+def verify_shard(manifest: Manifest, split: str, shard: ShardEntry, vocab_size: int | None) -> ShardReport:
+    """Reads one shard file through and reports what does not match its manifest entry."""
+    import tensorflow as tf
+
+    path = manifest.shard_path(shard)
+    try:
+        if not tf.io.gfile.exists(path):
+            return ShardReport(split, path, None, 0, ("missing (the manifest lists it, the directory lacks it)",))
+        size = tf.io.gfile.stat(path).length
+    except tf.errors.OpError as error:  # e.g. no permission: the file cannot be vouched for
+        return ShardReport(split, path, None, 0, (f"cannot be read ({error_text(error)})",))
+    problems = []
+    if shard.bytes is not None and size != shard.bytes:
+        problems.append(f"{size} bytes, the manifest says {shard.bytes}")
+    check = _record_checker(shard, manifest.seq_len, vocab_size)
+    records_read, bad = _scan(path, manifest.compression_type, check)
+    if bad is None and records_read != shard.records:
+        bad = BadRecord(records_read, f"the file ends after {records_read} records, the manifest says {shard.records}")
+    if bad is not None:
+        problems.insert(0, f"first bad record {bad.index}: {bad.problem}")
+    return ShardReport(split, path, size, records_read, tuple(problems), bad.index if bad else None)
+
+
+# check(index of the batch's first record, batch of serialized records) -> the first bad record or None
+Checker = Callable[[int, Any], Optional[BadRecord]]
+
+
+def _scan(path: str, compression: str, check: Checker) -> tuple[int, BadRecord | None]:
+    """(records read, first bad record or None): batches while all is well; after a read error the
+    failed batch is read again record by record, to name the exact record."""
+    import tensorflow as tf
+
+    dataset = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=1 << 20)
+    position = 0
+    iterator = iter(dataset.batch(BATCH_RECORDS))
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return position, None
+        except tf.errors.OpError:
+            return _scan_one_by_one(dataset.skip(position), position, check)
+        bad = check(position, batch)
+        if bad is not None:
+            return bad.index, bad
+        position += int(batch.shape[0])
+
+
+def _scan_one_by_one(dataset, position: int, check: Checker) -> tuple[int, BadRecord | None]:
+    import tensorflow as tf
+
+    iterator = iter(dataset)
+    while True:
+        try:
+            record = next(iterator)
+        except StopIteration:  # the error did not repeat: nothing to name
+            return position, None
+        except tf.errors.OpError as error:
+            return position, BadRecord(position, f"unreadable ({error_text(error)})")
+        bad = check(position, tf.reshape(record, [1]))
+        if bad is not None:
+            return position, bad
+        position += 1
+
+
+def error_text(error) -> str:
+    """TensorFlow's error in one line: its kind and its message without the op and function names."""
+    lines = (getattr(error, "message", "") or str(error)).strip().splitlines()
+    message = _TF_FUNCTION_NAME.sub("", _TF_OP_SUFFIX.sub("", lines[0] if lines else ""))
+    return f"{type(error).__name__}: {message.strip()}"
+
+
+def _record_checker(shard: ShardEntry, seq_len: int, vocab_size: int | None) -> Checker:
+    """A check of a batch of serialized records starting at a record index: parse, stream layout,
+    token ids. Returns the first bad record of the batch, or None."""
+    expected_stream = np.full(shard.records, -1, np.int64)
+    expected_pos = np.zeros(shard.records, np.int64)
+    for stream in shard.streams:
+        first = stream.first_record_index_in_file
+        expected_stream[first:first + stream.records] = stream.stream_id
+        expected_pos[first:first + stream.records] = np.arange(stream.records)
+
+    def check(start: int, batch) -> BadRecord | None:
+        parsed = _parse(batch, seq_len, start)
+        if isinstance(parsed, BadRecord):
+            return parsed
+        return _first_bad(start, parsed, expected_stream, expected_pos, vocab_size)
+
+    return check
+
+
+def _parse(batch, seq_len: int, start: int) -> dict | BadRecord:
+    """The batch's features as NumPy arrays, or the first record that does not parse."""
+    import tensorflow as tf
+
+    try:
+        return {name: value.numpy() for name, value in parse_records(batch, seq_len).items()}
+    except tf.errors.InvalidArgumentError:
+        for offset in range(int(batch.shape[0])):
+            try:
+                parse_records(batch[offset:offset + 1], seq_len)
+            except tf.errors.InvalidArgumentError as error:
+                return BadRecord(start + offset, f"not a record of seq_len {seq_len} ({error_text(error)})")
+        return BadRecord(start, f"the records from here on do not parse together as seq_len {seq_len} records")
+
+
+def _first_bad(start: int, parsed: dict, expected_stream: np.ndarray, expected_pos: np.ndarray,
+               vocab_size: int | None) -> BadRecord | None:
+    """The first record of a parsed batch that sits where the manifest does not expect it, or that
+    holds a token id outside the vocabulary."""
+    indices = np.arange(start, start + len(parsed["stream_id"]))
+    findings = _layout_findings(indices, parsed, expected_stream, expected_pos)
+    if vocab_size is not None:
+        findings += _token_findings(start, parsed["input_ids"], vocab_size)
+    return BadRecord(*min(findings)) if findings else None
+
+
+def _layout_findings(indices: np.ndarray, parsed: dict, expected_stream: np.ndarray,
+                     expected_pos: np.ndarray) -> list[tuple[int, str]]:
+    """(index, problem) of the first record beyond the manifest's count, and of the first whose
+    stream_id or stream_pos is not where the manifest's stream layout puts it."""
+    findings = []
+    beyond = indices >= len(expected_stream)
+    if beyond.any():
+        findings.append((int(indices[beyond][0]), f"more records than the manifest's {len(expected_stream)}"))
+    inside = indices[~beyond]
+    for name, expected in (("stream_id", expected_stream), ("stream_pos", expected_pos)):
+        wrong = np.flatnonzero(parsed[name][:len(inside)] != expected[inside])
+        if len(wrong):
+            row = wrong[0]
+            findings.append((int(inside[row]), f"{name} {parsed[name][row]}, the manifest's layout puts "
+                                               f"{name} {expected[inside[row]]} here"))
+    return findings
+
+
+def _token_findings(start: int, ids: np.ndarray, vocab_size: int) -> list[tuple[int, str]]:
+    """(index, problem) of the first record holding a token id outside [0, vocab_size)."""
+    outside = (ids < 0) | (ids >= vocab_size)
+    rows = np.flatnonzero(outside.any(axis=1))
+    if not len(rows):
+        return []
+    first = ids[rows[0]][outside[rows[0]]][0]
+    return [(start + int(rows[0]), f"token id {first} outside the vocabulary (size {vocab_size})")]
