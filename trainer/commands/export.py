@@ -2,15 +2,68 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
+import threading
 import time
+from typing import Iterator
 
 from trainer.commands import EXIT_USAGE
-from trainer.serving.saved_model import ExportConfig, ExportError, signature_names
+from trainer.serving.saved_model import ExportConfig, ExportError, abandon_export, signature_names
+
+# An export stopped by SIGINT or SIGTERM exits with 128 + the signal's number (130, 143), the
+# status a shell gives a command the signal killed.
+INTERRUPTING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+CASING_DEFAULT = "default: as training recorded, else detected from the vocabulary"
+
+
+@contextlib.contextmanager
+def exit_quietly_on_signals(args: argparse.Namespace) -> Iterator[None]:
+    """While the block runs, SIGINT and SIGTERM end the process at once: what the export wrote is
+    removed, one line says so, and the status is 128 + the signal's number. The previous handlers
+    come back afterwards. (Main thread only, where Python runs signal handlers.)
+
+    The handler exits rather than raising: an exception raised in the middle of TensorFlow's C++
+    code, which calls back into Python, can come out as another error, after TensorFlow printed
+    a traceback of its own.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame) -> None:
+        for each in INTERRUPTING_SIGNALS:  # a second signal must not cut the clean-up short
+            signal.signal(each, signal.SIG_IGN)
+        message = f"xlnet export: interrupted by {signal.Signals(signum).name}; {_abandon(args)}\n"
+        # os.write: the main thread may have been stopped inside a print, holding sys.stderr.
+        os.write(sys.stderr.fileno(), message.encode())
+        os._exit(128 + signum)
+
+    previous = {each: signal.signal(each, interrupt) for each in INTERRUPTING_SIGNALS}
+    try:
+        yield
+    finally:
+        for each, handler in previous.items():
+            signal.signal(each, handler)
+
+
+def _abandon(args: argparse.Namespace) -> str:
+    """Removes what an interrupted export wrote, where it can; says what is left."""
+    if args.format != "savedmodel":
+        return f"{args.output} may hold a partial {args.format} export"
+    try:
+        complete = abandon_export()
+    except Exception as error:  # the handler must still exit; the next export removes the staging
+        return f"what it wrote could not all be removed ({error})"
+    return "nothing was published" if complete is None else f"{complete} had been published"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `xlnet export`."""
+    """Flags of `xlnet export`, and its interrupted exit status after the shared ones."""
+    parser.epilog = "; ".join(filter(None, [parser.epilog, "130 or 143 interrupted by SIGINT or SIGTERM (a "
+                                                         "SavedModel export then publishes nothing)"]))
     parser.add_argument("--model-dir", required=True,
                         help="model directory written by `xlnet train` or `xlnet import-checkpoint` (local or gs://)")
     parser.add_argument("--output", required=True,
@@ -31,16 +84,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", default=None,
                         help="checkpoint prefix to export (default: the latest in MODEL_DIR/checkpoints)")
     casing = parser.add_mutually_exclusive_group()
+    # default=None on both: the casing is resolved from the model directory, and HelpFormatter
+    # would otherwise print --cased's store_false default as "(default: True)".
     casing.add_argument("--uncased", action=argparse.BooleanOptionalAction, default=None,
-                        help="lower-case input text, or not (default: as training recorded, else from the vocabulary)")
-    casing.add_argument("--cased", dest="uncased", action="store_false",
-                        help="keep the case of input text (the same as --no-uncased)")
+                        help=f"lower-case input text, or not ({CASING_DEFAULT})")
+    casing.add_argument("--cased", dest="uncased", action="store_false", default=None,
+                        help=f"keep the case of input text, the same as --no-uncased ({CASING_DEFAULT})")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exports and prints where the SavedModel went; returns 2 with a message on bad input."""
-    if args.format != "savedmodel":
-        return _run_format_export(args)
+    """Exports and prints where the output went; returns 2 with a message on bad input. SIGINT
+    and SIGTERM end it with 128 + the signal's number and one line (exit_quietly_on_signals)."""
+    with exit_quietly_on_signals(args):
+        return _run_format_export(args) if args.format != "savedmodel" else _run_savedmodel_export(args)
+
+
+def _run_savedmodel_export(args: argparse.Namespace) -> int:
+    """`xlnet export` (the SavedModel): prints where it went; 2 with a message on bad input."""
     from trainer.runtime.restore import open_model_directory, resolve_uncased
     from trainer.runtime.storage import StorageError
     from trainer.serving.saved_model import default_max_length, export_saved_model

@@ -85,10 +85,10 @@ def build_controller(args: argparse.Namespace, strategy=None, held: contextlib.E
     """Reads the files, resolves the configs, prepares the model directory; returns the Controller.
     ``strategy``: an existing tf.distribute strategy instead of the one --strategy names. With
     ``held``, the chief first takes the model directory's run lock, released when ``held`` closes."""
+    from trainer.commands.training_command import settings_replacement
     from trainer.runtime.controller import Controller
     from trainer.runtime.distribution import create_strategy, is_chief, make_deterministic
     from trainer.runtime.model_dir import ModelDirectory
-    from trainer.commands.training_command import settings_replacement
     from trainer.runtime.run_lock import RunLock
 
     _check_settings_before_reading(args)

@@ -10,6 +10,7 @@ in exactly one of the two configurations. Every error is a ValueError naming the
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Any, Iterable, Mapping
 
 from trainer.configs.training import TrainConfig, train_preset
@@ -28,6 +29,10 @@ def _field_types(cls) -> dict[str, type]:
     return {f.name: type(f.default) for f in dataclasses.fields(cls)}
 
 
+# What a value that does not convert to the field's type should have been, in words.
+_EXPECTED = {int: "an integer", float: "a number"}
+
+
 def _convert(text: str, kind: type, key: str) -> Any:
     if kind is bool:
         lowered = text.strip().lower()
@@ -39,7 +44,7 @@ def _convert(text: str, kind: type, key: str) -> Any:
     try:
         return kind(text)
     except ValueError:
-        raise ValueError(f"--set {key}={text}: expected a {kind.__name__}") from None
+        raise ValueError(f"--set {key}={text}: expected {_EXPECTED.get(kind, kind.__name__)}") from None
 
 
 def parse_overrides(items: Iterable[str], config_class: type = None,
@@ -59,18 +64,33 @@ def parse_overrides(items: Iterable[str], config_class: type = None,
         scope, _, name = key.strip().rpartition(".")
         if scope == "model" or (not scope and name in model_types and name not in other_types):
             if name not in model_types:
-                raise ValueError(f"--set {key}: ModelConfig has no field {name!r}")
+                raise _unknown_key(key, f"ModelConfig has no field {name!r}", model_types, other_types, scope_name)
             model_changes[name] = _convert(value, model_types[name], key)
         elif scope == scope_name or (not scope and name in other_types and name not in model_types):
             if name not in other_types:
-                raise ValueError(f"--set {key}: {kind} has no field {name!r}")
+                raise _unknown_key(key, f"{kind} has no field {name!r}", model_types, other_types, scope_name)
             other_changes[name] = _convert(value, other_types[name], key)
         elif not scope and name in model_types and name in other_types:
             raise ValueError(f"--set {key}: ambiguous, write model.{name} or {scope_name}.{name}")
         else:
-            raise ValueError(f"--set {key}: no such field in ModelConfig or {kind} "
-                             f"(use model.NAME or {scope_name}.NAME)")
+            raise _unknown_key(key, f"no such field in ModelConfig or {kind} (use model.NAME or {scope_name}.NAME)",
+                               model_types, other_types, scope_name)
     return model_changes, other_changes
+
+
+def _unknown_key(key: str, problem: str, model_fields: Iterable[str], other_fields: Iterable[str],
+                 scope_name: str) -> ValueError:
+    """The error for a ``--set`` key no configuration has, with the nearest field names of either
+    configuration, scoped (``model.NAME``) when the key was."""
+    key = key.strip()
+    scope, _, name = key.rpartition(".")
+    model_fields = list(model_fields)
+    # Names only: a shared "model." would make every model field look close to "model.anything".
+    close = difflib.get_close_matches(name, [*model_fields, *other_fields], n=3)  # nearest first
+    if scope:
+        close = [f"{'model' if field in model_fields else scope_name}.{field}" for field in close]
+    suggestion = f"; did you mean {' or '.join([', '.join(close[:-1]), close[-1]] if len(close) > 1 else close)}?"
+    return ValueError(f"--set {key}: {problem}{suggestion if close else ''}")
 
 
 def config_file_sections(values: Any, source: str, scope_name: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -404,13 +404,30 @@ def _joiner(directory: str):
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
     """The tensors of one .safetensors file (local or gs://), read with safetensors' NumPy API."""
     import safetensors.numpy
+    from safetensors import SafetensorError
 
     data = read_bytes(path)
     try:
         return safetensors.numpy.load(data)
-    except Exception as error:  # safetensors raises its own SafetensorError and TypeError for bf16
-        raise HuggingFaceFormatError(f"{path} cannot be read as float tensors: {error} (bfloat16 weights need a "
-                                     "float32 copy: save_pretrained after model.float())") from None
+    except SafetensorError as error:  # the layout itself: a header or data that does not add up
+        raise HuggingFaceFormatError(f"{path} is truncated or damaged ({len(data)} bytes; safetensors: {error}): "
+                                     "copy or download it again") from None
+    except Exception as error:  # a well-formed file whose dtype NumPy lacks (KeyError 'BF16', ...)
+        raise HuggingFaceFormatError(_unreadable_dtypes_message(path, data, error)) from None
+
+
+def _unreadable_dtypes_message(path: str, data: bytes, error: Exception) -> str:
+    """Why a well-formed safetensors file cannot be read: its dtypes, with the way out for bfloat16."""
+    header_length = int.from_bytes(data[:8], "little")
+    try:
+        header = json.loads(data[8:8 + header_length])
+        dtypes = sorted({entry["dtype"] for name, entry in header.items() if name != "__metadata__"})
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return f"{path} cannot be read as float tensors: {error!r}"
+    if "BF16" in dtypes:
+        return (f"{path} holds bfloat16 tensors, which NumPy cannot read: bfloat16 weights need a float32 copy "
+                "(save_pretrained after model.float())")
+    return f"{path} cannot be read as float tensors ({error!r}; dtypes {', '.join(dtypes)}): save a float32 copy"
 
 
 def read_directory_tensors(directory: str) -> dict[str, np.ndarray]:

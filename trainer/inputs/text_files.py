@@ -6,23 +6,30 @@ where there is one, the line.
 
 * CSV (RFC 4180 quoting, header row), TSV (header row, fields split on tabs, no quoting: the
   GLUE convention) or JSON lines (one object per line), chosen by extension (``.csv``, ``.tsv``,
-  ``.jsonl``/``.json``) unless a format is given: :func:`rows`.
+  ``.jsonl``/``.json``) unless a format is given: :func:`rows`. No format limits a field's length
+  (the encoder truncates long texts).
 * A whole file as text (:func:`read_text`), the files of a glob in sorted order
   (:func:`matching_files`), and a typed required field of a row (:func:`field`), used by the
   SQuAD reader too (trainer/inputs/squad.py).
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import posixpath
+import threading
 from typing import Any, Iterator
 
 import tensorflow as tf
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 _DELIMITERS = {"csv": ",", "tsv": "\t"}
+# csv.field_size_limit is one setting of the whole process: raised only while a record is parsed,
+# under this lock, so that concurrent readers cannot restore each other's value.
+_FIELD_SIZE_LIMIT_LOCK = threading.Lock()
+_LARGEST_FIELD_SIZE_LIMIT = 2**31 - 1  # the C long csv takes, on every platform
 
 
 class FinetuneDataError(ValueError):
@@ -68,13 +75,14 @@ def file_format_of(path: str, file_format: str | None) -> str:
 
 
 def delimited_rows(path: str, text: str, delimiter: str) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line, row) for each record of a CSV/TSV file with a header; blank lines skipped."""
+    """(line, row) for each record of a CSV/TSV file with a header; blank lines skipped. A field
+    may be as long as the file: no length limit, as for JSON lines (the encoder truncates)."""
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=True)
     header: list[str] | None = None
     end = 0
     try:
-        for record in reader:
+        for record in _records(reader, limit=len(text)):
             # A quoted CSV field may span lines: report the record's first line.
             line, end = end + 1, reader.line_num
             if not record:
@@ -87,6 +95,29 @@ def delimited_rows(path: str, text: str, delimiter: str) -> Iterator[tuple[int, 
                 yield line, dict(zip(header, record))
     except csv.Error as error:
         raise FinetuneDataError(f"{path}:{reader.line_num}: {error}") from None
+
+
+def _records(reader: Iterator[list[str]], limit: int) -> Iterator[list[str]]:
+    """The records of a csv reader, each parsed with fields of up to ``limit`` characters allowed
+    (csv's default, 131,072, would refuse a long text), the process's limit restored in between."""
+    while True:
+        with _field_size_limit(limit):
+            record = next(reader, None)
+        if record is None:
+            return
+        yield record
+
+
+@contextlib.contextmanager
+def _field_size_limit(limit: int) -> Iterator[None]:
+    """csv.field_size_limit at least ``limit`` inside the block, as it was after it."""
+    with _FIELD_SIZE_LIMIT_LOCK:
+        previous = csv.field_size_limit()
+        csv.field_size_limit(max(previous, min(limit, _LARGEST_FIELD_SIZE_LIMIT)))
+        try:
+            yield
+        finally:
+            csv.field_size_limit(previous)
 
 
 def json_rows(path: str, text: str) -> Iterator[tuple[int, dict[str, Any]]]:

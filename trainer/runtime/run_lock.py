@@ -124,7 +124,7 @@ class RunLock:
 
     def _stale(self, owner: dict[str, Any]) -> str | None:
         """Why ``owner`` is gone, or None when it may still be running."""
-        if owner.get("host") == self.record["host"] and not _process_alive(owner.get("pid")):
+        if owner.get("host") == self.record["host"] and not process_alive(owner.get("pid")):
             return f"no process {owner.get('pid')} on this host"
         age = time.time() - float(owner.get("heartbeat", 0))
         if age > self.stale_seconds:
@@ -149,9 +149,14 @@ def describe(owner: dict[str, Any] | None) -> str:
     return f"host {owner.get('host')}, pid {owner.get('pid')}, started {started}, last heartbeat {beat:.0f}s ago"
 
 
-def _process_alive(pid: Any) -> bool:
+def process_alive(pid: Any) -> bool:
+    """Whether process ``pid`` exists on this host (signal 0 checks without signalling); not a
+    positive integer: False (0 and below would address process groups)."""
     try:
-        os.kill(int(pid), 0)
+        pid = int(pid)
+        if pid <= 0:
+            return False
+        os.kill(pid, 0)
     except (ProcessLookupError, ValueError, TypeError):
         return False
     except PermissionError:

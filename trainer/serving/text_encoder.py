@@ -152,7 +152,8 @@ class XLNetTextEncoder(tf.Module):
         """
         boundary_id = self.tokenizer.string_to_id(tf.constant("\u2581"))
         glued = after_mask & ~tf.strings.regex_full_match(parts, " .*|")
-        first_is_boundary = tf.equal(part_ids[:, :1].to_tensor(default_value=-1)[:, 0], boundary_id)
+        # shape [batch, 1] also when no text has a piece outside its masks ("", "<mask>", no text)
+        first_is_boundary = tf.equal(part_ids[:, :1].to_tensor(default_value=-1, shape=[None, 1])[:, 0], boundary_id)
         drop_first = tf.expand_dims(glued & first_is_boundary & (boundary_id != self.special_ids.get("unk", 0)), 1)
         is_first = tf.equal(tf.ragged.range(part_ids.row_lengths()), 0)
         return tf.ragged.boolean_mask(part_ids, ~(is_first & drop_first))

@@ -11,9 +11,8 @@ continues exactly where it stopped.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import math
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf

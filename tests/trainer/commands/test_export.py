@@ -6,13 +6,16 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
+import tensorflow as tf
 
 import xlnet_cli
-from trainer.serving.saved_model import STAGING_PREFIX
+from trainer.serving.saved_model import LOCAL_STAGING_PREFIX, STAGING_PREFIX
 
 from support.interop_models import tiny_config, write_model_dir
 
@@ -27,7 +30,7 @@ def model_dir(tmp_path_factory, vocab) -> Path:
     return path
 
 
-def start_export(model_dir: Path, output: Path) -> subprocess.Popen:
+def start_export(model_dir: Path, output: Path | str) -> subprocess.Popen:
     environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     return subprocess.Popen([sys.executable, "xlnet_cli.py", "export", "--model-dir", str(model_dir),
                              "--output", str(output), "--max-length", str(MAX_LENGTH)],
@@ -38,17 +41,22 @@ def staging_directories(output: Path) -> list[Path]:
     return sorted(output.glob(f"{STAGING_PREFIX}*")) if output.is_dir() else []
 
 
-def wait_for_staging(process: subprocess.Popen, output: Path, timeout: float = 120.0) -> Path:
+def local_staging_directories(process: subprocess.Popen) -> list[Path]:
+    """Where an export to a bucket stages: the local temporary directory, named with its pid."""
+    return sorted(Path(tempfile.gettempdir()).glob(f"{LOCAL_STAGING_PREFIX}*-{process.pid}-*"))
+
+
+def wait_for_staging(process: subprocess.Popen, find: Callable[[], list[Path]], timeout: float = 120.0) -> Path:
     """The export's staging directory, as soon as it exists (polled, the export still running)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = staging_directories(output)
+        found = find()
         if found:
             return found[0]
         assert process.poll() is None, f"the export ended before staging: {process.communicate()}"
         time.sleep(0.01)
     process.kill()
-    pytest.fail(f"no staging directory in {output} after {timeout}s")
+    pytest.fail(f"no staging directory after {timeout}s")
 
 
 def versions(output: Path) -> list[str]:
@@ -75,10 +83,10 @@ def test_help_states_the_exit_status_of_an_interrupted_export(capsys):
 def test_an_interrupted_export_says_so_in_one_line_and_leaves_nothing(tmp_path, model_dir, signum, status):
     output = tmp_path / "serving"
     process = start_export(model_dir, output)
-    wait_for_staging(process, output)
+    wait_for_staging(process, lambda: staging_directories(output))
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == status
+    assert process.returncode == status, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     assert stderr.strip().splitlines()[-1] == \
         f"xlnet export: interrupted by {signal.Signals(signum).name}; nothing was published"
@@ -88,10 +96,24 @@ def test_an_interrupted_export_says_so_in_one_line_and_leaves_nothing(tmp_path, 
 def test_the_staging_directory_of_a_killed_export_is_removed_by_the_next_export(tmp_path, model_dir):
     output = tmp_path / "serving"
     process = start_export(model_dir, output)
-    staging = wait_for_staging(process, output)
+    staging = wait_for_staging(process, lambda: staging_directories(output))
     process.kill()  # SIGKILL: no handler runs, the staging directory stays
     process.communicate(timeout=120)
     assert staging.is_dir() and f"-{process.pid}-" in staging.name
     assert xlnet_cli.main(["export", "--model-dir", str(model_dir), "--output", str(output),
                            "--max-length", str(MAX_LENGTH)]) == 0
     assert staging_directories(output) == [] and versions(output) == ["1"]
+
+
+def test_an_interrupted_export_to_a_bucket_leaves_nothing_there_nor_locally(model_dir, gcs_prefix):
+    serving = f"{gcs_prefix.rstrip('/')}/serving"
+    process = start_export(model_dir, serving)
+    wait_for_staging(process, lambda: local_staging_directories(process))
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143 and "Traceback" not in stderr
+    assert local_staging_directories(process) == []
+    assert not tf.io.gfile.exists(serving) or tf.io.gfile.listdir(serving) == []
+    assert xlnet_cli.main(["export", "--model-dir", str(model_dir), "--output", serving,
+                           "--max-length", str(MAX_LENGTH)]) == 0  # the next export publishes version 1
+    assert tf.io.gfile.exists(f"{serving}/1/saved_model.pb")

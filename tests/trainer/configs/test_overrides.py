@@ -3,10 +3,12 @@ overrides, and the checks between the model and the training configuration."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from trainer.commands.training_command import read_config_file
+from trainer.configs.finetuning import FinetuneConfig
 from trainer.configs.overrides import parse_overrides, resolve_configs
 from trainer.configs.training import TrainConfig, train_preset
 from trainer.models.config import model_preset
@@ -24,12 +26,37 @@ def test_set_overrides_are_typed_by_the_config_fields():
     assert train == {"learning_rate": 2e-4, "jit_compile": True, "decay": "cosine"}
 
 
-@pytest.mark.parametrize("item, message", [("nope=1", "no such field"), ("n_layer=two", "expected a int"),
+@pytest.mark.parametrize("item, message", [("nope=1", "no such field"),
+                                           ("n_layer=two", "--set n_layer=two: expected an integer$"),
+                                           ("learning_rate=fast", "--set learning_rate=fast: expected a number$"),
                                            ("train.n_layer=2", "TrainConfig has no field"),
                                            ("jit_compile=maybe", "true or false"), ("n_layer", "key=value")])
 def test_bad_set_override_names_the_problem(item, message):
     with pytest.raises(ValueError, match=message):
         parse_overrides([item])
+
+
+@pytest.mark.parametrize("item, suggestion", [
+    ("learning_rte=1e-3", "did you mean learning_rate or end_learning_rate?"),  # nearest first
+    ("model.n_layr=3", "did you mean model.n_layer?"),
+    ("train.n_layer=3", "did you mean model.n_layer?"),  # the right name in the other configuration
+    ("modle.d_model=64", "did you mean model.d_model?"),
+])
+def test_unknown_set_key_suggests_the_nearest_field_names(item, suggestion):
+    key = item.split("=")[0]
+    with pytest.raises(ValueError, match=f"^{re.escape(f'--set {key}: ')}.*; {re.escape(suggestion)}$"):
+        parse_overrides([item])
+
+
+def test_unknown_set_key_of_fine_tuning_suggests_its_own_fields():
+    with pytest.raises(ValueError, match="did you mean max_seq_length, max_answer_length or max_query_length\\?$"):
+        parse_overrides(["max_seq_lenght=64"], FinetuneConfig, "finetune")
+
+
+def test_unknown_set_key_close_to_no_field_suggests_nothing():
+    with pytest.raises(ValueError, match="no such field in ModelConfig or TrainConfig \\(use model.NAME or "
+                                         "train.NAME\\)$"):
+        parse_overrides(["colour=blue"])
 
 
 def test_config_file_applies_between_preset_and_set(tmp_path):

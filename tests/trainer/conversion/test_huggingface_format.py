@@ -464,6 +464,26 @@ def test_pytorch_bin_only_directory_says_how_to_get_safetensors(copy_of, tmp_pat
     assert "holds pytorch_model.bin but no model.safetensors" in error and "save_pretrained" in error
 
 
+def test_truncated_safetensors_is_named_as_truncated_or_damaged(copy_of, tmp_path, capsys):
+    weights = copy_of / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:len(data) // 2])  # a download cut short
+    error = import_error(copy_of, tmp_path, capsys)
+    assert f"{weights} is truncated or damaged ({len(data) // 2} bytes" in error
+    assert "bfloat16" not in error and len(error.strip().splitlines()) == 1
+
+
+def test_bfloat16_safetensors_asks_for_a_float32_copy(copy_of, tmp_path, capsys):
+    import safetensors.tensorflow
+
+    tensors = safetensors.numpy.load_file(str(copy_of / "model.safetensors"))
+    (copy_of / "model.safetensors").write_bytes(safetensors.tensorflow.save(
+        {name: tf.cast(value, tf.bfloat16) for name, value in tensors.items()}, metadata={"format": "pt"}))
+    error = import_error(copy_of, tmp_path, capsys)
+    assert f"{copy_of / 'model.safetensors'} holds bfloat16 tensors" in error
+    assert "float32 copy" in error and "truncated" not in error
+
+
 def test_missing_config_is_named(copy_of, tmp_path, capsys):
     (copy_of / "config.json").unlink()
     assert "config.json: file not found" in import_error(copy_of, tmp_path, capsys)

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -17,7 +19,16 @@ import xlnet_cli
 from trainer.models.config import model_preset
 from trainer.models.network import build_network
 from trainer.runtime.restore import RestoreError
-from trainer.serving.saved_model import ExportConfig, ExportError, export_saved_model, length_buckets, next_version
+from trainer.serving.saved_model import (
+    ExportConfig,
+    ExportError,
+    XLNetServingModule,
+    abandon_export,
+    export_saved_model,
+    length_buckets,
+    next_version,
+    remove_stale_staging,
+)
 from trainer.serving.text_encoder import XLNetTextEncoder
 
 from support.bundled_data import corpus_lines
@@ -118,6 +129,29 @@ def test_next_version_follows_the_highest_numbered_directory(tmp_path):
     for name in ("1", "7", "notes"):
         (tmp_path / name).mkdir()
     assert next_version(tmp_path) == 8
+
+
+def test_only_staging_directories_of_dead_exports_on_this_host_are_removed(tmp_path):
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()  # its pid now names no running process
+    host = socket.gethostname()
+    names = {"dead": f".export-3-{host}-{finished.pid}-0123456789ab",
+             "live": f".export-3-{host}-{os.getpid()}-0123456789ab",
+             "other host": f".export-3-elsewhere.example-{finished.pid}-0123456789ab",
+             "unrecognised": ".export-3-0123456789ab"}
+    for name in names.values():
+        (tmp_path / name / "saved_model").mkdir(parents=True)
+    assert remove_stale_staging(str(tmp_path)) == [f"{tmp_path}/{names['dead']}"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        names[kind] for kind in ("live", "other host", "unrecognised"))
+
+
+def test_abandoning_a_finished_export_keeps_its_version_and_names_it(tmp_path, model_dir):
+    """What a signal arriving after the export completed reports (trainer/commands/export.py)."""
+    target = export_saved_model(model_dir, tmp_path / "serving", ExportConfig(max_length=16, top_k=TOP_K))
+    assert abandon_export() == target
+    assert (Path(target) / "saved_model.pb").is_file()
+    assert sorted(path.name for path in (tmp_path / "serving").iterdir()) == ["1"]
 
 
 def test_export_refuses_to_overwrite_an_existing_version(model_dir, export_base):
@@ -273,6 +307,48 @@ def test_predict_masked_without_any_mask_returns_zero_masks_and_no_rows(loaded):
     assert out["top_k_ids"].shape == (2, 0, TOP_K) and out["mask_positions"].shape == (2, 0)
 
 
+@pytest.mark.parametrize("text", ["", "   "])
+def test_predict_masked_of_an_empty_or_blank_text_gives_zero_masks(loaded, text):
+    out = call(loaded, "predict_masked", text=[text])
+    assert out["num_masks"].tolist() == [0]
+    assert out["mask_positions"].shape == (1, 0)
+    for name in ("top_k_ids", "top_k_tokens", "top_k_probabilities"):
+        assert out[name].shape == (1, 0, TOP_K), name
+
+
+@pytest.mark.parametrize("text, masks", [("<mask>", 1), ("<mask><mask>", 2)])
+def test_predict_masked_of_a_text_of_only_masks_predicts_every_mask(loaded, sp_proto, text, masks):
+    out = call(loaded, "predict_masked", text=[text])
+    processor = spm.SentencePieceProcessor(model_proto=sp_proto)
+    assert out["num_masks"].tolist() == [masks]
+    # the masks, then <sep> and <cls> in the last two positions
+    assert out["mask_positions"].tolist() == [list(range(MAX_LENGTH - 2 - masks, MAX_LENGTH - 2))]
+    assert out["top_k_ids"].shape == (1, masks, TOP_K)
+    ids = out["top_k_ids"][0]
+    assert ((ids >= 0) & (ids < processor.vocab_size())).all()
+    probabilities = out["top_k_probabilities"][0]
+    assert (probabilities > 0).all() and (np.diff(probabilities, axis=-1) <= 0).all()
+    assert [[t.decode() for t in row] for row in out["top_k_tokens"][0]] == \
+        [[processor.id_to_piece(int(i)) for i in row] for row in ids]
+
+
+def test_predict_masked_of_only_masks_beside_an_empty_text_pads_the_empty_one(loaded):
+    out = call(loaded, "predict_masked", text=["<mask><mask>", ""])
+    assert out["num_masks"].tolist() == [2, 0]
+    assert out["mask_positions"].tolist() == [[MAX_LENGTH - 4, MAX_LENGTH - 3], [-1, -1]]
+    assert (out["top_k_ids"][1] == -1).all() and (out["top_k_probabilities"][1] == 0).all()
+    assert (out["top_k_ids"][0] >= 0).all()
+
+
+def test_predict_masked_of_an_empty_batch_gives_zero_rows(loaded):
+    out = {name: value.numpy() for name, value in
+           loaded.signatures["predict_masked"](text=tf.constant([], tf.string)).items()}
+    assert out["num_masks"].shape == (0,)
+    assert out["mask_positions"].shape == (0, 0)
+    for name in ("top_k_ids", "top_k_tokens", "top_k_probabilities"):
+        assert out[name].shape == (0, 0, TOP_K), name
+
+
 def test_predict_masked_mask_positions_point_at_mask_ids(loaded, reference, special_ids):
     _, encoder = reference
     out = call(loaded, "predict_masked", text=MASKED[:2])
@@ -323,6 +399,18 @@ def test_encode_length_buckets_double_up_to_max_length():
     assert length_buckets(100) == (16, 32, 64, 100)
     assert length_buckets(512) == (16, 32, 64, 128, 256, 512)
     assert length_buckets(5) == (5,)
+
+
+def test_encode_with_a_single_length_bucket_equals_the_bucketed_export(loaded, reference, sp_proto, special_ids):
+    """max_length 16 (or less) is one bucket: no shorter bucket to choose from."""
+    network, _ = reference
+    single = length_buckets(MAX_LENGTH)[0]
+    module = XLNetServingModule(network, XLNetTextEncoder(sp_proto, special_ids, single, uncased=False), TOP_K)
+    ids = encode_ids(loaded, [SHORT_TEXT, ""], single)
+    expected = call(loaded, "encode", **ids)
+    out = module.encode(*(tf.constant(ids[name]) for name in ("input_ids", "segment_ids", "input_mask")))
+    np.testing.assert_allclose(out["sequence_output"].numpy(), expected["sequence_output"], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(out["pooled_output"].numpy(), expected["pooled_output"], atol=1e-5, rtol=0)
 
 
 def test_encode_longer_than_max_length_is_a_clear_error(loaded):

@@ -155,3 +155,12 @@ def test_encoder_refuses_special_ids_without_mask(sp_proto):
 def test_encoder_refuses_max_length_below_three(sp_proto):
     with pytest.raises(ValueError, match="max_length"):
         XLNetTextEncoder(sp_proto, SPECIAL, max_length=2, uncased=False)
+
+
+@pytest.mark.parametrize("texts", [["", "   "], ["<mask>", "<mask><mask>"], []], ids=["empty", "only-masks", "none"])
+def test_masked_encoding_of_texts_without_a_piece_outside_their_masks(encoder, texts):
+    out = encoder.encode_masked(tf.constant(texts, tf.string))
+    assert out["input_ids"].shape == (len(texts), MAX_LENGTH)
+    assert out["num_masks"].numpy().tolist() == [text.count("<mask>") for text in texts]
+    for row, text in zip(out["input_ids"].numpy(), texts):
+        assert row[-2:].tolist() == [SEP, CLS] and (row == MASK).sum() == text.count("<mask>")
