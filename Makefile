@@ -14,9 +14,10 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q -e ".[pipeline,test,plot]"
 	touch $(STAMP)
 
-# Fast default suite (slow tests are marked and run by test-slow / test-all).
+# Fast default suite (slow tests are marked and run by test-slow / test-all), on two processes
+# (pytest-xdist): most tests keep one core busy, so two halve the time on a 2-core machine.
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" -n 2 tests
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow tests

@@ -22,6 +22,8 @@ INSTALL_REQUIRES = [
 PIPELINE_REQUIRES = ["apache-beam[gcp,tfrecord]==2.77.0"]
 TEST_REQUIRES = [
     "pytest>=8",
+    # `make test` runs the default suite on two processes (-n 2): most tests hold one core.
+    "pytest-xdist>=3.8",
     # A Cloud Storage JSON API in memory, for the gs:// tests (tests/support/gcs_emulator.py).
     "gcp-storage-emulator==2026.7.19",
 ]

@@ -59,7 +59,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_subcommand(name: str, argv: list[str], prog: str | None = None) -> int:
     """Parses ``argv`` with subcommand ``name``'s flags and runs it; ``prog`` names it in usage
-    lines (``python -m trainer.task`` runs `xlnet train` under its own name)."""
+    lines (``python -m trainer.task`` runs `xlnet train` under its own name). Ctrl-C before a
+    command handles it itself (while TensorFlow loads, say) ends quietly with status 130."""
+    try:
+        return _run_subcommand(name, argv, prog)
+    except KeyboardInterrupt:
+        print(f"xlnet {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run_subcommand(name: str, argv: list[str], prog: str | None) -> int:
     if name in TENSORFLOW_SUBCOMMANDS:
         from trainer.commands.tensorflow_startup import import_tensorflow_quietly
 

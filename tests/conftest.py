@@ -92,6 +92,20 @@ def mirrored_strategy():
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
+@pytest.fixture(autouse=True)
+def no_logging_to_closed_streams():
+    """Drops root logging handlers bound to a stream that is closed by now: a command run by an
+    earlier test (logging.basicConfig) bound one to that test's captured stderr, and logging to it
+    would print "--- Logging error ---" and a traceback into a later test's stderr."""
+    import logging
+
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
+            root.removeHandler(handler)
+    yield
+
+
 def pytest_configure(config) -> None:
     """Two logical CPU devices for the whole session, so MirroredStrategy tests have two replicas.
 

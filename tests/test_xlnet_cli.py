@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,15 @@ def test_python_m_trainer_task_is_xlnet_train_under_its_own_name():
     bad = subprocess.run([sys.executable, "-m", "trainer.task", "--model-dir", "m"], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "the following arguments are required: --data" in bad.stderr
+
+
+def test_ctrl_c_while_tensorflow_loads_ends_quietly_with_status_130(tmp_path):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    process = subprocess.Popen([sys.executable, str(REPO / "xlnet_cli.py"), "export", "--model-dir", "m",
+                                "--output", str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # importing TensorFlow takes several seconds
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "xlnet export: interrupted" in err

@@ -81,6 +81,7 @@ def test_a_pretrained_directory_initialises_a_finetune_with_the_losses_it_gave(t
         assert json.loads((out / name).read_text()) == json.loads((LEGACY / "classifier" / name).read_text())
 
 
+@pytest.mark.slow  # 10 s; the fast restore test reads the same checkpoint
 def test_a_fine_tuned_squad_directory_resumes(tmp_path):
     model_dir = legacy_copy("squad", tmp_path)
     xlnet("finetune", "--task", "squad", "--train", str(LEGACY / "squad.json"), "--eval", str(LEGACY / "squad.json"),

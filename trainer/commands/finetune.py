@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import logging
 from typing import Any
 
 from trainer.models.heads import TASKS
@@ -68,9 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fine-tunes; 0 when done or preempted (checkpoint saved), 2 on bad input, 3 on divergence."""
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    from trainer.commands.training_command import run_training
+    from trainer.commands.training_command import configure_logging, run_training
     from trainer.runtime.storage import StorageError
+
+    configure_logging()
 
     def train() -> dict[str, Any]:
         with contextlib.ExitStack() as held:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import posixpath
 import sys
 
@@ -36,12 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Trains; returns 0 when done or preempted (checkpoint saved), 2 on bad input, 3 on divergence or
     damaged data (a shard missing or of another size than the manifest records)."""
-    # Our own progress at INFO; libraries (TensorFlow's Python side, Keras, absl) only from WARNING.
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("trainer").setLevel(logging.INFO)
     from tfrecords.manifest import ManifestError
     from tfrecords.verification import DamagedDataError
-    from trainer.commands.training_command import run_training
+    from trainer.commands.training_command import configure_logging, run_training
+
+    configure_logging()
 
     def train() -> dict:
         with contextlib.ExitStack() as held:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -46,6 +47,30 @@ def field_help(config_class: type, name: str) -> str:
     and its default, so that a flag's help never drifts from the class that owns the default."""
     field = {field.name: field for field in dataclasses.fields(config_class)}[name]
     return f"{field.metadata['help']} (default {field.default})"
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """A handler that writes to whatever sys.stderr is when a line is logged: a command run twice in
+    one process (tests, notebooks) must not write to the stream of an earlier run, closed by now."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        del value
+
+
+def configure_logging() -> None:
+    """Our own progress at INFO; libraries (TensorFlow's Python side, Keras, absl) only from WARNING."""
+    root = logging.getLogger()
+    if not any(isinstance(handler, _CurrentStderr) for handler in root.handlers):
+        handler = _CurrentStderr()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("trainer").setLevel(logging.INFO)
 
 
 def run_training(command: str, train: Callable[[], dict[str, Any]], bad_input: tuple[type[BaseException], ...],

@@ -93,6 +93,7 @@ def test_an_interrupted_export_says_so_in_one_line_and_leaves_nothing(tmp_path, 
     assert staging_directories(output) == [] and versions(output) == []
 
 
+@pytest.mark.slow  # 20 s; tests/trainer/serving/test_saved_model.py checks the removal rule fast
 def test_the_staging_directory_of_a_killed_export_is_removed_by_the_next_export(tmp_path, model_dir):
     output = tmp_path / "serving"
     process = start_export(model_dir, output)
@@ -105,6 +106,7 @@ def test_the_staging_directory_of_a_killed_export_is_removed_by_the_next_export(
     assert staging_directories(output) == [] and versions(output) == ["1"]
 
 
+@pytest.mark.slow  # 21 s; the local SIGTERM/SIGINT test covers the handler
 def test_an_interrupted_export_to_a_bucket_leaves_nothing_there_nor_locally(model_dir, gcs_prefix):
     serving = f"{gcs_prefix.rstrip('/')}/serving"
     process = start_export(model_dir, serving)

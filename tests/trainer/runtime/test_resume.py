@@ -74,6 +74,7 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_one_before_resumes(tin
     assert_resumed_past_a_damaged_checkpoint(tiny_data_dir, str(tmp_path / "model"), straight, capsys)
 
 
+@pytest.mark.slow  # 25 s; the local test runs the same code, through tf.io.gfile
 def test_on_gcs_a_damaged_latest_checkpoint_is_set_aside_too(tiny_data_dir, straight, gcs_prefix, capsys):
     assert_resumed_past_a_damaged_checkpoint(tiny_data_dir, gcs_prefix + "model", straight, capsys)
 
@@ -126,6 +127,7 @@ def test_resuming_with_other_training_settings_prints_them_and_saves_them_after_
     assert (earlier["train_steps"], earlier["learning_rate"]) == (2, 1e-3)
 
 
+@pytest.mark.slow  # 20 s; the controller is the one pretraining's tests cover
 def test_fine_tuning_sets_a_damaged_latest_checkpoint_aside_by_the_same_rule(spm_model, tmp_path, capsys):
     from support.bundled_data import ROTTEN
 

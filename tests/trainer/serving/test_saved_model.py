@@ -146,6 +146,7 @@ def test_only_staging_directories_of_dead_exports_on_this_host_are_removed(tmp_p
         names[kind] for kind in ("live", "other host", "unrecognised"))
 
 
+@pytest.mark.slow  # 18 s: a whole export; the interrupted-export tests of the command cover the handler
 def test_abandoning_a_finished_export_keeps_its_version_and_names_it(tmp_path, model_dir):
     """What a signal arriving after the export completed reports (trainer/commands/export.py)."""
     target = export_saved_model(model_dir, tmp_path / "serving", ExportConfig(max_length=16, top_k=TOP_K))
