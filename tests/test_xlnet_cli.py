@@ -103,7 +103,11 @@ def test_ctrl_c_while_tensorflow_loads_ends_quietly_with_status_130(tmp_path):
     process = subprocess.Popen([sys.executable, str(REPO / "xlnet_cli.py"), "export", "--model-dir", "m",
                                 "--output", str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)  # importing TensorFlow takes several seconds
+    # SIGINT once TensorFlow's library is mapped into the process: its import goes on for seconds after
+    maps, deadline = Path(f"/proc/{process.pid}/maps"), time.time() + 60
+    while "libtensorflow" not in maps.read_text():
+        assert process.poll() is None and time.time() < deadline, "the command ended before importing TensorFlow"
+        time.sleep(0.005)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err[-2000:]
