@@ -100,9 +100,12 @@ def test_python_m_trainer_task_is_xlnet_train_under_its_own_name():
 
 def test_ctrl_c_while_tensorflow_loads_ends_quietly_with_status_130(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # As from a shell: Ctrl-C's default disposition (a test runner's worker may ignore SIGINT, and a
+    # child inherits that, so Python would never raise KeyboardInterrupt).
     process = subprocess.Popen([sys.executable, str(REPO / "xlnet_cli.py"), "export", "--model-dir", "m",
                                 "--output", str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # SIGINT once TensorFlow's library is mapped into the process: its import goes on for seconds after
     maps, deadline = Path(f"/proc/{process.pid}/maps"), time.time() + 60
     while "libtensorflow" not in maps.read_text():
