@@ -49,27 +49,9 @@ def field_help(config_class: type, name: str) -> str:
     return f"{field.metadata['help']} (default {field.default})"
 
 
-class _CurrentStderr(logging.StreamHandler):
-    """A handler that writes to whatever sys.stderr is when a line is logged: a command run twice in
-    one process (tests, notebooks) must not write to the stream of an earlier run, closed by now."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        del value
-
-
 def configure_logging() -> None:
     """Our own progress at INFO; libraries (TensorFlow's Python side, Keras, absl) only from WARNING."""
-    root = logging.getLogger()
-    if not any(isinstance(handler, _CurrentStderr) for handler in root.handlers):
-        handler = _CurrentStderr()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        root.addHandler(handler)
-    root.setLevel(logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("trainer").setLevel(logging.INFO)
 
 
@@ -102,10 +84,10 @@ def settings_replacement(model_dir, name: str, config) -> Callable[[int], None] 
     saved; when they differ from the saved ones, prints every difference and returns what saves
     them after the run's first checkpoint (Controller's ``after_first_save``), keeping the old
     file as ``name.step-N.json``; None when nothing is left to do."""
-    changes = model_dir.settings_changes(name, config)
     if not model_dir.has(name):
         model_dir.write_json(name, config.to_dict())
         return None
+    changes = model_dir.settings_changes(name, config)
     if not changes:
         return None
     print(f"resuming with other settings than {model_dir.join(name)}: " + "; ".join(changes)

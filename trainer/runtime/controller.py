@@ -131,8 +131,7 @@ class Controller:
         rng = [v for v in task.model.non_trainable_variables if "seed_generator" in v.path]
         self.checkpoint = tf.train.Checkpoint(optimizer=self.optimizer, step=self.step, rng=rng,
                                               **task.checkpoint_items(first_replica))
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self.work_dir.checkpoints,
-                                                  max_to_keep=config.keep_checkpoints, step_counter=self.step)
+        self.manager = self._checkpoint_manager()
         self._restore(init_checkpoint)
         self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile)
         self._train_loop = tf.function(self._train_loop_fn)
@@ -155,6 +154,10 @@ class Controller:
             tf.train.Checkpoint(model=self.network).restore(latest).expect_partial().assert_existing_objects_matched()
             self.log(f"initialised the model from {latest}")
 
+    def _checkpoint_manager(self) -> tf.train.CheckpointManager:
+        return tf.train.CheckpointManager(self.checkpoint, self.work_dir.checkpoints,
+                                          max_to_keep=self.config.keep_checkpoints, step_counter=self.step)
+
     def _resume(self) -> None:
         """Restores the newest checkpoint that reads. One that does not (a truncated or corrupted
         file) is set aside to checkpoints/damaged/, never deleted, and the next newest is tried.
@@ -170,9 +173,7 @@ class Controller:
                 set_aside.append(latest)
                 reason = " ".join(str(getattr(error, "message", error)).split())[:200]
                 self.log(f"warning: checkpoint {latest} cannot be read ({reason}); moved it to {moved}")
-                self.manager = tf.train.CheckpointManager(self.checkpoint, self.work_dir.checkpoints,
-                                                          max_to_keep=self.config.keep_checkpoints,
-                                                          step_counter=self.step)
+                self.manager = self._checkpoint_manager()  # reads the checkpoint list again
         else:
             raise UnreadableCheckpointError(
                 f"no checkpoint under {self.work_dir.checkpoints} can be read: {', '.join(set_aside)} were moved "
