@@ -17,6 +17,10 @@ from trainer.models.config import MODEL_PRESETS, JsonConfig, ModelConfig, named_
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 DECAYS = ("linear", "cosine")
+# What the backward pass recomputes instead of keeping (docs/training.md, "Fitting a model on your device"):
+# nothing; each layer's attention (scores, position and segment terms, probabilities, their dropout);
+# or each whole layer, keeping only its inputs (the content and query streams).
+REMAT_MODES = ("none", "attention", "full")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +57,10 @@ class LoopConfig(JsonConfig):
     # between ops (multi-threaded kernels add up partial sums in an order that varies with the
     # scheduling; the differences, ~1e-7 per step, grow over thousands of steps). Slower.
     deterministic: bool = False
+    remat: str = "none"  # "none", "attention" or "full": what the backward pass recomputes instead of keeping
+    # Before building, shrink the micro-batch (raising accumulation_steps, same global batch) and pick a
+    # remat mode until the planned peak fits the device's memory (trainer/planning/).
+    auto_fit: bool = False
 
     CONFIG_KIND = "training"
     POSITIVE = ("train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop", "accumulation_steps",
@@ -76,6 +84,8 @@ class LoopConfig(JsonConfig):
             problems.append(f"decay must be one of {', '.join(DECAYS)}, got {self.decay!r}")
         if self.precision not in PRECISIONS:
             problems.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.remat not in REMAT_MODES:
+            problems.append(f"remat must be one of {', '.join(REMAT_MODES)}, got {self.remat!r}")
         return problems
 
     @property
