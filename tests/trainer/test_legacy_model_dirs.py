@@ -64,6 +64,10 @@ def assert_same_steps(actual: list[dict], expected: list[dict]) -> None:
                                    rtol=1e-5, err_msg=str(mine["step"]))
 
 
+# Training settings added after the pinned commit, at the defaults that keep its behaviour.
+SETTINGS_ADDED_SINCE = {"remat": "none", "auto_fit": False}
+
+
 def test_a_pretrained_directory_resumes_to_the_losses_an_uninterrupted_run_logged(tmp_path):
     model_dir = legacy_copy("pretrained", tmp_path)
     xlnet("train", "--data", str(LEGACY / "data"), "--model-dir", str(model_dir), *sets(MODEL + TRAIN),
@@ -77,8 +81,11 @@ def test_a_pretrained_directory_initialises_a_finetune_with_the_losses_it_gave(t
           str(LEGACY / "dev.tsv"), "--init-checkpoint", str(LEGACY / "pretrained"), "--model-dir", str(out),
           "--max-seq-length", "32", *sets(FINETUNE + ["train_steps=2"]))
     assert_same_steps(rows(out / ModelDirectory.STEP_LOG), rows(LEGACY / "classifier" / ModelDirectory.STEP_LOG))
-    for name in (ModelDirectory.FINETUNE_CONFIG, ModelDirectory.LABELS, ModelDirectory.MODEL_CONFIG):
+    for name in (ModelDirectory.LABELS, ModelDirectory.MODEL_CONFIG):
         assert json.loads((out / name).read_text()) == json.loads((LEGACY / "classifier" / name).read_text())
+    legacy_settings = json.loads((LEGACY / "classifier" / ModelDirectory.FINETUNE_CONFIG).read_text())
+    written = json.loads((out / ModelDirectory.FINETUNE_CONFIG).read_text())
+    assert written == {**legacy_settings, **SETTINGS_ADDED_SINCE}
 
 
 @pytest.mark.slow  # 10 s; the fast restore test reads the same checkpoint
