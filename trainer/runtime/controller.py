@@ -12,7 +12,9 @@ compute and what to save; the :class:`Controller` owns what every objective shar
   pattern) and Python only sees their per-step losses;
 * checkpoints (model, optimizer, step, dropout RNG state and whatever the task adds, such as the
   Transformer-XL memory) with exact resume, SIGTERM / SIGINT preemption agreed by all workers,
-  the NaN guard, TensorBoard summaries, the step log, the ETA and periodic evaluation.
+  the NaN guard, TensorBoard summaries, the step log, the ETA and periodic evaluation;
+* the allocator's peak memory of every local replica's device, per loop of steps (the window):
+  ``peak_memory_bytes`` in the step log and TensorBoard, absent where a device reports nothing.
 """
 from __future__ import annotations
 
@@ -286,6 +288,7 @@ class Controller:
                 # the first loop of a process is one step, so that progress shows once it is compiled
                 count = 1 if step == start else self._steps_until_event(step)
                 tick = time.time()
+                self._reset_peak_memory()
                 try:
                     losses, metrics, norms = self._train_loop(iterator, tf.constant(count))
                 except (tf.errors.DataLossError, tf.errors.NotFoundError) as error:
@@ -294,12 +297,14 @@ class Controller:
                 metrics = {name: values.numpy() for name, values in metrics.items()}
                 elapsed = time.time() - tick
                 self._guard_finite(step, losses)
-                self._record_steps(step, losses, metrics, norms)
+                peak = self._peak_memory()
+                self._record_steps(step, losses, metrics, norms, peak)
                 step += count
                 last_loss = float(losses[-1])
                 rates = {"tokens_per_sec": count * tokens_per_step / elapsed,
                          "examples_per_sec": count * config.examples_per_step / elapsed}
-                self._summarise(writers["train"], step, losses, metrics, norms, rates)
+                self._summarise(writers["train"], step, losses, metrics, norms,
+                                {**rates, **({} if peak is None else {"peak_memory_bytes": float(peak)})})
                 if step == start + count:
                     self.log(f"step {step}/{config.train_steps} loss {last_loss:.4f} (the first step of this run: "
                              f"{elapsed:.1f}s with tracing and compilation)")
@@ -373,11 +378,37 @@ class Controller:
                 f"loss became {losses[bad[0]]} at step {step + int(bad[0]) + 1}; training stopped without "
                 f"saving. Last good checkpoint: {last}. Lower learning_rate or check the data.")
 
-    def _record_steps(self, step: int, losses, metrics: Mapping[str, np.ndarray], norms) -> None:
+    def _record_steps(self, step: int, losses, metrics: Mapping[str, np.ndarray], norms, peak: int | None) -> None:
+        window = {} if peak is None else {"peak_memory_bytes": peak}
         self.work_dir.append_steps(
             {"step": step + i + 1, "loss": float(loss), **{name: float(values[i]) for name, values in metrics.items()},
-             "grad_norm": float(norm)}
+             "grad_norm": float(norm), **window}
             for i, (loss, norm) in enumerate(zip(losses, norms)))
+
+    def _local_devices(self) -> tuple[str, ...]:
+        try:
+            return tuple(self.strategy.extended.worker_devices)
+        except RuntimeError:  # the default strategy: TensorFlow's default device, a GPU when there is one
+            gpus = tf.config.list_logical_devices("GPU")
+            return (gpus[0].name if gpus else "/device:CPU:0",)
+
+    def _reset_peak_memory(self) -> None:
+        for device in self._local_devices():
+            try:
+                tf.config.experimental.reset_memory_stats(device)
+            except (ValueError, tf.errors.OpError):
+                pass  # a device without allocator statistics: its peak is simply not reported
+
+    def _peak_memory(self) -> int | None:
+        """The largest allocator peak over this worker's replica devices since the last reset, or
+        None when no device reports one (a figure of 0 would read as "used no memory")."""
+        peaks = []
+        for device in self._local_devices():
+            try:
+                peaks.append(int(tf.config.experimental.get_memory_info(device)["peak"]))
+            except (ValueError, tf.errors.OpError):
+                continue
+        return max(peaks) if peaks else None
 
     def _learning_rate(self, step: int) -> float:
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
