@@ -39,7 +39,7 @@ def imported_trainer_subpackages(path: Path) -> set[str]:
 
 
 # What each subpackage of trainer/ may import besides itself (and tfrecords/). The commands are
-# at the top; below them tasks, then serving and conversion, runtime, inputs and evaluation,
+# at the top; below them inspection (which reads data as the pretraining task does), tasks, then serving and conversion, runtime, inputs and evaluation,
 # configs, models, layers.
 ALLOWED = {
     "layers": set(),
@@ -51,8 +51,9 @@ ALLOWED = {
     "serving": {"runtime", "configs", "models", "layers"},
     "conversion": {"runtime", "configs", "models", "layers"},
     "tasks": {"inputs", "evaluation", "runtime", "serving", "configs", "models", "layers"},
-    "commands": {"tasks", "inputs", "evaluation", "runtime", "serving", "conversion", "configs", "models",
-                 "layers"},
+    "inspection": {"tasks", "configs", "models"},
+    "commands": {"inspection", "tasks", "inputs", "evaluation", "runtime", "serving", "conversion", "configs",
+                 "models", "layers"},
 }
 
 

@@ -269,3 +269,18 @@ def load_manifest(path: str) -> Manifest:
         raise missing_manifest_error(file_path)
     with tf.io.gfile.GFile(file_path, "rb") as handle:
         return parse_manifest(handle.read().decode("utf-8"), file_path)
+
+
+def vocabulary_path(manifest: Manifest) -> str:
+    """The SentencePiece model the data was tokenised with: where the manifest says, or next to
+    manifest.json (a data directory copied elsewhere, e.g. to gs://, keeps its model beside it).
+    Raises ManifestError naming every place tried."""
+    import tensorflow as tf
+
+    named = str(manifest.vocab.get("path", ""))
+    candidates = [named, manifest.resolve(named), manifest.resolve(posixpath.basename(named) or "spiece.model")]
+    for candidate in candidates:
+        if candidate and tf.io.gfile.exists(candidate) and not tf.io.gfile.isdir(candidate):
+            return candidate
+    raise ManifestError(f"the manifest's vocabulary {named!r} was not found (tried {', '.join(candidates)}); "
+                        "put the SentencePiece model there or next to manifest.json")

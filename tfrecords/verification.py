@@ -152,8 +152,8 @@ def verify_shard(manifest: Manifest, split: str, shard: ShardEntry, vocab_size: 
     problems = []
     if shard.bytes is not None and size != shard.bytes:
         problems.append(f"{size} bytes, the manifest says {shard.bytes}")
-    check = _record_checker(shard, manifest.seq_len, vocab_size)
-    records_read, bad = _scan(path, manifest.compression_type, check)
+    check = record_checker(shard, manifest.seq_len, vocab_size)
+    records_read, bad = scan_records(path, manifest.compression_type, check)
     if bad is None and records_read != shard.records:
         bad = BadRecord(records_read, f"the file ends after {records_read} records, the manifest says {shard.records}")
     if bad is not None:
@@ -165,9 +165,11 @@ def verify_shard(manifest: Manifest, split: str, shard: ShardEntry, vocab_size: 
 Checker = Callable[[int, Any], Optional[BadRecord]]
 
 
-def _scan(path: str, compression: str, check: Checker) -> tuple[int, BadRecord | None]:
-    """(records read, first bad record or None): batches while all is well; after a read error the
-    failed batch is read again record by record, to name the exact record."""
+def scan_records(path: str, compression: str, check: Checker) -> tuple[int, BadRecord | None]:
+    """Reads a shard file through, handing ``check`` each batch of serialized records with the index
+    of its first record; stops at the first bad record ``check`` returns. (records read, first bad
+    record or None): batches while all is well; after a read error the failed batch is read again
+    record by record, to name the exact record."""
     import tensorflow as tf
 
     dataset = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=1 << 20)
@@ -210,8 +212,8 @@ def error_text(error) -> str:
     return f"{type(error).__name__}: {message.strip()}"
 
 
-def _record_checker(shard: ShardEntry, seq_len: int, vocab_size: int | None) -> Checker:
-    """A check of a batch of serialized records starting at a record index: parse, stream layout,
+def record_checker(shard: ShardEntry, seq_len: int, vocab_size: int | None) -> Checker:
+    """The checks of `xlnet inspect --verify` for one shard's records, as a Checker: a check of a batch of serialized records starting at a record index: parse, stream layout,
     token ids. Returns the first bad record of the batch, or None."""
     expected_stream = np.full(shard.records, -1, np.int64)
     expected_pos = np.zeros(shard.records, np.int64)

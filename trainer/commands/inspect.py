@@ -1,46 +1,176 @@
-"""`xlnet inspect DATA_DIR --verify`: read a preprocessed data directory back and check it.
+"""`xlnet inspect DATA_DIR`: what a preprocessed data directory holds, as the model sees it.
 
-Each way of looking at a data directory is one mode flag (one per run); ``--verify`` is the only
-one so far. The checks live in tfrecords/verification.py, so that they need neither the trainer
-nor Apache Beam.
+One mode per run:
 
-Exit status: 0 when every shard is intact, 3 when any is damaged or missing, 2 on a usage error
-or a DATA_DIR without a readable manifest.
+* no mode flag: records decoded with the directory's vocabulary (memory-reuse part, A, B, label,
+  targets marked), chosen with --split, --stream and --records (trainer/inspection/records.py);
+* ``--permutation STEP``: the rows of that training step's batch, with the factorisation order the
+  trainer draws and what a few targets may see (trainer/inspection/permutations.py); the training
+  settings come from --preset, --config and --set as for `xlnet train`;
+* ``--stats``: counts and distributions over every record, ``--plot FILE.png`` as figures
+  (trainer/inspection/statistics.py);
+* ``--verify``: every record checked against manifest.json (tfrecords/verification.py).
+
+Exit status: 0 when done (for --verify: every shard intact), 3 when the data is damaged (a shard
+missing, a record unreadable or out of place, a token id outside the vocabulary: the message names
+the file and the record), 2 on a usage error or a DATA_DIR without a readable manifest.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from trainer.commands import EXIT_DATA, EXIT_USAGE
 
-MODES = ("--verify",)
+DEFAULT_RECORDS = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `xlnet inspect`."""
+    from trainer.models.config import MODEL_PRESETS
+    from tfrecords.manifest import SPLITS
     from tfrecords.verification import DEFAULT_THREADS
 
     parser.add_argument("data_dir", metavar="DATA_DIR",
                         help="data directory written by `xlnet preprocess` (local or gs://), or its manifest.json")
-    modes = parser.add_argument_group("modes (one per run)").add_mutually_exclusive_group()
+    modes = parser.add_argument_group("modes (one per run; without one, records are decoded)") \
+        .add_mutually_exclusive_group()
+    modes.add_argument("--permutation", type=int, metavar="STEP",
+                       help="the rows of training step STEP's batch: the factorisation order the trainer draws for "
+                            "each and what a few targets may see (settings from --preset/--config/--set)")
+    modes.add_argument("--stats", action="store_true",
+                       help="read every record: records, tokens, documents, targets per record, span lengths "
+                            "against the configured distribution, unknown pieces, document and stream lengths, "
+                            "split shares")
     modes.add_argument("--verify", action="store_true",
                        help="read every record of every shard and check it against manifest.json: CRCs, record "
                             "counts, stream layout, file sizes, token ids; names each damaged file and its first "
                             "bad record")
-    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="shard files read at the same time")
+    parser.add_argument("--split", default="train", choices=SPLITS, help="split to decode (default train)")
+    parser.add_argument("--stream", type=int, metavar="S",
+                        help="stream to decode (default: the split's first with records); with --permutation, "
+                             "the batch rows reading it")
+    parser.add_argument("--records", type=int, default=DEFAULT_RECORDS, metavar="N",
+                        help=f"records (batch rows with --permutation) to show (default {DEFAULT_RECORDS})")
+    parser.add_argument("--format", default="text", choices=("text", "json"),
+                        help="text, or JSON (one object per record, one for --stats)")
+    parser.add_argument("--plot", metavar="FILE.png", help="with --stats: draw the statistics into this PNG "
+                                                           "(local or gs://; needs matplotlib: pip install '.[plot]')")
+    parser.add_argument("--preset", default="tiny", choices=sorted(MODEL_PRESETS),
+                        help="with --permutation: the training preset (as `xlnet train --preset`)")
+    parser.add_argument("--config", help="with --permutation: the JSON file `xlnet train --config` takes")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --permutation: a training setting as `xlnet train --set` takes it, e.g. "
+                             "train.seed=1, train.perm_size=32, train.train_batch_size=8 (repeatable)")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help="with --verify: shard files read at the same time")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs the chosen mode; returns 0 (intact), 2 (usage, no manifest) or 3 (damaged data)."""
-    if not args.verify:
-        print(f"xlnet inspect: error: choose a mode; only {', '.join(MODES)} exists so far: "
-              f"xlnet inspect {args.data_dir} --verify", file=sys.stderr)
-        return EXIT_USAGE
+    """Runs the chosen mode; returns 0 (done, intact), 2 (usage, no manifest) or 3 (damaged data)."""
+    problem = _usage_problem(args)
+    if problem:
+        return _fail(problem, EXIT_USAGE)
+    if args.verify:
+        return _verify(args.data_dir, args.threads)
+    return _inspect(args)
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
     if args.threads < 1:
-        print(f"xlnet inspect: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
-        return EXIT_USAGE
-    return _verify(args.data_dir, args.threads)
+        return f"--threads must be >= 1, got {args.threads}"
+    if args.records < 1:
+        return f"--records must be >= 1, got {args.records}"
+    if args.plot and not args.stats:
+        return "--plot draws the statistics: use it with --stats"
+    if (args.overrides or args.config) and args.permutation is None:
+        return "--config and --set give the training settings of --permutation: use them with it"
+    return None
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"xlnet inspect: error: {message}", file=sys.stderr)
+    return code
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    import tensorflow as tf
+
+    from tfrecords.manifest import ManifestError
+    from tfrecords.verification import DamagedDataError
+    from tfrecords.vocabulary import VocabError
+    from trainer.inspection.records import InspectionError
+
+    try:
+        for block in _outputs(args):
+            print(block, flush=True)
+    except (ManifestError, VocabError) as error:
+        return _fail(f"DATA_DIR {args.data_dir}: {error}", EXIT_USAGE)
+    except InspectionError as error:
+        return _fail(str(error), EXIT_USAGE)
+    except DamagedDataError as error:
+        return _fail(f"damaged data: {error}; `xlnet inspect {args.data_dir} --verify` checks every shard", EXIT_DATA)
+    except tf.errors.OpError as error:  # the filesystem refused, e.g. no access
+        from tfrecords.verification import error_text
+
+        return _fail(f"DATA_DIR {args.data_dir}: {error_text(error)}", EXIT_USAGE)
+    return 0
+
+
+def _outputs(args: argparse.Namespace):
+    """The blocks of output of the chosen mode, one at a time."""
+    from trainer.inspection.records import DataDirectory
+
+    data = DataDirectory.open(args.data_dir)
+    if args.stats:
+        yield from _stats(data, args)
+        return
+    views = _permutation_views(data, args) if args.permutation is not None else _record_views(data, args)
+    for index, view in enumerate(views):
+        if args.format == "json":
+            yield json.dumps(view.to_json(), ensure_ascii=False)
+        else:
+            yield ("\n" if index else "") + view.to_text()
+
+
+def _record_views(data, args: argparse.Namespace) -> list:
+    from trainer.inspection.records import decode_record, default_stream, read_stream
+
+    stream = args.stream if args.stream is not None else default_stream(data, args.split)
+    return [decode_record(data, record) for record in read_stream(data, args.split, stream, args.records)]
+
+
+def _permutation_views(data, args: argparse.Namespace) -> list:
+    from trainer.commands.training_command import read_config_file
+    from trainer.configs.overrides import resolve_configs
+    from trainer.inspection.permutations import step_views
+    from trainer.inspection.records import InspectionError
+
+    try:
+        model, train, _ = resolve_configs(args.preset, read_config_file(args.config), args.overrides)
+    except ValueError as error:
+        raise InspectionError(str(error)) from None
+    return step_views(data, model, train, args.split, args.permutation, args.records, args.stream)
+
+
+def _stats(data, args: argparse.Namespace):
+    from trainer.inspection.statistics import data_statistics, plot_statistics
+
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401  (before reading every record, not after)
+        except ImportError as error:
+            from trainer.inspection.records import InspectionError
+
+            raise InspectionError(f"--plot needs matplotlib ({error}): pip install '.[plot]' "
+                                  "(or pip install matplotlib)") from None
+    stats = data_statistics(data)
+    yield json.dumps(stats.to_json(), indent=1) if args.format == "json" else stats.to_text()
+    if args.plot:
+        plot_statistics(stats, args.plot)
+        if args.format == "text":
+            yield f"plot written to {args.plot}"
 
 
 def _verify(data_dir: str, threads: int) -> int:
@@ -52,8 +182,7 @@ def _verify(data_dir: str, threads: int) -> int:
     try:
         manifest = load_manifest(data_dir)
     except (ManifestError, tf.errors.OpError) as error:  # OpError: the filesystem refused, e.g. no access
-        print(f"xlnet inspect: error: DATA_DIR {data_dir}: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(f"DATA_DIR {data_dir}: {error}", EXIT_USAGE)
     report = verify_data_directory(manifest, threads)
     for note in report.notes:
         print(f"note: {note}")
