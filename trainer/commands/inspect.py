@@ -18,6 +18,7 @@ the file and the record), 2 on a usage error or a DATA_DIR without a readable ma
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 
@@ -157,14 +158,11 @@ def _permutation_views(data, args: argparse.Namespace) -> list:
 def _stats(data, args: argparse.Namespace):
     from trainer.inspection.statistics import data_statistics, plot_statistics
 
-    if args.plot:
-        try:
-            import matplotlib  # noqa: F401  (before reading every record, not after)
-        except ImportError as error:
-            from trainer.inspection.records import InspectionError
+    if args.plot and importlib.util.find_spec("matplotlib") is None:  # said before reading every record
+        from trainer.inspection.records import InspectionError
 
-            raise InspectionError(f"--plot needs matplotlib ({error}): pip install '.[plot]' "
-                                  "(or pip install matplotlib)") from None
+        raise InspectionError("--plot needs matplotlib, which is not installed: pip install '.[plot]' "
+                              "(or pip install matplotlib)")
     stats = data_statistics(data)
     yield json.dumps(stats.to_json(), indent=1) if args.format == "json" else stats.to_text()
     if args.plot:
