@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from trainer.layers.dropout import HashDropout
 from trainer.layers.relative_position import gather_relative, rel_shift
+from trainer.layers.remat import recompute
 
 LAYER_NORM_EPSILON = 1e-12
 
@@ -73,15 +74,21 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
       query_valid: [B, P] float, 0 for padding rows (their attention output is zeroed, as in
         the reference where a zero target_mapping row maps to nothing).
       content_segment_diff: [B, L, M + L] bool or None; query_segment_diff: [B, P, M + L].
+      seeds: the dropout seeds of this call from ``draw_seeds``, or None to draw them.
     Returns (h_out [B, L, d_model], g_out [B, P, d_model] or None), each LayerNorm(x + attn(x)).
+
+    ``recompute_attention``: the backward pass recomputes each stream's attention core
+    (``_attend``: scores, probabilities, their dropout) instead of keeping its [B, N, Q, K]
+    tensors (the ``attention`` remat mode, trainer/layers/remat.py).
     """
 
     def __init__(self, d_model: int, n_head: int, d_head: int, dropout: float = 0.0, dropatt: float = 0.0,
-                 initializer_range: float = 0.02, **kwargs):
+                 initializer_range: float = 0.02, recompute_attention: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.n_head, self.d_head = d_model, n_head, d_head
         self.dropout_rate, self.dropatt_rate = dropout, dropatt
         self.initializer_range = initializer_range
+        self.recompute_attention = recompute_attention
         self.scale = 1.0 / math.sqrt(d_head)
         self.layer_norm = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name="layer_norm",
                                                           dtype=self.dtype_policy)
@@ -99,7 +106,26 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
     def _kernel(self, name: str) -> tf.Tensor:
         return tf.cast(getattr(self, f"{name}_kernel"), self.compute_dtype)
 
-    def _attend(self, queries, keys, values, k_r, positions, qlen, segment_diff, mask, biases, training):
+    def draw_seeds(self, two_streams: bool, training: bool) -> dict[str, tuple]:
+        """The dropout seeds a call draws, drawn now in the same order: for the content stream (then
+        the query stream) those of the attention probabilities and of the output."""
+        streams = ("content", "query") if two_streams else ("content",)
+        return {stream: (self.attention_dropout.draw_seed(training), self.output_dropout.draw_seed(training))
+                for stream in streams}
+
+    def _attention_vectors(self, queries, keys, values, k_r, positions, qlen, segment_diff, mask, biases, seed,
+                           training):
+        """``_attend``, recomputed in the backward pass with ``recompute_attention``."""
+        if not self.recompute_attention:
+            return self._attend(queries, keys, values, k_r, positions, qlen, segment_diff, mask, biases, seed, training)
+
+        def attend(floats, fixed):
+            return self._attend(qlen=qlen, training=training, **floats, **fixed)
+
+        return recompute(attend, dict(queries=queries, keys=keys, values=values, k_r=k_r, biases=biases),
+                         dict(positions=positions, segment_diff=segment_diff, mask=mask, seed=seed))
+
+    def _attend(self, queries, keys, values, k_r, positions, qlen, segment_diff, mask, biases, seed, training):
         """Head-major queries [B, N, Q, H] against keys/values [B, N, K, H] -> attention vectors [B, N, Q, H]."""
         r_w_bias, r_r_bias, r_s_bias, seg_embed = biases
         klen = keys.shape[2]
@@ -123,21 +149,22 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             fill = tf.constant(mask_fill_value(softmax_dtype), softmax_dtype)
             scores += tf.where(mask, fill, tf.zeros([], softmax_dtype))[:, None]
         probs = tf.cast(tf.nn.softmax(scores, axis=-1), queries.dtype)
-        probs = self.attention_dropout(probs, training=training)
+        probs = self.attention_dropout(probs, training=training, seed=seed)
         return tf.matmul(probs, values)
 
-    def _post_attention(self, residual, attn_vec, training):
+    def _post_attention(self, residual, attn_vec, seed, training):
         """[B, N, Q, H] attention vectors -> LayerNorm(residual + dropout(o-projection)) [B, Q, d_model]."""
         shape = tf.shape(attn_vec)
         merged = tf.reshape(tf.transpose(attn_vec, [0, 2, 1, 3]), [-1, self.n_head * self.d_head])
         out = tf.matmul(merged, tf.reshape(self._kernel("o"), [self.d_model, -1]), transpose_b=True)
         out = tf.reshape(out, tf.stack([shape[0], shape[2], self.d_model]))
-        out = self.output_dropout(out, training=training)
+        out = self.output_dropout(out, training=training, seed=seed)
         return self.layer_norm(out + residual)
 
     def call(self, h, g, pos_emb, mem=None, content_mask=None, query_mask=None, query_positions=None,
              query_valid=None, content_segment_diff=None, query_segment_diff=None,
-             r_w_bias=None, r_r_bias=None, r_s_bias=None, seg_embed=None, training=False):
+             r_w_bias=None, r_r_bias=None, r_s_bias=None, seg_embed=None, seeds=None, training=False):
+        seeds = seeds or self.draw_seeds(g is not None, training)
         dtype = self.compute_dtype
         biases = tuple(None if b is None else tf.cast(b, dtype) for b in (r_w_bias, r_r_bias, r_s_bias, seg_embed))
         qlen = h.shape[1]
@@ -150,19 +177,22 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             values = tf.concat([_heads(mem, v_kernel), values], axis=2)
         k_r = _heads(pos_emb, self._kernel("r"))
         q_kernel = self._kernel("q")
-        attn_h = self._attend(_heads(h, q_kernel), keys, values, k_r, None, qlen, content_segment_diff, content_mask,
-                              biases, training)
-        h_out = self._post_attention(h, attn_h, training)
+        content_seeds = seeds["content"]
+        attn_h = self._attention_vectors(_heads(h, q_kernel), keys, values, k_r, None, qlen, content_segment_diff,
+                                         content_mask, biases, content_seeds[0], training)
+        h_out = self._post_attention(h, attn_h, content_seeds[1], training)
         if g is None:
             return h_out, None
-        attn_g = self._attend(_heads(g, q_kernel), keys, values, k_r, query_positions, qlen, query_segment_diff,
-                              query_mask, biases, training)
+        query_seeds = seeds["query"]
+        attn_g = self._attention_vectors(_heads(g, q_kernel), keys, values, k_r, query_positions, qlen,
+                                         query_segment_diff, query_mask, biases, query_seeds[0], training)
         if query_valid is not None:
             attn_g *= tf.cast(query_valid, dtype)[:, None, :, None]
-        return h_out, self._post_attention(g, attn_g, training)
+        return h_out, self._post_attention(g, attn_g, query_seeds[1], training)
 
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(d_model=self.d_model, n_head=self.n_head, d_head=self.d_head, dropout=self.dropout_rate,
-                      dropatt=self.dropatt_rate, initializer_range=self.initializer_range)
+                      dropatt=self.dropatt_rate, initializer_range=self.initializer_range,
+                      recompute_attention=self.recompute_attention)
         return config

@@ -26,7 +26,13 @@ def hashed_uniform_bits(shape: tf.TensorShape, seed: tf.Tensor) -> tf.Tensor:
 
 
 class HashDropout(keras.layers.Layer):
-    """Dropout with hashed random bits. Call: x [any static shape] -> same shape and dtype."""
+    """Dropout with hashed random bits. Call: x [any static shape] -> same shape and dtype.
+
+    Each training call draws one seed [2] from the layer's SeedGenerator, unless ``seed`` is
+    given: a seed drawn before with :meth:`draw_seed`. Code that runs a call twice (the backward
+    pass of rematerialisation, trainer/layers/remat.py) draws once and passes the seed to both,
+    so that both see the same mask and the generator advances as for one call.
+    """
 
     def __init__(self, rate: float, seed: int | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -35,17 +41,37 @@ class HashDropout(keras.layers.Layer):
         self.rate, self.seed = rate, seed
         self.seed_generator = keras.random.SeedGenerator(seed) if rate > 0 else None
 
-    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
-        if not training or self.rate == 0:
+    def active(self, training: bool) -> bool:
+        """Whether a call with ``training`` drops anything (and so draws a seed)."""
+        return bool(training) and self.rate > 0
+
+    def draw_seed(self, training: bool) -> tf.Tensor | None:
+        """The seed [2] the next call with ``training`` would draw, advancing the generator as that
+        call would; None when such a call draws none."""
+        return self.seed_generator.next() if self.active(training) else None
+
+    def call(self, x: tf.Tensor, training: bool = False, seed: tf.Tensor | None = None) -> tf.Tensor:
+        if not self.active(training):
             return x
+        if seed is None:
+            seed = self.seed_generator.next()
         shape = x.shape
         if not shape.is_fully_defined():
-            return keras.random.dropout(x, self.rate, seed=self.seed_generator)  # dynamic shapes: keras' way
+            return _stateless_dropout(x, self.rate, seed)
         threshold = tf.constant(min(int(self.rate * 2 ** 32), 2 ** 32 - 1), tf.uint32)
-        keep = hashed_uniform_bits(shape, self.seed_generator.next()) >= threshold
+        keep = hashed_uniform_bits(shape, seed) >= threshold
         return tf.where(keep, x * tf.cast(1.0 / (1.0 - self.rate), x.dtype), tf.zeros_like(x))
 
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(rate=self.rate, seed=self.seed)
         return config
+
+
+def _stateless_dropout(x: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
+    """Dropout of a tensor of dynamic shape as ``keras.random.dropout(x, rate, seed=generator)``
+    computes it for a generator that draws ``seed`` (the same bits): its int32 cast of the
+    generator's int64 state, then TensorFlow's stateless dropout."""
+    if seed.dtype != tf.int32:
+        seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+    return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)

@@ -25,7 +25,8 @@ ACTIVATIONS = {"gelu": gelu_tanh, "gelu_exact": gelu_erf, "relu": keras.activati
 class PositionwiseFeedForward(keras.layers.Layer):
     """LayerNorm(x + dropout(W2 dropout(act(W1 x + b1)) + b2)).
 
-    Call: x [batch, seq_len, d_model] -> [batch, seq_len, d_model]. Dropout only when training.
+    Call: x [batch, seq_len, d_model] -> [batch, seq_len, d_model]. Dropout only when training;
+    ``seeds``: the (inner, output) dropout seeds from ``draw_seeds``, or None to draw them.
     """
 
     def __init__(self, d_model: int, d_inner: int, activation: str = "gelu", dropout: float = 0.0,
@@ -51,9 +52,14 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.layer_2.build((None, None, self.d_inner))
         self.layer_norm.build((None, None, self.d_model))
 
-    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
-        out = self.inner_dropout(self.layer_1(x), training=training)
-        out = self.output_dropout(self.layer_2(out), training=training)
+    def draw_seeds(self, training: bool) -> tuple:
+        """The (inner, output) dropout seeds a call draws, drawn now."""
+        return self.inner_dropout.draw_seed(training), self.output_dropout.draw_seed(training)
+
+    def call(self, x: tf.Tensor, training: bool = False, seeds: tuple | None = None) -> tf.Tensor:
+        inner_seed, output_seed = seeds or self.draw_seeds(training)
+        out = self.inner_dropout(self.layer_1(x), training=training, seed=inner_seed)
+        out = self.output_dropout(self.layer_2(out), training=training, seed=output_seed)
         return self.layer_norm(out + x)
 
     def get_config(self) -> dict:

@@ -5,6 +5,11 @@ import keras
 
 from trainer.layers.attention import TwoStreamRelativeAttention
 from trainer.layers.feed_forward import PositionwiseFeedForward
+from trainer.layers.remat import check_remat, recompute
+
+# The attention inputs that get gradients when the whole layer is recomputed: the rest are masks,
+# positions and seeds, the target rows' validity (data) and the memory (XLNet stops its gradient).
+DIFFERENTIABLE_INPUTS = ("pos_emb", "r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")
 
 
 class XLNetBlock(keras.layers.Layer):
@@ -13,29 +18,55 @@ class XLNetBlock(keras.layers.Layer):
     Call: the arguments of TwoStreamRelativeAttention.call (h [B, L, d_model], g [B, P, d_model]
     or None, ...). Returns (h_out [B, L, d_model], g_out [B, P, d_model] or None); both streams
     go through the same attention projections, LayerNorms and feed-forward weights.
+
+    ``remat`` (trainer/layers/remat.py): "none"; "attention", the backward pass recomputes each
+    stream's attention core; "full", it keeps only the block's inputs and recomputes the block.
     """
 
     def __init__(self, d_model: int, n_head: int, d_head: int, d_inner: int, activation: str = "gelu",
-                 dropout: float = 0.0, dropatt: float = 0.0, initializer_range: float = 0.02, **kwargs):
+                 dropout: float = 0.0, dropatt: float = 0.0, initializer_range: float = 0.02, remat: str = "none",
+                 **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.n_head, self.d_head, self.d_inner = d_model, n_head, d_head, d_inner
         self.activation, self.dropout_rate, self.dropatt_rate = activation, dropout, dropatt
         self.initializer_range = initializer_range
+        self.remat = check_remat(remat)
         self.attention = TwoStreamRelativeAttention(d_model, n_head, d_head, dropout, dropatt, initializer_range,
-                                                    name="rel_attn", dtype=self.dtype_policy)
+                                                    recompute_attention=remat == "attention", name="rel_attn",
+                                                    dtype=self.dtype_policy)
         self.feed_forward = PositionwiseFeedForward(d_model, d_inner, activation, dropout, initializer_range,
                                                     name="ff", dtype=self.dtype_policy)
 
+    def draw_seeds(self, two_streams: bool, training: bool) -> dict:
+        """Every dropout seed of one call, drawn now in the order the call draws them (per dropout
+        layer: content stream, then query stream)."""
+        streams = ("content", "query") if two_streams else ("content",)
+        return {"attention": self.attention.draw_seeds(two_streams, training),
+                "feed_forward": {stream: self.feed_forward.draw_seeds(training) for stream in streams}}
+
     def call(self, h, g=None, training=False, **attention_inputs):
-        h, g = self.attention(h, g, training=training, **attention_inputs)
-        h = self.feed_forward(h, training=training)
+        seeds = self.draw_seeds(g is not None, training)
+        if self.remat != "full":
+            return self._layer(h, g, attention_inputs, seeds, training)
+        differentiable = {name: attention_inputs.pop(name, None) for name in DIFFERENTIABLE_INPUTS}
+
+        def layer(floats, fixed):
+            return self._layer(floats["h"], floats["g"], {**floats["attention"], **fixed["attention"]},
+                               fixed["seeds"], training)
+
+        return recompute(layer, {"h": h, "g": g, "attention": differentiable},
+                         {"attention": attention_inputs, "seeds": seeds})
+
+    def _layer(self, h, g, attention_inputs, seeds, training):
+        h, g = self.attention(h, g, training=training, seeds=seeds["attention"], **attention_inputs)
+        h = self.feed_forward(h, training=training, seeds=seeds["feed_forward"]["content"])
         if g is not None:
-            g = self.feed_forward(g, training=training)
+            g = self.feed_forward(g, training=training, seeds=seeds["feed_forward"]["query"])
         return h, g
 
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(d_model=self.d_model, n_head=self.n_head, d_head=self.d_head, d_inner=self.d_inner,
                       activation=self.activation, dropout=self.dropout_rate, dropatt=self.dropatt_rate,
-                      initializer_range=self.initializer_range)
+                      initializer_range=self.initializer_range, remat=self.remat)
         return config

@@ -12,6 +12,7 @@ import keras
 import tensorflow as tf
 
 from trainer.layers import HashDropout, RelativeAttentionBiases, RelativePositionEncoding, XLNetBlock
+from trainer.layers.remat import check_remat
 from trainer.models.config import ModelConfig, model_preset
 
 
@@ -50,11 +51,16 @@ class XLNetNetwork(keras.Model):
     Variables mirror the original release: word embedding [vocab, d_model], mask_emb [1, 1, d_model],
     per-layer biases and seg_embed (RelativeAttentionBiases), blocks (XLNetBlock), lm_bias [vocab].
     All variables exist right after construction, so a checkpoint can be restored before the first call.
+
+    ``remat`` ("none", "attention" or "full", trainer/layers/remat.py): what the backward pass
+    recomputes instead of keeping. A training setting, not the architecture: it changes no
+    output, gradient or variable, and neither ``config`` nor ``get_config`` holds it.
     """
 
-    def __init__(self, config: ModelConfig, **kwargs):
+    def __init__(self, config: ModelConfig, remat: str = "none", **kwargs):
         super().__init__(**kwargs)
         self.config = config
+        self.remat = check_remat(remat)
         init = keras.initializers.RandomNormal(stddev=config.initializer_range)
         self.word_embedding = keras.layers.Embedding(config.vocab_size, config.d_model, embeddings_initializer=init,
                                                      name="word_embedding", dtype=self.dtype_policy)
@@ -68,8 +74,8 @@ class XLNetNetwork(keras.Model):
                                                           config.clamp_len, config.dropout, name="position_encoding",
                                                           dtype=self.dtype_policy)
         self.blocks = [XLNetBlock(config.d_model, config.n_head, config.d_head, config.d_inner, config.ff_activation,
-                                  config.dropout, config.dropatt, config.initializer_range, name=f"layer_{i}",
-                                  dtype=self.dtype_policy)
+                                  config.dropout, config.dropatt, config.initializer_range, remat=remat,
+                                  name=f"layer_{i}", dtype=self.dtype_policy)
                        for i in range(config.n_layer)]
         # tf.train.Checkpoint does not follow Keras 3's list of layers: give every block its own
         # attribute so checkpoints (model/layer_{i}/...) hold the block weights.
@@ -224,12 +230,13 @@ def head_model_from_config(cls: type, config: dict) -> keras.Model:
     return cls(network, **config)
 
 
-def build_network(config: ModelConfig | str, dtype: Optional[str] = None) -> XLNetNetwork:
+def build_network(config: ModelConfig | str, dtype: Optional[str] = None, remat: str = "none") -> XLNetNetwork:
     """Builds an XLNet network (all variables created) from a ModelConfig or a preset name ('tiny', 'base', 'large').
 
     ``dtype``: a Keras dtype policy name ('float32', 'mixed_bfloat16', 'mixed_float16'); default:
     the global policy. Variables are always float32; mixed policies compute in 16 bits.
+    ``remat``: what the backward pass recomputes (XLNetNetwork), the training setting LoopConfig.remat.
     """
     if isinstance(config, str):
         config = model_preset(config)
-    return XLNetNetwork(config, name="xlnet", dtype=dtype)
+    return XLNetNetwork(config, remat=remat, name="xlnet", dtype=dtype)

@@ -43,12 +43,14 @@ class XLNetPretrainer(keras.Model):
       seq_len, num_predict, perm_size: data shapes (num_predict = P, the predicted rows).
       special_ids: SpecialIds or mapping with at least 'sep' and 'cls'.
       network: an existing XLNetNetwork to wrap (e.g. restored from a checkpoint).
+      remat: what the backward pass of the network it builds recomputes (XLNetNetwork; ignored
+        when ``network`` is given).
     """
 
     def __init__(self, model_config: ModelConfig, seq_len: int, num_predict: int, perm_size: int,
-                 special_ids: Any, network: Optional[XLNetNetwork] = None, **kwargs):
+                 special_ids: Any, network: Optional[XLNetNetwork] = None, remat: str = "none", **kwargs):
         super().__init__(**kwargs)
-        self.network = network if network is not None else build_network(model_config)
+        self.network = network if network is not None else build_network(model_config, remat=remat)
         self.model_config = self.network.config
         check_permutation_shapes(seq_len, self.model_config.reuse_len, perm_size)
         if not 0 < num_predict <= seq_len:

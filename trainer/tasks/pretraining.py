@@ -115,7 +115,7 @@ class PretrainingTask:
         self.train_batch = self.reader("train", config.train_batch_size).per_replica_batch_size(replicas)
         self.eval_batch = self.reader("valid", config.eval_batch_size).per_replica_batch_size(replicas)
         self.pretrainer = XLNetPretrainer(model_config, config.seq_len, config.num_predict, config.perm_size,
-                                          self.manifest.special_ids)
+                                          self.manifest.special_ids, remat=config.remat)
         self.network = self.model = self.pretrainer.network
         self.train_memory = MemoryState(strategy, model_config.n_layer, self.train_batch, model_config.mem_len,
                                         model_config.d_model, "train")

@@ -137,7 +137,7 @@ class FinetuningTask(HeadTask):
         # the controller has just set the random seed, which frees the tokenizer of an encoder
         # that already ran (XLNetTextEncoder.copy)
         self.encoder = self.encoder.copy()
-        self.network = build_network(self.model_config)
+        self.network = build_network(self.model_config, remat=self.config.remat)
         num_labels = len(self.data.labels) if self.data.labels else 1
         self.model = self.head = XLNetForSequenceTask(self.network, self.task, num_labels, name="finetuned")
 

@@ -77,7 +77,7 @@ class SquadTask(HeadTask):
     def build(self, strategy: tf.distribute.Strategy) -> None:
         """The network and the SQuAD head (under the caller's strategy scope)."""
         del strategy
-        self.network = build_network(self.model_config)
+        self.network = build_network(self.model_config, remat=self.config.remat)
         self.model = self.head = XLNetForQuestionAnswering(self.network, self.config.start_n_top,
                                                            self.config.end_n_top, name="finetuned")
 
