@@ -4,15 +4,17 @@ Runs the real commands a user runs, each as a subprocess with its output streame
 
 1. ``xlnet vocab``       SentencePiece vocabulary (8000 pieces) from data/corpus/
 2. ``xlnet preprocess``  Beam pipeline (FnApiRunner, 2 workers) -> TFRecord shards + manifest
-3. ``xlnet train``       the tiny preset on the CPU, with periodic evaluation on the valid split
-4. ``xlnet export``      serving SavedModel under demo_output/serving/xlnet/1/
-5. predictions           the SavedModel loaded in a fresh Python that imports only tensorflow and
+3. ``xlnet inspect``     two records decoded (segments, label, memory-reuse part, targets), and
+                         the data's statistics with their plot (data_stats.png)
+4. ``xlnet train``       the tiny preset on the CPU, with periodic evaluation on the valid split
+5. ``xlnet export``      serving SavedModel under demo_output/serving/xlnet/1/
+6. predictions           the SavedModel loaded in a fresh Python that imports only tensorflow and
                          tensorflow_text, filling in masked sentences
-6. loss curves           PNG plot of the train and valid loss read from the TensorBoard event files
-7. ``xlnet finetune``    the pretrained model fine-tuned on the bundled Rotten Tomatoes snippets
+7. loss curves           PNG plot of the train and valid loss read from the TensorBoard event files
+8. ``xlnet finetune``    the pretrained model fine-tuned on the bundled Rotten Tomatoes snippets
                          (fresh / rotten), dev accuracy printed
-8. ``xlnet export``      the classifier as a SavedModel with a ``classify`` signature
-9. classify              sentences classified by that SavedModel in a fresh Python (tensorflow and
+9. ``xlnet export``      the classifier as a SavedModel with a ``classify`` signature
+10. classify             sentences classified by that SavedModel in a fresh Python (tensorflow and
                          tensorflow_text only)
 
 Everything goes under demo_output/ (replaced on every run). ``--train-steps`` and ``--finetune-steps``
@@ -88,7 +90,7 @@ for text, name, probabilities in zip(texts, out["label_names"].numpy(), out["pro
 class Step:
     """Numbered demo step with wall time."""
 
-    total = 9
+    total = 10
 
     def __init__(self, number: int, title: str):
         self.number, self.title = number, title
@@ -198,21 +200,24 @@ def main(argv: list[str] | None = None) -> int:
                      str(vocab / "spiece.model"), "--seq-len", "128", "--reuse-len", "64", "--num-predict", "21",
                      "--num-streams", "16", "--num-shards", "4", "--valid-shards", "2",
                      "--runner", "FnApiRunner", "--workers", "2"])
-    with Step(3, f"train: tiny preset, {args.train_steps} steps on the CPU, evaluation every {args.eval_every}"):
+    with Step(3, "inspect: two records as the model sees them, and statistics of the data with their plot"):
+        run(xlnet + ["inspect", str(data), "--records", "2"])
+        run(xlnet + ["inspect", str(data), "--stats", "--plot", str(out / "data_stats.png")])
+    with Step(4, f"train: tiny preset, {args.train_steps} steps on the CPU, evaluation every {args.eval_every}"):
         run(xlnet + ["train", "--data", str(data), "--model-dir", str(model), "--preset", "tiny",
                      "--set", f"train.train_steps={args.train_steps}", "--set", f"train.eval_every={args.eval_every}",
                      "--set", f"train.checkpoint_every={args.eval_every}", "--set", "train.steps_per_loop=20"])
-    with Step(4, f"export: SavedModel (max_length {MAX_LENGTH}, top-{TOP_K}) for TF Serving"):
+    with Step(5, f"export: SavedModel (max_length {MAX_LENGTH}, top-{TOP_K}) for TF Serving"):
         run(xlnet + ["export", "--model-dir", str(model), "--output", str(serving), "--max-length", str(MAX_LENGTH),
                      "--top-k", str(TOP_K)])
-    with Step(5, "predict: load the SavedModel in a fresh process (tensorflow + tensorflow_text only)"):
+    with Step(6, "predict: load the SavedModel in a fresh process (tensorflow + tensorflow_text only)"):
         run([sys.executable, "-c", CLIENT, str(serving / "1"), json.dumps(MASKED_SENTENCES)],
             shown=f"python -c CLIENT {serving / '1'} MASKED_SENTENCES   (CLIENT: see demo.py)")
-    with Step(6, "loss curves from the TensorBoard event files"):
+    with Step(7, "loss curves from the TensorBoard event files"):
         run([sys.executable, str(Path(__file__).resolve()), "--plot", str(model),
              str(out / "loss_curves.png")])
 
-    with Step(7, f"fine-tune: Rotten Tomatoes fresh/rotten from the pretrained model, {args.finetune_steps} steps"):
+    with Step(8, f"fine-tune: Rotten Tomatoes fresh/rotten from the pretrained model, {args.finetune_steps} steps"):
         run(xlnet + ["finetune", "--task", "classification", "--train", str(ROTTEN / "train.tsv"),
                      "--eval", str(ROTTEN / "dev.tsv"), "--init-checkpoint", str(model),
                      "--model-dir", str(classifier), "--set", f"train_steps={args.finetune_steps}",
@@ -220,9 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads((classifier / "eval_results.json").read_text())
         print(f"dev accuracy {results['accuracy']:.4f}, macro F1 {results['macro_f1']:.4f} on "
               f"{results['examples']} reviews (half fresh, half rotten)")
-    with Step(8, "export: the classifier as a SavedModel with a `classify` signature"):
+    with Step(9, "export: the classifier as a SavedModel with a `classify` signature"):
         run(xlnet + ["export", "--model-dir", str(classifier), "--output", str(classifier_serving)])
-    with Step(9, "classify: the classifier's SavedModel in a fresh process (tensorflow + tensorflow_text only)"):
+    with Step(10, "classify: the classifier's SavedModel in a fresh process (tensorflow + tensorflow_text only)"):
         run([sys.executable, "-c", CLASSIFY_CLIENT, str(classifier_serving / "1"), json.dumps(CLASSIFY_SENTENCES)],
             shown=f"python -c CLASSIFY_CLIENT {classifier_serving / '1'} CLASSIFY_SENTENCES   (see demo.py)")
 
@@ -231,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                         ("model directory (configs, checkpoints/)", model),
                         ("TensorBoard logs (tensorboard --logdir ...)", model / "tensorboard"),
                         ("SavedModel (TF Serving base path)", serving), ("loss curves", out / "loss_curves.png"),
+                        ("statistics of the data (xlnet inspect --stats)", out / "data_stats.png"),
                         ("fine-tuned classifier (eval_results.json)", classifier),
                         ("classifier SavedModel", classifier_serving)):
         print(f"  {label:45s} {path}")
