@@ -26,36 +26,16 @@ sys.path.insert(0, str(REPO))
 # The peer lives beside the checkout (the workspace's shared/peers), overridable for other layouts.
 PEER_DIR = Path(os.environ.get("XLNET_PEER_DIR", REPO.parent / "shared" / "peers"))
 PEER_VENV = Path(os.environ.get("XLNET_PEER_VENV", "/tmp/peer-model-garden"))
+from trainer.planning.devices import measured_matmul_peak  # noqa: E402
+from trainer.planning.flops import model_flops_per_step  # noqa: E402  (one FLOPs rule, shared with xlnet plan)
+
 SHAPES = dict(n_layer=6, d_model=512, n_head=8, d_inner=2048, seq_len=256, mem_len=192, num_predict=42, batch=8,
               vocab=32000)
 
 
-def model_flops_per_step(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, batch, vocab, **_) -> float:
-    """Matmul FLOPs of one training step (3x forward): content stream on every position, query stream
-    on the num_predict target rows only, relative-position projection on the 2 bi_data directions."""
-    B, L, M, P, D, Di, V = batch, seq_len, mem_len, num_predict, d_model, d_inner, vocab
-    K, R = M + L, M + 2 * L
-    content = 2 * B * L * D * D * 2 + 2 * B * K * D * D * 2 + 2 * 2 * R * D * D + 2 * B * L * D * (2 * K + R) \
-        + 4 * B * L * D * Di
-    query = 2 * B * P * D * D * 2 + 2 * B * P * D * (2 * K + R) + 4 * B * P * D * Di
-    return 3.0 * (n_layer * (content + query) + 2 * B * P * D * V)
-
-
-def matmul_peak(dtype_name: str, size: int = 2048, repeats: int = 6) -> float:
-    """Best FLOP/s of a [size, size] x [size, size] matmul in ``dtype_name`` on this machine now."""
-    import tensorflow as tf
-
-    dtype = tf.bfloat16 if dtype_name == "bfloat16" else tf.float32
-    a = tf.random.normal([size, size], dtype=tf.float32)
-    a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
-    matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[:1, :1], tf.float32)))
-    matmul(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        float(matmul(a, b))
-        best = min(best, time.perf_counter() - start)
-    return 2.0 * size ** 3 / best
+def matmul_peak(dtype_name: str) -> float:
+    """Best FLOP/s of a [2048, 2048] matmul in ``dtype_name`` on this machine now."""
+    return measured_matmul_peak(dtype_name, size=2048, repeats=6)
 
 
 def time_ours(precision: str, jit: bool, steps: int, query_rows: str = "targets") -> dict:

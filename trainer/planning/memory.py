@@ -1,0 +1,244 @@
+"""The analytic memory model of one replica's training step.
+
+Every term is a count of the tensors the code allocates, from their shapes and dtypes; nothing is
+fitted to measurements (benchmarks/memory.py measures how close it comes). What a replica holds:
+
+* weights (float32 variables, also under the mixed policies) and AdamW's two slots per trained
+  variable (trainer/runtime/optimization.py);
+* the gradient accumulator the controller sums micro-step gradients into (trainer/runtime/
+  controller.py ``_micro_steps``: one float32 copy of the trained variables while a later
+  micro-step runs; with one micro-step TensorFlow folds the sum with zeros away);
+* the Transformer-XL memory (pretraining: trainer/tasks/pretraining.py ``MemoryState``, train and
+  eval memories, and the new memory a step computes before it is stored);
+* the input batch and the masks built from it on the device, shared by every layer;
+* the activations the backward pass needs, per layer and remat mode (the tensors the gradients
+  of trainer/layers/attention.py, feed_forward.py and transformer_block.py read), and those of the
+  network around the layers and of its head (trainer/models/network.py, pretrainer.py,
+  sequence_model.py, question_answering.py);
+* the largest transient: the backward working set of one layer's attention and, under remat,
+  the recomputed layer's own activations.
+
+The peak comes in one of two phases: the start of the backward pass (every saved activation, the
+transient, the tied embedding's dense gradient) or the update after it (the micro-step's
+gradients, their sum into the accumulator, the division by the global count and the clipped
+copies, activations freed). ``MemoryBreakdown.total`` is the larger.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from trainer.configs.training import REMAT_MODES
+from trainer.models.config import ModelConfig
+
+FLOAT32 = 4
+BOOL = 1
+INT32 = 4
+# Tensors of [rows, d_inner] the gradient of each feed-forward activation reads: tf.nn.gelu's tanh
+# form keeps its input, the tanh, 1 + tanh and 0.5 x; the erf form its input, x / sqrt(2),
+# 1 + erf and 0.5 x; relu its output (then also the second projection's input).
+ACTIVATION_SAVED = {"gelu": 4, "gelu_exact": 4, "relu": 1}
+# Copies of the trained variables' size alive in the update phase besides the weights and slots:
+# the accumulator, the micro-step's gradients, their sum, the all-reduced-and-divided gradients
+# and the clipped ones (controller._micro_steps, _replica_gradients).
+UPDATE_GRADIENT_COPIES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class StepShape:
+    """What shapes one replica's micro-step.
+
+    ``batch``: rows per replica per micro-step (multiple choice: examples x options);
+    ``seq_len``; ``num_predict``: query-stream rows per sequence (0: content stream only, as in
+    fine-tuning); ``mem_len``: memory length (0 without memory); ``eval_batch``: rows of the
+    pretraining eval memory per replica; ``head``: "lm", "sequence" or "squad"; ``num_labels``;
+    ``precision``: a LoopConfig precision; ``accumulation_steps``: micro-steps per step.
+    """
+
+    batch: int
+    seq_len: int
+    num_predict: int = 0
+    mem_len: int = 0
+    eval_batch: int = 0
+    head: str = "lm"
+    num_labels: int = 2
+    precision: str = "float32"
+    accumulation_steps: int = 1
+
+    @property
+    def activation_bytes(self) -> int:
+        return FLOAT32 if self.precision == "float32" else 2
+
+    def replace(self, **changes) -> "StepShape":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryBreakdown:
+    """One replica's memory for one step, in bytes (see the module docstring for each term)."""
+
+    weights: int
+    gradients: int
+    optimizer_slots: int
+    activations_per_layer: Mapping[str, int]  # remat mode -> bytes one layer keeps for the backward pass
+    activations: int  # the network's saved activations under this breakdown's remat mode (layers + rest)
+    memory_state: int
+    input_batch: int
+    transient: int
+    update_phase: int  # gradient copies alive in the update phase, beyond the accumulator
+    remat: str
+    phase: str  # "backward" or "update": where the peak is
+
+    @property
+    def total(self) -> int:
+        persistent = self.weights + self.optimizer_slots + self.gradients + self.memory_state + self.input_batch
+        return persistent + max(self.activations + self.transient, self.update_phase)
+
+    def to_dict(self) -> dict:
+        return {"weights": self.weights, "gradients": self.gradients, "optimizer_slots": self.optimizer_slots,
+                "activations_per_layer": dict(self.activations_per_layer), "activations": self.activations,
+                "memory_state": self.memory_state, "input_batch": self.input_batch, "transient": self.transient,
+                "update_phase": self.update_phase, "total": self.total, "remat": self.remat, "phase": self.phase}
+
+
+def parameter_counts(model: ModelConfig, head: str, num_labels: int = 2) -> tuple[int, int]:
+    """(all parameters, trained parameters) of the network with ``head`` ("lm": pretraining, every
+    variable trained; "sequence" or "squad": fine-tuning, which leaves mask_emb and lm_bias out)."""
+    d, n, h, di, v = model.d_model, model.n_head, model.d_head, model.d_inner, model.vocab_size
+    bias_sets = model.n_layer if model.untie_r else 1
+    block = 5 * d * n * h + 2 * d + (d * di + di) + (di * d + d) + 2 * d
+    network = v * d + d + v + 3 * bias_sets * n * h + model.n_layer * 2 * n * h + model.n_layer * block
+    if head == "lm":
+        return network, network
+    if head == "sequence":
+        extra = d * d + d + d * num_labels + num_labels
+    else:  # squad: start_logits, end_logits (dense_0, LayerNorm, dense_1), answer_class
+        extra = (d + 1) + (2 * d * d + d + 2 * d + d + 1) + (2 * d * d + d + d)
+    return network + extra, network + extra - d - v
+
+
+def _stream_saved(model: ModelConfig, shape: StepShape, rows: int, query: bool) -> dict[str, int]:
+    """Bytes one layer keeps for one stream of ``rows`` query rows per sequence, by part:
+    "attention" (what remat=attention recomputes) and "rest"."""
+    b, a = shape.batch, shape.activation_bytes
+    n, h, d, di = model.n_head, model.d_head, model.d_model, model.d_inner
+    k = shape.mem_len + shape.seq_len
+    scores = b * n * rows * k
+    attention = 3 * b * rows * n * h * a  # (q + r_w_bias), (q + r_r_bias), (q + r_s_bias), each scaled
+    attention += scores * a  # the softmax's output
+    if model.dropatt > 0:
+        attention += scores * (BOOL + a)  # the dropout's keep mask and its output
+    if query:
+        attention += scores * INT32  # gather_relative's indices into the distance table
+    dropout = model.dropout > 0
+    rest = b * rows * d * a  # the attention vectors, head-merged for the output projection
+    rest += 2 * (b * rows * d * FLOAT32)  # LayerNorm (computed in float32): its input and the centred input
+    rest += b * rows * d * a  # the feed-forward input
+    rest += ACTIVATION_SAVED[model.ff_activation] * b * rows * di * a
+    if dropout:
+        rest += b * rows * di * (BOOL + a) + 2 * b * rows * d * BOOL  # inner dropout; both output dropouts' masks
+    rest += 2 * (b * rows * d * FLOAT32)  # the second LayerNorm
+    return {"attention": attention, "rest": rest, "queries": b * rows * n * h * a}
+
+
+def layer_activations(model: ModelConfig, shape: StepShape) -> dict[str, int]:
+    """Bytes one layer keeps for the backward pass, by remat mode.
+
+    none: everything its gradient reads; attention: the same but the attention scores'
+    intermediates (kept instead: the projected queries, one per stream); full: only the layer's
+    inputs, the content stream and (pretraining) the query stream.
+    """
+    b, a = shape.batch, shape.activation_bytes
+    d, n, h = model.d_model, model.n_head, model.d_head
+    k = shape.mem_len + shape.seq_len
+    inputs = b * shape.seq_len * d * a + b * shape.num_predict * d * a
+    keys_values = 2 * b * k * n * h * a
+    if shape.mem_len and shape.precision != "float32":
+        keys_values += b * shape.mem_len * d * a  # the memory cast to the compute dtype
+    streams = [_stream_saved(model, shape, shape.seq_len, False)]
+    if shape.num_predict:
+        streams.append(_stream_saved(model, shape, shape.num_predict, True))
+    attention_part = sum(s["attention"] for s in streams)
+    rest = sum(s["rest"] for s in streams)
+    queries = sum(s["queries"] for s in streams)
+    return {"none": inputs + keys_values + attention_part + rest,
+            "attention": inputs + keys_values + queries + rest,
+            "full": inputs}
+
+
+def attention_working_set(model: ModelConfig, shape: StepShape) -> int:
+    """Bytes the backward pass of one layer's content-stream attention holds at once: the
+    gradients of the probabilities, the scores and the content term [B, N, L, K], and of the
+    position term before rel_shift [B, N, L, R]."""
+    k = shape.mem_len + shape.seq_len
+    r = k + shape.seq_len if model.attn_type == "bi" else k + 1
+    return shape.batch * model.n_head * shape.seq_len * (3 * k + r) * shape.activation_bytes
+
+
+def network_activations(model: ModelConfig, shape: StepShape) -> int:
+    """Bytes kept for the backward pass outside the layers: the dropout masks of the embeddings
+    and of the output, and the head (pretraining: the query stream's output and the cross
+    entropy's gradient over the vocabulary; SQuAD: the end-logit layers on [h ; h_start])."""
+    b, a, d, l, p = shape.batch, shape.activation_bytes, model.d_model, shape.seq_len, shape.num_predict
+    rows = l + p
+    kept = 2 * b * rows * d * BOOL if model.dropout > 0 else 0  # embedding and output dropout masks
+    if shape.head == "lm":
+        kept += b * p * d * a + b * p * model.vocab_size * FLOAT32
+    elif shape.head == "squad":
+        # the final states, [h ; h_start], the tanh, the LayerNorm's two float32 tensors, its output
+        kept += b * l * d * (a + 2 * a + a + 2 * FLOAT32 + a)
+    else:
+        kept += b * d * (2 * a + BOOL)  # the summary of <cls> and its dropout
+    return kept
+
+
+def head_working_set(model: ModelConfig, shape: StepShape) -> int:
+    """Bytes the backward pass of the head holds at once: for the LM head the gradient of the
+    logits [B, P, vocab] in float32 and in the compute dtype."""
+    if shape.head != "lm":
+        return 0
+    return shape.batch * shape.num_predict * model.vocab_size * (FLOAT32 + shape.activation_bytes)
+
+
+def input_bytes(model: ModelConfig, shape: StepShape) -> int:
+    """The micro-batch and the masks built from it once per step: ids, segments, the permutation
+    mask, the content / query attention masks and segment differences."""
+    b, l, p = shape.batch, shape.seq_len, shape.num_predict
+    k = shape.mem_len + l
+    ids = 4 * b * l * INT32
+    masks = b * l * l * BOOL + 2 * b * l * k * BOOL  # blocked, content mask, content segment difference
+    if p:
+        masks += 2 * b * p * k * BOOL + b * l * l * INT32  # query mask and segments; permutation ranks
+    return ids + masks
+
+
+def memory_state_bytes(model: ModelConfig, shape: StepShape) -> int:
+    """The Transformer-XL memory: the train memory, the new memory a step computes before it is
+    stored, and the eval memory; float32, one [batch, mem_len, d_model] per layer each."""
+    if not shape.mem_len:
+        return 0
+    per_row = model.n_layer * shape.mem_len * model.d_model * FLOAT32
+    return per_row * (2 * shape.batch + shape.eval_batch)
+
+
+def memory_breakdown(model: ModelConfig, shape: StepShape, remat: str = "none") -> MemoryBreakdown:
+    """The predicted memory of one replica's step with ``shape`` under ``remat``."""
+    if remat not in REMAT_MODES:
+        raise ValueError(f"remat must be one of {', '.join(REMAT_MODES)}, got {remat!r}")
+    _, trained = parameter_counts(model, shape.head, shape.num_labels)
+    per_layer = layer_activations(model, shape)
+    activations = model.n_layer * per_layer[remat] + network_activations(model, shape)
+    working = attention_working_set(model, shape)
+    recomputed = {"none": 0, "attention": per_layer["none"] - per_layer["attention"],
+                  "full": per_layer["none"] - per_layer["full"]}[remat]
+    transient = max(working + recomputed, head_working_set(model, shape))
+    if shape.head == "lm":
+        transient += model.vocab_size * model.d_model * FLOAT32  # the tied embedding's dense gradient
+    update = (UPDATE_GRADIENT_COPIES - 1) * trained * FLOAT32
+    weights = parameter_counts(model, shape.head, shape.num_labels)[0] * FLOAT32
+    phase = "backward" if activations + transient >= update else "update"
+    accumulator = trained * FLOAT32 if shape.accumulation_steps > 1 else 0
+    return MemoryBreakdown(weights=weights, gradients=accumulator, optimizer_slots=2 * trained * FLOAT32,
+                           activations_per_layer=per_layer, activations=activations,
+                           memory_state=memory_state_bytes(model, shape), input_batch=input_bytes(model, shape),
+                           transient=transient, update_phase=update, remat=remat, phase=phase)
