@@ -162,3 +162,30 @@ def gcs_prefix(gcs, request) -> Iterator[str]:
     gcs.set_faults()
     yield gcs.new_prefix(request.node.name)
     gcs.set_faults()
+
+
+# Short streams (many streams per directory), so that rates show within a few hundred steps.
+MIXTURE_PARTS = {"wiki-a": ("wiki_summaries_en.txt.gz", 0, 150),
+                 "wiki-b": ("wiki_summaries_en.txt.gz", 150, 300),
+                 "bible": ("kjv_bible.txt.gz", 0, 30)}
+
+
+def _preprocess_part(root: Path, name: str, spm_model: str) -> str:
+    from pipeline.preprocess_command import preprocess
+    from pipeline.preprocess_config import PreprocessConfig
+
+    file, first, last = MIXTURE_PARTS[name]
+    documents = read_corpus_documents(CORPUS_DIR / file, last)[first:]
+    text = root / f"{name}.txt"
+    text.write_text("\n\n".join("\n".join(doc) for doc in documents) + "\n", encoding="utf-8")
+    settings = {**TINY_DATA, "num_streams": 48, "num_shards": 2, "valid_shards": 1, "valid_fraction": 0.3}
+    config = PreprocessConfig(inputs=(str(text),), output=str(root / name), vocab=spm_model, **settings)
+    preprocess(config, runner="FnApiRunner", workers=1)
+    return str(root / name)
+
+
+@pytest.fixture(scope="session")
+def mixture_dirs(tmp_path_factory, spm_model) -> dict[str, str]:
+    """Three data directories to mix: two parts of the Wikipedia summaries and the start of the Bible."""
+    root = tmp_path_factory.mktemp("mixture")
+    return {name: _preprocess_part(root, name, spm_model) for name in MIXTURE_PARTS}

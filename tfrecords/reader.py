@@ -128,6 +128,25 @@ def slot_start(walk: list[Segment], records_consumed: int) -> SlotStart:
     raise AssertionError("unreachable: offset within the epoch")
 
 
+def per_replica_batch_size(global_batch_size: int, num_replicas: int, bi_data: bool) -> int:
+    """Rows of one replica's batch; ValueError unless the global batch splits evenly (into even
+    [forward, backward] halves with bi_data)."""
+    batch, remainder = divmod(global_batch_size, num_replicas)
+    if remainder or batch == 0 or (bi_data and batch % 2):
+        raise ValueError(f"global batch size {global_batch_size} cannot be split over {num_replicas} "
+                         f"replicas{' into even [forward, backward] halves' if bi_data else ''}")
+    return batch
+
+
+def step_major(features: Mapping[str, tf.Tensor], batch: int, steps: int) -> dict[str, tf.Tensor]:
+    """Batched records that arrive slot-major ([slot0 x steps, slot1 x steps, ...]) as step-major
+    features [steps, batch, ...]: micro-step a of every row is row a of the first axis."""
+    return {name: tf.ensure_shape(tf.transpose(tf.reshape(value, [batch, steps, -1]), [1, 0, 2]),
+                                  [steps, batch, None]) if value.shape.rank == 2 else
+            tf.ensure_shape(tf.transpose(tf.reshape(value, [batch, steps])), [steps, batch])
+            for name, value in features.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class StreamReader:
     """Builds the per-replica datasets of one split (see the module docstring for the layout)."""
@@ -149,11 +168,7 @@ class StreamReader:
         return self.manifest.split(self.split).num_streams
 
     def per_replica_batch_size(self, num_replicas: int) -> int:
-        batch, remainder = divmod(self.global_batch_size, num_replicas)
-        if remainder or batch == 0 or (self.bi_data and batch % 2):
-            raise ValueError(f"global batch size {self.global_batch_size} cannot be split over {num_replicas} "
-                             f"replicas{' into even [forward, backward] halves' if self.bi_data else ''}")
-        return batch
+        return per_replica_batch_size(self.global_batch_size, num_replicas, self.bi_data)
 
     def slot_walks(self, num_replicas: int, replica_ids: range) -> list[list[Segment]]:
         """The walks of this pipeline's slots, in batch order: replica by replica, [forward, backward]."""
@@ -238,11 +253,7 @@ class StreamReader:
             keys = tf.stack([tf.fill(tf.shape(epoch), seed), parsed["stream_id"], parsed["stream_pos"], epoch], 1)
             out = {name: parsed[name] for name in schema.COMPACT_FEATURES if name != "perm_seed"}
             out["perm_seed"] = permutation_seeds(keys)
-            # records arrive slot-major ([slot0 x steps, slot1 x steps, ...]): make them step-major
-            return {name: tf.ensure_shape(tf.transpose(tf.reshape(value, [batch, steps, -1]), [1, 0, 2]),
-                                          [steps, batch, None]) if value.shape.rank == 2 else
-                    tf.ensure_shape(tf.transpose(tf.reshape(value, [batch, steps])), [steps, batch])
-                    for name, value in out.items()}
+            return step_major(out, batch, steps)
 
         return features
 

@@ -170,9 +170,9 @@ def test_odd_per_replica_batch_with_bi_data_is_refused(manifest):
 
 
 def vocab_file(manifest, tiny_data_dir):
-    from trainer.commands.train import _vocab_path
+    from tfrecords.manifest import vocabulary_path
 
-    return _vocab_path(manifest)
+    return vocabulary_path(manifest)
 
 
 def test_matching_manifest_passes_validation(manifest, tiny_data_dir):

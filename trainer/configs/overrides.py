@@ -69,6 +69,9 @@ def parse_overrides(items: Iterable[str], config_class: type = None,
         elif scope == scope_name or (not scope and name in other_types and name not in model_types):
             if name not in other_types:
                 raise _unknown_key(key, f"{kind} has no field {name!r}", model_types, other_types, scope_name)
+            flags = getattr(config_class, "FLAG_ONLY", {}).get(name)
+            if flags:
+                raise ValueError(f"--set {key}: {name} is set with {flags}, not --set")
             other_changes[name] = _convert(value, other_types[name], key)
         elif not scope and name in model_types and name in other_types:
             raise ValueError(f"--set {key}: ambiguous, write model.{name} or {scope_name}.{name}")

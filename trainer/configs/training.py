@@ -106,13 +106,27 @@ class TrainConfig(LoopConfig):
     perm_size: int = 256
     eval_steps: int = 100
     resample_masks: bool = False  # new span masks each epoch from the stored word-start flags
+    # The data directories of a mixture and their normalised weights, ((directory, weight), ...), as
+    # `xlnet train --data ... --mixture-weights ...` gave them; empty for one --data. Saved so that a
+    # resume with another mixture (which would read other batches) is refused.
+    mixture: tuple[tuple[str, float], ...] = ()
 
     POSITIVE = LoopConfig.POSITIVE + ("seq_len", "num_predict", "perm_size", "eval_steps")
+    # Fields set by a command's flags, not by --set.
+    FLAG_ONLY = {"mixture": "--data and --mixture-weights"}
+
+    def __post_init__(self) -> None:
+        # JSON gives lists; the frozen config holds tuples, so that configs read back compare equal.
+        object.__setattr__(self, "mixture", tuple((str(name), float(weight)) for name, weight in self.mixture))
+        super().__post_init__()
 
     def problems(self) -> list[str]:
         problems = super().problems()
         if self.num_predict > self.seq_len:
             problems.append(f"num_predict ({self.num_predict}) exceeds seq_len ({self.seq_len})")
+        weights = [weight for _, weight in self.mixture]
+        if weights and (min(weights) <= 0 or abs(sum(weights) - 1.0) > 1e-6):
+            problems.append(f"mixture weights must be positive and sum to 1, got {weights}")
         return problems
 
     def check_model(self, model: ModelConfig) -> None:

@@ -90,6 +90,8 @@ class Task(Protocol):
     def write_state(self, state: Any) -> None: ...
     def compute(self, batch: Any, state: Any, training: bool) -> StepOutputs: ...
     def evaluate(self, controller: "Controller") -> dict[str, float]: ...
+    # Optional: ``step_details(step) -> dict`` adds JSON fields to the step log's row of optimizer step
+    # ``step``; ``step_summaries(step) -> dict[str, float]`` adds TensorBoard scalars at a loop's end.
 
 
 class Controller:
@@ -380,9 +382,10 @@ class Controller:
 
     def _record_steps(self, step: int, losses, metrics: Mapping[str, np.ndarray], norms, peak: int | None) -> None:
         window = {} if peak is None else {"peak_memory_bytes": peak}
+        details = getattr(self.task, "step_details", lambda step: {})
         self.work_dir.append_steps(
             {"step": step + i + 1, "loss": float(loss), **{name: float(values[i]) for name, values in metrics.items()},
-             "grad_norm": float(norm), **window}
+             "grad_norm": float(norm), **window, **details(step + i + 1)}
             for i, (loss, norm) in enumerate(zip(losses, norms)))
 
     def _local_devices(self) -> tuple[str, ...]:
@@ -429,6 +432,8 @@ class Controller:
             tf.summary.scalar("learning_rate", self._learning_rate(step))
             tf.summary.scalar("grad_norm", float(np.mean(norms)))
             for name, value in rates.items():
+                tf.summary.scalar(name, value)
+            for name, value in getattr(self.task, "step_summaries", lambda step: {})(step).items():
                 tf.summary.scalar(name, value)
         writer.flush()
 

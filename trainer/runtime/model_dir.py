@@ -27,6 +27,7 @@ must stay ``gs://bucket/m`` so that TensorFlow's filesystems (local, gs://, ...)
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -283,7 +284,11 @@ class ModelDirectory:
         "field: saved -> new" per field (empty when nothing is saved yet)."""
         if not self.has(name):
             return []
-        saved, new = read_json(self.join(name)), config.to_dict()
+        # A field added after the file was saved counts at its default; the JSON round trip makes
+        # tuples compare with the lists JSON reads back.
+        defaults = {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
+        saved = json.loads(json.dumps({**defaults, **read_json(self.join(name))}))
+        new = json.loads(json.dumps(config.to_dict()))
         return [f"{key}: {saved.get(key, '(none)')!r} -> {new.get(key, '(none)')!r}"
                 for key in sorted(set(saved) | set(new)) if saved.get(key) != new.get(key)]
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import tensorflow as tf
 
 from tfrecords.manifest import Manifest
+from tfrecords.mixture import MixtureReader, MixtureSource, by_name, records_read, shares, source_labels
 from tfrecords.reader import StreamReader
 from trainer.configs.training import TrainConfig
 from trainer.models.config import ModelConfig
@@ -81,27 +82,37 @@ class PretrainingTask:
 
     metric_names = {"accuracy": "plm_accuracy"}
 
-    def __init__(self, model_config: ModelConfig, config: TrainConfig, manifest: Manifest):
+    def __init__(self, model_config: ModelConfig, config: TrainConfig, manifest: Manifest,
+                 mixture: Sequence[MixtureSource] = (), eval_sources: Sequence[MixtureSource] = ()):
+        """``mixture``: the training directories and weights when there are several (``manifest`` is
+        then the first one's); ``eval_sources``: directories only evaluated on (``--eval-data``)."""
         self.model_config, self.config, self.manifest = model_config, config, manifest
+        self.mixture, self.eval_sources = tuple(mixture), tuple(eval_sources)
         self.tokens_per_example = config.seq_len
+        labels = source_labels([source.name for source in self.mixture + self.eval_sources])
+        self.labels = dict(zip([source.name for source in self.mixture + self.eval_sources], labels))
+        self._schedule = self._mixture_reader().schedule() if self.mixture else None
 
     def describe_input_error(self, error: Exception) -> str:
         """Which file of the data the training input could not read, and its first bad record: the
         train shards are read through (in parallel over files), as `xlnet inspect --verify` does."""
         from tfrecords.verification import verify_shard
 
-        shards = self.manifest.splits["train"].shards
+        manifests = [source.manifest for source in self.mixture] or [self.manifest]
+        shards = [(manifest, shard) for manifest in manifests for shard in manifest.splits["train"].shards]
         vocab_size = self.manifest.vocab.get("vocab_size")
         with ThreadPoolExecutor(max(1, min(8, len(shards)))) as pool:
-            reports = list(pool.map(lambda shard: verify_shard(self.manifest, "train", shard, vocab_size), shards))
+            reports = list(pool.map(lambda item: verify_shard(item[0], "train", item[1], vocab_size), shards))
         damaged = [report.describe() for report in reports if report.damaged]
         found = "; ".join(damaged) if damaged else "every train shard reads back intact now"
-        return f"{found}; check the whole directory with `xlnet inspect {self.manifest.directory} --verify`"
+        directories = " and ".join(f"`xlnet inspect {manifest.directory} --verify`" for manifest in manifests)
+        return f"{found}; check the whole directory with {directories}"
 
-    def reader(self, split: str, batch: int, start_step: int = 0) -> StreamReader:
-        """The stream-ordered reader of ``split`` with this run's shapes and seed."""
+    def reader(self, split: str, batch: int, start_step: int = 0, manifest: Manifest | None = None) -> StreamReader:
+        """The stream-ordered reader of ``split`` (of ``manifest``, by default the run's) with this run's
+        shapes and seed."""
         config = self.config
-        return StreamReader(self.manifest, split, batch, config.seq_len, config.num_predict,
+        return StreamReader(manifest or self.manifest, split, batch, config.seq_len, config.num_predict,
                             self.model_config.bi_data, seed=config.seed,
                             accumulation_steps=config.accumulation_steps if split == "train" else 1,
                             start_step=start_step, resample_masks=config.resample_masks and split == "train")
@@ -133,8 +144,33 @@ class PretrainingTask:
     def checkpoint_items(self, first_replica: int) -> dict[str, Any]:
         return {"model": self.network, "mems": self.train_memory.trackable(first_replica)}
 
+    def _mixture_reader(self, start_step: int = 0) -> MixtureReader:
+        config = self.config
+        return MixtureReader(self.mixture, config.train_batch_size, config.seq_len, self.model_config.bi_data,
+                             seed=config.seed, accumulation_steps=config.accumulation_steps, start_step=start_step,
+                             resample_masks=config.resample_masks)
+
     def train_dataset(self, strategy: tf.distribute.Strategy, start_step: int) -> tf.distribute.DistributedDataset:
+        if self.mixture:
+            return self._mixture_reader(start_step).distribute(strategy)
         return self.reader("train", self.config.train_batch_size, start_step).distribute(strategy)
+
+    def step_details(self, step: int) -> dict[str, Any]:
+        """What a mixture adds to the step log's row of optimizer step ``step``: the records each
+        directory gave so far (cumulative, keyed as the command line named it) and its epoch."""
+        if self._schedule is None:
+            return {}
+        records, epochs = records_read(self._schedule, step, self.config.accumulation_steps,
+                                       self.model_config.bi_data)
+        return {"records_by_source": by_name(self.mixture, records), "epoch_by_source": by_name(self.mixture, epochs)}
+
+    def step_summaries(self, step: int) -> dict[str, float]:
+        """TensorBoard scalars of a mixture at ``step``: each directory's share of the records so far."""
+        if self._schedule is None:
+            return {}
+        records, _ = records_read(self._schedule, step, self.config.accumulation_steps, self.model_config.bi_data)
+        return {f"mixture_share/{self.labels[source.name]}": share
+                for source, share in zip(self.mixture, shares(records))}
 
     def read_state(self) -> list[tf.Tensor] | None:
         return self.train_memory.read()
@@ -169,12 +205,31 @@ class PretrainingTask:
         return totals
 
     def evaluate(self, controller: Controller) -> dict[str, float]:
-        """Loss, accuracy and perplexity on ``eval_steps`` batches of the valid split, memory from zero."""
+        """Loss, accuracy and perplexity on ``eval_steps`` batches of the valid split, memory from zero.
+
+        With a mixture or ``--eval-data``, each directory's valid split is evaluated so, as a run on
+        that directory alone would ("loss/LABEL", "accuracy/LABEL", "perplexity/LABEL"), and the
+        unlabelled figures are the training directories' mixed by their weights."""
+        if not self.mixture and not self.eval_sources:
+            return self._evaluate_split(controller, self.manifest)
+        results = {}
+        for source in self.mixture + self.eval_sources:
+            figures = self._evaluate_split(controller, source.manifest)
+            results.update({f"{name}/{self.labels[source.name]}": value for name, value in figures.items()})
+        if self.mixture:
+            mixed = {name: sum(source.weight * results[f"{name}/{self.labels[source.name]}"] for source in self.mixture)
+                     for name in ("loss", "accuracy")}
+        else:
+            mixed = self._evaluate_split(controller, self.manifest)
+        mixed["perplexity"] = float(math.exp(min(mixed["loss"], 50.0)))
+        return {**{name: mixed[name] for name in ("loss", "accuracy", "perplexity")}, **results}
+
+    def _evaluate_split(self, controller: Controller, manifest: Manifest) -> dict[str, float]:
         strategy = controller.strategy
         if self._eval_loop is None:
             self._eval_loop = tf.function(lambda iterator, steps: self._eval_loop_fn(strategy, iterator, steps))
         self.eval_memory.reset()
-        iterator = iter(self.reader("valid", self.config.eval_batch_size).distribute(strategy))
+        iterator = iter(self.reader("valid", self.config.eval_batch_size, manifest=manifest).distribute(strategy))
         loss_sum, correct, targets = self._eval_loop(iterator, tf.constant(self.config.eval_steps)).numpy()
         loss = float(loss_sum / max(targets, 1.0))
         return {"loss": loss, "accuracy": float(correct / max(targets, 1.0)),
@@ -184,8 +239,10 @@ class PretrainingTask:
 def pretraining_controller(model_config: ModelConfig, train_config: TrainConfig, *, manifest: Manifest,
                            model_dir: str, strategy: tf.distribute.Strategy, init_checkpoint: str | None = None,
                            log: Callable[[str], None] = print,
-                           after_first_save: Callable[[int], None] | None = None) -> Controller:
+                           after_first_save: Callable[[int], None] | None = None,
+                           mixture: Sequence[MixtureSource] = (),
+                           eval_sources: Sequence[MixtureSource] = ()) -> Controller:
     """The controller of a pretraining run: what `xlnet train` builds."""
-    task = PretrainingTask(model_config, train_config, manifest)
+    task = PretrainingTask(model_config, train_config, manifest, mixture, eval_sources)
     return Controller(task, train_config, model_dir=model_dir, strategy=strategy, init_checkpoint=init_checkpoint,
                       log=log, after_first_save=after_first_save)
