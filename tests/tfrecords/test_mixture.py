@@ -170,3 +170,17 @@ def test_directories_of_other_shapes_or_vocabularies_cannot_be_mixed(mixture_dir
     message = str(error.value)
     assert "other-dir: seq_len is 256, but bible-dir has 128" in message
     assert f"other-dir: vocabulary sha256 is '{'0' * 64}', but bible-dir has '{bible.vocab['sha256']}'" in message
+
+
+def test_a_directory_on_cloud_storage_mixes_as_its_local_copy_does(mixture_dirs, gcs_prefix):
+    import posixpath
+    from pathlib import Path
+
+    remote = posixpath.join(gcs_prefix, "bible")
+    tf.io.gfile.makedirs(remote)
+    for path in sorted(Path(mixture_dirs["bible"]).iterdir()):
+        tf.io.gfile.copy(str(path), posixpath.join(remote, path.name))
+    local = mixture(mixture_dirs, ["wiki-a", "bible"], [1, 1])
+    on_gcs = [local[0], MixtureSource(remote, load_manifest(remote), 0.5)]
+    for a, b in zip(batches(reader(local, 4), 30), batches(reader(on_gcs, 4), 30)):
+        assert all(np.array_equal(a[key], b[key]) for key in a)
