@@ -41,6 +41,8 @@ def test_demo_runs_end_to_end_and_reports_losses_and_predictions(tmp_path):
     assert "final train loss:" in run.stdout and "final valid loss:" in run.stdout
     assert run.stdout.count("  <mask> 1: ") == 5
     assert (output / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (output / "data_stats.png").read_bytes()[:4] == b"\x89PNG"
+    assert "train stream 0, record 0" in run.stdout and "targets [[...]]:" in run.stdout
     assert (output / "serving" / "xlnet" / "1" / "saved_model.pb").is_file()
     assert list((output / "model" / "tensorboard" / "train").glob("events.out.tfevents.*"))
     assert "dev accuracy" in run.stdout and (output / "classifier" / "eval_results.json").is_file()
