@@ -159,3 +159,21 @@ def test_a_directory_of_another_shape_is_refused_naming_it_the_field_and_both_va
     args = command({**mixture_dirs, "other": str(other)}, tmp_path / "model", ("wiki-a", "other"), "1,1")
     assert xlnet_cli.main(args) == 2
     assert f"{other}: reuse_len is 32, but {mixture_dirs['wiki-a']} has 64" in capsys.readouterr().err
+
+
+def test_two_mirrored_replicas_read_a_mixture_as_one_device_does(mixture_dirs, tmp_path, mirrored_strategy):
+    import numpy as np
+
+    sources = [source(mixture_dirs["wiki-a"], 0.5), source(mixture_dirs["bible"], 0.5)]
+    results = {}
+    for name, strategy in (("one", tf.distribute.OneDeviceStrategy("/cpu:0")), ("two", mirrored_strategy)):
+        model, train, _ = resolve_configs("tiny", None, SMALL + ["dropout=0", "dropatt=0"])
+        trainer = pretraining_controller(model, train.replace(mixture=((s.name, s.weight) for s in sources)),
+                                         manifest=sources[0].manifest, model_dir=str(tmp_path / name),
+                                         strategy=strategy, log=lambda line: None, mixture=sources)
+        iterator = iter(trainer.train_dataset())
+        results[name] = [trainer.gradients(iterator) for _ in range(2)]
+    for (grads_one, loss_one), (grads_two, loss_two) in zip(results["one"], results["two"]):
+        np.testing.assert_allclose(loss_two, loss_one, rtol=1e-5)
+        for a, b in zip(grads_one, grads_two):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-7)
