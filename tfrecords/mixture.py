@@ -36,7 +36,7 @@ import tensorflow as tf
 
 from tfrecords import schema
 from tfrecords.manifest import Manifest
-from tfrecords.reader import (ManifestMismatchError, SpanResampler, permutation_seeds, per_replica_batch_size,
+from tfrecords.reader import (ManifestMismatchError, SpanResampler, compact_features, per_replica_batch_size,
                               split_segments, step_major)
 
 MASK64 = (1 << 64) - 1
@@ -327,11 +327,7 @@ class MixtureReader:
             epoch, source = tf.cast(epoch, tf.int32), tf.cast(source, tf.int32)
             if resample is not None:
                 parsed["is_masked"] = resample(parsed, epoch, source)
-            keys = tf.stack([tf.fill(tf.shape(epoch), seed), parsed["stream_id"], parsed["stream_pos"], epoch,
-                             source], 1)
-            out = {name: parsed[name] for name in schema.COMPACT_FEATURES if name != "perm_seed"}
-            out["perm_seed"] = permutation_seeds(keys)
-            return step_major(out, batch, steps)
+            return step_major(compact_features(parsed, seed, epoch, source), batch, steps)
 
         return features
 

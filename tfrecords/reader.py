@@ -138,6 +138,17 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int, bi_data: b
     return batch
 
 
+def compact_features(parsed: Mapping[str, tf.Tensor], seed: int, epoch: tf.Tensor,
+                     *more_keys: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The trainer's features (schema.COMPACT_FEATURES) of parsed records read in ``epoch`` [B], with
+    each record's permutation seed a fingerprint of (seed, stream id, position, epoch, *more_keys)."""
+    keys = tf.stack([tf.fill(tf.shape(epoch), seed), parsed["stream_id"], parsed["stream_pos"], epoch,
+                     *more_keys], 1)
+    out = {name: parsed[name] for name in schema.COMPACT_FEATURES if name != "perm_seed"}
+    out["perm_seed"] = permutation_seeds(keys)
+    return out
+
+
 def step_major(features: Mapping[str, tf.Tensor], batch: int, steps: int) -> dict[str, tf.Tensor]:
     """Batched records that arrive slot-major ([slot0 x steps, slot1 x steps, ...]) as step-major
     features [steps, batch, ...]: micro-step a of every row is row a of the first axis."""
@@ -250,10 +261,7 @@ class StreamReader:
             epoch = tf.cast(epoch, tf.int32)
             if resample is not None:
                 parsed["is_masked"] = resample(parsed, epoch)
-            keys = tf.stack([tf.fill(tf.shape(epoch), seed), parsed["stream_id"], parsed["stream_pos"], epoch], 1)
-            out = {name: parsed[name] for name in schema.COMPACT_FEATURES if name != "perm_seed"}
-            out["perm_seed"] = permutation_seeds(keys)
-            return step_major(out, batch, steps)
+            return step_major(compact_features(parsed, seed, epoch), batch, steps)
 
         return features
 
