@@ -95,6 +95,12 @@ def test_each_directory_is_evaluated_as_a_run_on_it_alone_would(mixture_dirs, mi
         alone = controller([source(mixture_dirs[name])], tmp_path / name, init_checkpoint=str(mixed_run)).evaluate()
         assert mixed[f"loss/{name}"] == pytest.approx(alone["loss"], rel=1e-6)
         assert mixed[f"accuracy/{name}"] == pytest.approx(alone["accuracy"], rel=1e-6)
+    # --eval-data beside one --data: that directory's figures unlabelled, the evaluated one's labelled
+    one = controller([source(mixture_dirs["bible"])], tmp_path / "one", eval_sources=[source(mixture_dirs["wiki-b"])],
+                     init_checkpoint=str(mixed_run)).evaluate()
+    assert one["loss"] == pytest.approx(mixed["loss/bible"], rel=1e-6)
+    assert one["loss/wiki-b"] == pytest.approx(mixed["loss/wiki-b"], rel=1e-6)
+    assert "loss/bible" not in one
 
 
 def test_a_resumed_mixture_run_continues_with_the_same_losses(mixture_dirs, mixed_run, tmp_path):
