@@ -9,31 +9,43 @@ The training setting ``remat`` (LoopConfig.remat) chooses what the network recom
 * ``full``: each whole layer (XLNetBlock: attention with its projections and LayerNorm, then the
   feed-forward sub-layer, on both streams).
 
-What the backward pass keeps of one layer, per stream (B batch, N heads, H d_head, D d_model,
-F d_inner, L the segment's length, M the memory's, K = M + L, P the query stream's rows,
-R the relative distances, G = 2 with bi_data else 1). Shapes in the compute dtype unless said;
-masks are bool, positions int32, seeds int64 [2].
+What the backward pass keeps of one layer (read from the gradient graph TensorFlow builds, before
+Grappler or XLA; B batch, N heads, H d_head, D d_model, F d_inner, L the segment's length, M the
+memory's, K = M + L keys, P the query stream's rows, R = K + L relative distances (K + 1 for
+'uni'), G = 2 with bi_data else 1). "cd" is the compute dtype (bfloat16 under mixed_bfloat16);
+"f32" stays float32 under mixed precision (Keras normalises in float32); masks are bool (1 byte);
+a "dropout" item exists only when that rate is > 0 and counts its keep mask [same shape] bool and,
+where listed, the dropped tensor.
 
-``none``, content stream (query stream the same with Q = P; its relative scores are gathered
-by position, which keeps int32 indices [B, N, P, K] as well):
-  [B, N, Q, K]: the softmax probabilities, the dropout's keep mask (bool) and the dropped
-  probabilities (without dropatt only the probabilities); [B, N, Q, H]: the queries plus each
-  of the three biases, the attention vectors; [B, N, K, H]: keys and values (shared by both
-  streams); [G, N, R, H]: the position keys; [B, Q, D]: the stream, the output projection,
-  the attention's LayerNorm input and output; [B, Q, F]: the feed-forward's inner activation
-  before and after GELU (and dropout's keep mask); [B, Q, D]: the feed-forward's output and
-  LayerNorm input.
-``attention``: as ``none`` without any [B, N, Q, K] tensor: the recomputed region keeps only
-  its inputs, the queries [B, N, Q, H], keys and values [B, N, K, H], position keys [G, N, R, H],
-  the biases and seg_embed, the masks and segment differences [B, Q, K] (bool, shared by every
-  layer), the query positions [B, P] and the dropout seed; its output, the attention vectors
-  [B, N, Q, H], is kept by the output projection. While one layer's attention is recomputed,
-  that layer's [B, N, Q, K] tensors of one stream exist (the largest transient).
-``full``: the layer's inputs only: the content stream h [B, L, D] and the query stream g [B, P, D]
-  (the layer's output is the next layer's input, kept there), besides what every layer shares
-  (position encoding [G, R, D], masks, segment differences, memory, target positions and
-  validity) and the per-layer biases, seg_embed and eight dropout seeds. While one layer is
-  recomputed, everything ``none`` keeps for that one layer exists (the largest transient).
+``none``, per layer, for the content stream (rows Q = L) and the query stream (Q = P) each:
+  attention, [B, N, Q, K]: the softmax probabilities (cd); dropatt: keep mask and dropped
+    probabilities (cd); query stream only: the relative-score gather indices (int32);
+  [B, N, Q, H] cd: the queries plus r_w_bias, plus r_r_bias and plus r_s_bias (scaled), 3 tensors;
+  [B, 1, Q, K] bool: the segment-difference condition; [B, Q, N*H] cd: the attention vectors
+    (the output projection's input); query stream: query_valid [B, 1, P, 1];
+  [B, Q, D]: the stream itself (cd, the q projection's input); dropout: the output's keep mask;
+    the LayerNorm's input (f32) and normalised input (f32), and [B, Q, 1] f32 x3 statistics;
+  feed-forward, [B, Q, F] cd: the inner pre-activation and GELU's three intermediates (4 tensors)
+    and layer_2's input (the GELU output, dropped if dropout: + its keep mask); [B, Q, D]: its
+    input (the attention output, cd), dropout: the output's keep mask, the LayerNorm's input and
+    normalised input (f32) and its [B, Q, 1] statistics.
+  Once per layer: keys and values [B, N, K, H] cd (both streams use them), the position keys
+  k_r [G, N, R, H] cd, the memory [B, M, D] cd (the k/v projections' input).
+``attention``: as ``none`` without any [B, N, Q, K] tensor and without the biased queries: per
+  stream the region keeps its inputs, the queries [B, N, Q, H] cd, and shares the keys, values,
+  k_r, biases and seg_embed; the masks and segment differences [B, Q, K] bool are the network's
+  (one set for every layer), the query positions [B, P] int32 and the dropout seed [2] int64.
+  During the backward pass one stream's [B, N, Q, K] tensors of one layer exist again (the
+  largest transient: its scores, probabilities and their gradients).
+``full``: per layer only its inputs, the content stream h [B, L, D] cd and the query stream g
+  [B, P, D] cd (each layer's output is the next one's input), its biases and seg_embed, and its
+  eight dropout seeds [2] int64; shared by all layers: the position encoding [G, R, D] cd, the
+  masks and segment differences, the memory, the target positions and validity. During the
+  backward pass one layer's ``none`` set exists again, with its gradients (the largest transient).
+
+Under XLA the compiler's buffer assignment decides what is live: it fuses elementwise chains and
+recomputes them inside fusions, so it keeps less than the lists above in every mode; the regions
+still bound what it can keep.
 
 Dropout: the recomputation must draw the masks of the forward pass. Every HashDropout inside a
 recomputed region takes its seed as an input, drawn before the region by ``draw_seed`` /
@@ -41,18 +53,18 @@ recomputed region takes its seed as an input, drawn before the region by ``draw_
 once per forward call, as with ``none``), so every mode gives the same bits and the generators'
 checkpointed state is the same.
 
-The recomputation is fed through XLA's OptimizationBarrier together with the incoming
-gradients: it cannot start before the backward pass reaches the region, and no compiler
-(XLA's CSE, Grappler) can merge it with the forward pass, which would keep the intermediates
-again. TensorFlow registers the op for CPU and GPU as well, so the same graph runs with and
-without ``jit_compile``.
+The recomputation takes its inputs through a data dependency on the incoming gradients (an
+exact zero added to them, which no simplifier can prove zero): it cannot start before the backward
+pass reaches the region, and no compiler (XLA's CSE, Grappler's) can merge it with the forward
+pass, which would keep the intermediates again. XLA's OptimizationBarrier (TensorFlow 2.21 has it
+as the XlaOptimizationBarrier op, outside tf.raw_ops) does not do it on XLA:CPU: the CPU pipeline
+expands the barrier before its CSE pass, and the recomputation was merged back (measured).
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import tensorflow as tf
-from tensorflow.compiler.tf2xla.ops import gen_xla_ops
 from tensorflow.python.eager import record
 
 REMAT_MODES = ("none", "attention", "full")
@@ -103,7 +115,7 @@ def recompute(fn: Callable[[Any, Any], Any], differentiable: Any, fixed: Any = N
         def grad(*output_grads, variables=None):
             variables = list(variables or ())
             output_grads = [tf.zeros_like(t) if dy is None else dy for t, dy in zip(present, output_grads)]
-            again = gen_xla_ops.xla_optimization_barrier(list(tensors) + output_grads)[:len(tensors)]
+            again = _after(tensors, output_grads)
             sources = list(again[:len(diff_at)]) + variables
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(sources)
@@ -122,3 +134,15 @@ def recompute(fn: Callable[[Any, Any], Any], differentiable: Any, fixed: Any = N
     for i, tensor in zip(at, present):
         flat[i] = tensor
     return tf.nest.pack_sequence_as(outputs, flat)
+
+
+def _after(tensors, output_grads):
+    """``tensors`` unchanged, but computed from ``output_grads`` (see the module docstring).
+
+    The zero is ``dy * 0.0`` for one element of the first gradient: XLA keeps a float multiply by
+    zero (NaN and infinities make it no identity) and so does Grappler, unlike ``|dy| < 0``, which
+    XLA folds. It is NaN where that element is not finite; the gradients are not finite then anyway.
+    """
+    zero = tf.reduce_sum(tf.cast(tf.reshape(output_grads[0], [-1])[:1], tf.float32)) * 0.0
+    nonzero = tf.not_equal(zero, 0.0)
+    return [tf.logical_or(t, nonzero) if t.dtype == tf.bool else t + tf.cast(zero, t.dtype) for t in tensors]
