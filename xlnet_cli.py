@@ -21,14 +21,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                           "convert an original TF1 release or a Hugging Face XLNet directory into a model directory"),
     "export": ("trainer.commands.export",
                "export a model directory as a serving SavedModel (or for Hugging Face, or in the TF1 layout)"),
-    "inspect": ("trainer.commands.inspect", "check a preprocessed data directory against its manifest (--verify)"),
+    "plan": ("trainer.commands.plan",
+             "predict a configuration's memory and step time on a device, and the settings that fit it"),
+    "inspect": ("trainer.commands.inspect", "decode a data directory's records as the model sees them, its "
+                "statistics (--stats), the trainer's permutations (--permutation), or verify it (--verify)"),
 }
 # Said under every subcommand's --help; trainer/commands/__init__.py names the codes for the code.
 EXIT_STATUS = ("exit status: 0 done (or preempted, with a checkpoint saved); 2 usage or bad input (a flag, file "
                "or setting, named); 3 a data or state problem (damaged data, a diverged run, no readable "
                "checkpoint, a corpus too short for any record)")
 # Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/commands/tensorflow_startup.py).
-TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "inspect")
+TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "inspect", "plan")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -52,8 +52,9 @@ ALLOWED = {
     "conversion": {"runtime", "configs", "models", "layers"},
     "tasks": {"inputs", "evaluation", "runtime", "serving", "configs", "models", "layers"},
     "inspection": {"tasks", "configs", "models"},
-    "commands": {"inspection", "tasks", "inputs", "evaluation", "runtime", "serving", "conversion", "configs",
-                 "models", "layers"},
+    "planning": {"configs", "models", "layers"},  # the memory / time model of a configuration on a device
+    "commands": {"inspection", "planning", "tasks", "inputs", "evaluation", "runtime", "serving", "conversion",
+                 "configs", "models", "layers"},
 }
 
 

@@ -29,6 +29,7 @@ ARCHITECTURE = ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `xlnet finetune`."""
+    from trainer.commands.fit_check import add_fit_arguments
     from trainer.commands.training_command import add_run_arguments, field_help
     from trainer.configs.finetuning import FinetuneConfig
     from trainer.models.config import MODEL_PRESETS
@@ -63,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in SQUAD_FLAGS:
         squad.add_argument("--" + name.replace("_", "-"), type=int, help=field_help(FinetuneConfig, name))
     add_run_arguments(parser, "finetune")
+    add_fit_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,6 +87,7 @@ def build_controller(args: argparse.Namespace, strategy=None, held: contextlib.E
     """Reads the files, resolves the configs, prepares the model directory; returns the Controller.
     ``strategy``: an existing tf.distribute strategy instead of the one --strategy names. With
     ``held``, the chief first takes the model directory's run lock, released when ``held`` closes."""
+    from trainer.commands.fit_check import fit_to_device
     from trainer.commands.training_command import settings_replacement
     from trainer.runtime.controller import Controller
     from trainer.runtime.distribution import create_strategy, is_chief, make_deterministic
@@ -99,6 +102,7 @@ def build_controller(args: argparse.Namespace, strategy=None, held: contextlib.E
     # before any TensorFlow op runs (encoding counts pieces): multi-worker set-up needs a fresh runtime
     if strategy is None:
         strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
+    config = fit_to_device("xlnet finetune", model, config, strategy, getattr(args, "device_memory", None))
     out = ModelDirectory(args.model_dir)
     if held is not None and is_chief(strategy):
         held.enter_context(RunLock(out, log=lambda line: print(line, flush=True)))

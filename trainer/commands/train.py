@@ -22,6 +22,7 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `xlnet train`."""
+    from trainer.commands.fit_check import add_fit_arguments
     from trainer.commands.training_command import add_run_arguments
     from trainer.models.config import MODEL_PRESETS
 
@@ -39,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="tiny", choices=sorted(MODEL_PRESETS),
                         help="model + training preset")
     add_run_arguments(parser, "train")
+    add_fit_arguments(parser)
     parser.add_argument("--init-checkpoint", help="model directory (e.g. from `xlnet import-checkpoint`) whose "
                                                   "weights initialise a new run")
 
@@ -68,6 +70,7 @@ def _build_trainer(args: argparse.Namespace, held: contextlib.ExitStack | None =
     from tfrecords.mixture import MixtureSource, check_compatible, check_distinct, parse_weights
     from tfrecords.reader import file_sha256, validate_manifest
     from trainer.commands.training_command import read_config_file
+    from trainer.commands.fit_check import fit_to_device
     from trainer.configs.overrides import resolve_configs
     from trainer.runtime.distribution import create_strategy, is_chief, make_deterministic
     from trainer.runtime.model_dir import ModelDirectory
@@ -103,6 +106,7 @@ def _build_trainer(args: argparse.Namespace, held: contextlib.ExitStack | None =
                           num_predict=train.num_predict, vocab_size=model.vocab_size, vocab_sha256=vocab_sha256,
                           source=manifest_location(data)[0])
     strategy = create_strategy("tpu" if args.tpu and args.strategy == "auto" else args.strategy, args.tpu)
+    train = fit_to_device("xlnet train", model, train, strategy, getattr(args, "device_memory", None))
     after_first_save = None
     if is_chief(strategy):
         if held is not None:

@@ -16,14 +16,20 @@ if TYPE_CHECKING:  # imported where used: `xlnet --help` should not load TensorF
     from trainer.configs.overrides import ConfigFile
 
 
+def add_config_arguments(parser: argparse.ArgumentParser, scope: str) -> None:
+    """--config and --set (`xlnet train`, `xlnet finetune`, `xlnet plan`); ``scope`` names the run's
+    own configuration in the config file and in --set keys."""
+    parser.add_argument("--config", help=f'JSON file {{"model": {{...}}, "{scope}": {{...}}}} applied over the preset')
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override one field: model.NAME=..., {scope}.NAME=... or a bare NAME (repeatable)")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser, scope: str) -> None:
     """--config, --set, --strategy and --tpu, shared by `xlnet train` and `xlnet finetune`;
     ``scope`` names the run's own configuration in the config file and in --set keys."""
     from trainer.runtime.distribution import STRATEGIES
 
-    parser.add_argument("--config", help=f'JSON file {{"model": {{...}}, "{scope}": {{...}}}} applied over the preset')
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"override one field: model.NAME=..., {scope}.NAME=... or a bare NAME (repeatable)")
+    add_config_arguments(parser, scope)
     parser.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy")
     parser.add_argument("--tpu", help="TPU name, grpc:// address, or 'local' on a TPU VM (implies --strategy tpu)")
 

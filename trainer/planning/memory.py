@@ -6,8 +6,8 @@ fitted to measurements (benchmarks/memory.py measures how close it comes). What 
 * weights (float32 variables, also under the mixed policies) and AdamW's two slots per trained
   variable (trainer/runtime/optimization.py);
 * the gradient accumulator the controller sums micro-step gradients into (trainer/runtime/
-  controller.py ``_micro_steps``: one float32 copy of the trained variables while a later
-  micro-step runs; with one micro-step TensorFlow folds the sum with zeros away);
+  controller.py ``_micro_steps``: one float32 copy of the trained variables, zeros before the
+  first micro-step, allocated before the forward pass);
 * the Transformer-XL memory (pretraining: trainer/tasks/pretraining.py ``MemoryState``, train and
   eval memories, and the new memory a step computes before it is stored);
 * the input batch and the masks built from it on the device, shared by every layer;
@@ -38,10 +38,11 @@ INT32 = 4
 # form keeps its input, the tanh, 1 + tanh and 0.5 x; the erf form its input, x / sqrt(2),
 # 1 + erf and 0.5 x; relu its output (then also the second projection's input).
 ACTIVATION_SAVED = {"gelu": 4, "gelu_exact": 4, "relu": 1}
-# Copies of the trained variables' size alive in the update phase besides the weights and slots:
-# the accumulator, the micro-step's gradients, their sum, the all-reduced-and-divided gradients
-# and the clipped ones (controller._micro_steps, _replica_gradients).
-UPDATE_GRADIENT_COPIES = 4
+# Copies of the trained variables' size the update phase holds besides the weights, the slots and
+# the accumulator: the micro-step's gradients, as they are summed into the accumulator, divided by
+# the global count and clipped (controller._replica_gradients; each op runs per variable, so one
+# variable's old copy is freed as its new one is made).
+UPDATE_GRADIENT_COPIES = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +154,10 @@ def layer_activations(model: ModelConfig, shape: StepShape) -> dict[str, int]:
     k = shape.mem_len + shape.seq_len
     inputs = b * shape.seq_len * d * a + b * shape.num_predict * d * a
     keys_values = 2 * b * k * n * h * a
+    r = k + shape.seq_len if model.attn_type == "bi" else k + 1
+    groups = 2 if shape.num_predict and model.bi_data else 1  # bi_data: pretraining only
+    keys_values += groups * r * n * h * a  # the position keys
+    keys_values += b * (shape.seq_len + shape.num_predict) * k * BOOL  # each stream's segment difference, per layer
     if shape.mem_len and shape.precision != "float32":
         keys_values += b * shape.mem_len * d * a  # the memory cast to the compute dtype
     streams = [_stream_saved(model, shape, shape.seq_len, False)]
@@ -234,11 +239,10 @@ def memory_breakdown(model: ModelConfig, shape: StepShape, remat: str = "none") 
     transient = max(working + recomputed, head_working_set(model, shape))
     if shape.head == "lm":
         transient += model.vocab_size * model.d_model * FLOAT32  # the tied embedding's dense gradient
-    update = (UPDATE_GRADIENT_COPIES - 1) * trained * FLOAT32
+    update = UPDATE_GRADIENT_COPIES * trained * FLOAT32
     weights = parameter_counts(model, shape.head, shape.num_labels)[0] * FLOAT32
     phase = "backward" if activations + transient >= update else "update"
-    accumulator = trained * FLOAT32 if shape.accumulation_steps > 1 else 0
-    return MemoryBreakdown(weights=weights, gradients=accumulator, optimizer_slots=2 * trained * FLOAT32,
+    return MemoryBreakdown(weights=weights, gradients=trained * FLOAT32, optimizer_slots=2 * trained * FLOAT32,
                            activations_per_layer=per_layer, activations=activations,
                            memory_state=memory_state_bytes(model, shape), input_batch=input_bytes(model, shape),
                            transient=transient, update_phase=update, remat=remat, phase=phase)

@@ -1,0 +1,79 @@
+"""The analytic memory model (trainer/planning/memory.py) against the code it describes: parameter
+counts against the built models, and the predicted peak against the allocator's peak of one real
+training step of the tiny preset."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfrecords.manifest import load_manifest
+from trainer.configs.training import REMAT_MODES, train_preset
+from trainer.models.config import model_preset, sequence_model_config
+from trainer.models.heads import HeadSpec
+from trainer.models.network import build_network
+from trainer.planning.memory import StepShape, memory_breakdown, parameter_counts
+from trainer.planning.plan import Workload
+from trainer.tasks.pretraining import pretraining_controller
+
+
+def count(variables) -> int:
+    return int(sum(np.prod(v.shape) for v in variables))
+
+
+def test_parameter_count_is_the_built_networks():
+    model = model_preset("tiny")
+    network = build_network(model)
+    assert parameter_counts(model, "lm") == (count(network.trainable_variables),) * 2
+
+
+@pytest.mark.parametrize("spec", [HeadSpec("classification", labels=("neg", "pos")),
+                                  HeadSpec("squad", start_n_top=5, end_n_top=5)])
+def test_parameter_count_of_a_fine_tuning_head_leaves_out_the_lm_only_variables(spec):
+    model = sequence_model_config(model_preset("tiny"))
+    head = spec.build(build_network(model))
+    total, trained = parameter_counts(model, "sequence" if spec.sequence_task else "squad", spec.num_labels)
+    assert total == count(head.trainable_variables)
+    assert trained == total - model.d_model - model.vocab_size  # mask_emb and lm_bias
+
+
+def test_each_remat_mode_keeps_less_per_layer_than_the_one_before():
+    shape = StepShape(batch=8, seq_len=512, num_predict=85, mem_len=384)
+    per_layer = memory_breakdown(model_preset("base"), shape).activations_per_layer
+    assert per_layer["none"] > per_layer["attention"] > per_layer["full"]
+    # full keeps only the two streams' inputs: [B, L, d_model] and [B, P, d_model]
+    assert per_layer["full"] == 8 * (512 + 85) * 768 * 4
+
+
+def test_mixed_bfloat16_keeps_activations_in_16_bits_and_weights_in_32():
+    model, shape = model_preset("tiny"), StepShape(batch=8, seq_len=128, num_predict=21, mem_len=64)
+    fp32 = memory_breakdown(model, shape)
+    bf16 = memory_breakdown(model, shape.replace(precision="mixed_bfloat16"))
+    assert bf16.weights == fp32.weights and bf16.optimizer_slots == fp32.optimizer_slots
+    assert bf16.activations_per_layer["full"] * 2 == fp32.activations_per_layer["full"]
+
+
+def test_gradients_are_the_accumulator_one_float32_copy_of_the_trained_variables():
+    model, shape = sequence_model_config(model_preset("tiny")), StepShape(batch=8, seq_len=128, head="sequence")
+    _, trained = parameter_counts(model, "sequence")
+    assert memory_breakdown(model, shape).gradients == 4 * trained
+    assert memory_breakdown(model, shape.replace(precision="mixed_bfloat16")).gradients == 4 * trained
+
+
+@pytest.mark.parametrize("remat", REMAT_MODES)
+def test_the_plan_of_the_tiny_preset_is_within_15_percent_of_a_measured_step(tiny_data_dir, tmp_path, remat):
+    model = model_preset("tiny")
+    train = train_preset("tiny").replace(train_steps=4, remat=remat)
+    gc.collect()
+    before = tf.config.experimental.get_memory_info("CPU:0")["current"]  # what earlier tests left
+    controller = pretraining_controller(model, train, manifest=load_manifest(tiny_data_dir), model_dir=str(tmp_path),
+                                        strategy=tf.distribute.get_strategy(), log=lambda line: None)
+    iterator = iter(controller.train_dataset())
+    controller.run_steps(iterator, 1)  # traced and compiled
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    controller.run_steps(iterator, 1)
+    measured = tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
+    predicted = Workload(model, train).breakdown().total
+    assert abs(predicted - measured) / measured <= 0.15, (predicted, measured)
