@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=sorted(MODEL_PRESETS),
                         help="model and training preset (default: tiny; with --task and --init-checkpoint the "
                              "preset matching its architecture)")
-    add_config_arguments(parser, "train (or finetune with --task)")
+    add_config_arguments(parser, "train|finetune")  # finetune with --task
     parser.add_argument("--init-checkpoint", help="model directory whose model_config.json gives the architecture")
     parser.add_argument("--task", choices=TASKS, help="plan fine-tuning for this task (default: pretraining)")
     parser.add_argument("--max-seq-length", type=int, help="with --task: pieces per example (default: the preset's)")

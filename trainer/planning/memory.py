@@ -19,9 +19,9 @@ fitted to measurements (benchmarks/memory.py measures how close it comes). What 
   the recomputed layer's own activations.
 
 The peak comes in one of two phases: the start of the backward pass (every saved activation, the
-transient, the tied embedding's dense gradient) or the update after it (the micro-step's
-gradients, their sum into the accumulator, the division by the global count and the clipped
-copies, activations freed). ``MemoryBreakdown.total`` is the larger.
+transient, the tied embedding's dense gradient) or the update after it (activations freed; the
+gradients summed, divided, clipped and applied variable by variable, so only the largest
+variables are held twice). ``MemoryBreakdown.total`` is the larger.
 """
 from __future__ import annotations
 
@@ -38,11 +38,11 @@ INT32 = 4
 # form keeps its input, the tanh, 1 + tanh and 0.5 x; the erf form its input, x / sqrt(2),
 # 1 + erf and 0.5 x; relu its output (then also the second projection's input).
 ACTIVATION_SAVED = {"gelu": 4, "gelu_exact": 4, "relu": 1}
-# Copies of the trained variables' size the update phase holds besides the weights, the slots and
-# the accumulator: the micro-step's gradients, as they are summed into the accumulator, divided by
-# the global count and clipped (controller._replica_gradients; each op runs per variable, so one
-# variable's old copy is freed as its new one is made).
-UPDATE_GRADIENT_COPIES = 1
+# Copies of the largest variable the update phase holds besides the weights, the slots and the
+# accumulator: the gradients are summed into the accumulator, divided by the global count, clipped
+# and applied one variable at a time (controller._micro_steps, _replica_gradients), each new copy
+# replacing the old one, so only the variables in flight are held twice.
+UPDATE_GRADIENT_COPIES = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +86,7 @@ class MemoryBreakdown:
     memory_state: int
     input_batch: int
     transient: int
-    update_phase: int  # gradient copies alive in the update phase, beyond the accumulator
+    update_phase: int  # what the update phase holds beyond the accumulator: the variables in flight
     remat: str
     phase: str  # "backward" or "update": where the peak is
 
@@ -239,7 +239,9 @@ def memory_breakdown(model: ModelConfig, shape: StepShape, remat: str = "none") 
     transient = max(working + recomputed, head_working_set(model, shape))
     if shape.head == "lm":
         transient += model.vocab_size * model.d_model * FLOAT32  # the tied embedding's dense gradient
-    update = UPDATE_GRADIENT_COPIES * trained * FLOAT32
+    largest = max(model.vocab_size * model.d_model, model.d_model * model.d_inner, model.d_model * model.n_head
+                  * model.d_head)
+    update = UPDATE_GRADIENT_COPIES * largest * FLOAT32
     weights = parameter_counts(model, shape.head, shape.num_labels)[0] * FLOAT32
     phase = "backward" if activations + transient >= update else "update"
     return MemoryBreakdown(weights=weights, gradients=trained * FLOAT32, optimizer_slots=2 * trained * FLOAT32,
