@@ -142,12 +142,14 @@ def _stream_saved(model: ModelConfig, shape: StepShape, rows: int, query: bool) 
     return {"attention": attention, "rest": rest, "queries": b * rows * n * h * a}
 
 
-def layer_activations(model: ModelConfig, shape: StepShape) -> dict[str, int]:
+def layer_activations(model: ModelConfig, shape: StepShape, last: bool = False) -> dict[str, int]:
     """Bytes one layer keeps for the backward pass, by remat mode.
 
     none: everything its gradient reads; attention: the same but the attention scores'
     intermediates (kept instead: the projected queries, one per stream); full: only the layer's
-    inputs, the content stream and (pretraining) the query stream.
+    inputs, the content stream and (pretraining) the query stream. ``last``: the last layer of a
+    two-stream network, whose content-stream output no loss reads, so that its content stream's
+    attention and feed-forward keep nothing (the query stream still reads its keys and values).
     """
     b, a = shape.batch, shape.activation_bytes
     d, n, h = model.d_model, model.n_head, model.d_head
@@ -160,7 +162,7 @@ def layer_activations(model: ModelConfig, shape: StepShape) -> dict[str, int]:
     keys_values += b * (shape.seq_len + shape.num_predict) * k * BOOL  # each stream's segment difference, per layer
     if shape.mem_len and shape.precision != "float32":
         keys_values += b * shape.mem_len * d * a  # the memory cast to the compute dtype
-    streams = [_stream_saved(model, shape, shape.seq_len, False)]
+    streams = [] if last and shape.num_predict else [_stream_saved(model, shape, shape.seq_len, False)]
     if shape.num_predict:
         streams.append(_stream_saved(model, shape, shape.num_predict, True))
     attention_part = sum(s["attention"] for s in streams)
@@ -232,7 +234,8 @@ def memory_breakdown(model: ModelConfig, shape: StepShape, remat: str = "none") 
         raise ValueError(f"remat must be one of {', '.join(REMAT_MODES)}, got {remat!r}")
     _, trained = parameter_counts(model, shape.head, shape.num_labels)
     per_layer = layer_activations(model, shape)
-    activations = model.n_layer * per_layer[remat] + network_activations(model, shape)
+    activations = ((model.n_layer - 1) * per_layer[remat] + layer_activations(model, shape, last=True)[remat]
+                   + network_activations(model, shape))
     working = attention_working_set(model, shape)
     recomputed = {"none": 0, "attention": per_layer["none"] - per_layer["attention"],
                   "full": per_layer["none"] - per_layer["full"]}[remat]

@@ -14,7 +14,7 @@ from trainer.configs.training import REMAT_MODES, train_preset
 from trainer.models.config import model_preset, sequence_model_config
 from trainer.models.heads import HeadSpec
 from trainer.models.network import build_network
-from trainer.planning.memory import StepShape, memory_breakdown, parameter_counts
+from trainer.planning.memory import StepShape, layer_activations, memory_breakdown, parameter_counts
 from trainer.planning.plan import Workload
 from trainer.tasks.pretraining import pretraining_controller
 
@@ -77,3 +77,12 @@ def test_the_plan_of_the_tiny_preset_is_within_15_percent_of_a_measured_step(tin
     measured = tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
     predicted = Workload(model, train).breakdown().total
     assert abs(predicted - measured) / measured <= 0.15, (predicted, measured)
+
+
+def test_the_last_pretraining_layer_keeps_no_content_stream_a_fine_tuning_one_does():
+    model = model_preset("tiny")
+    two_streams = StepShape(batch=8, seq_len=128, num_predict=21, mem_len=64)
+    last, inner = layer_activations(model, two_streams, last=True), layer_activations(model, two_streams)
+    assert last["none"] < inner["none"] and last["full"] == inner["full"]
+    one_stream = StepShape(batch=8, seq_len=128, head="sequence")
+    assert layer_activations(model, one_stream, last=True) == layer_activations(model, one_stream)
