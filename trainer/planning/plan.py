@@ -262,7 +262,7 @@ def render_text(plan: Plan) -> str:
     rows = [("weights", b.weights), ("gradients (accumulator)", b.gradients), ("optimizer slots (AdamW m, v)",
             b.optimizer_slots), (f"activations ({workload.model.n_layer} layers and the rest)", b.activations),
             ("Transformer-XL memory state", b.memory_state), ("input batch and masks", b.input_batch),
-            ("largest transient", b.transient), ("update phase (gradient copies)", b.update_phase),
+            ("largest transient", b.transient), ("update phase (variables in flight)", b.update_phase),
             ("total (predicted peak)", b.total)]
     lines += [f"  {name:<40} {format_bytes(value):>12}" for name, value in rows]
     lines.append("  activations per layer: " + ", ".join(f"{mode} {format_bytes(value)}"
