@@ -220,3 +220,51 @@ def test_a_stopped_remat_full_run_resumes_to_the_losses_of_an_uninterrupted_one(
     assert sorted(got) == [1, 2, 3, 4]
     np.testing.assert_allclose([got[s] for s in range(1, 5)], [want[s] for s in range(1, 5)], rtol=1e-5)
     assert json.loads((stopped / "train_config.json").read_text())["remat"] == "full"
+
+
+# --------------------------------------------------------------- what the backward pass keeps
+# Distinct sizes, so that a tensor's shape says what it is: K = M + L keys, F = d_inner.
+KEPT_CONFIG = CONFIG.replace(n_layer=2, d_model=22, n_head=3, d_head=7, d_inner=40, mem_len=4, bi_data=False)
+KB, KL, KP = 2, 12, 5
+
+
+@functools.lru_cache(maxsize=None)
+def kept_for_backward(remat: str) -> list[tuple[int, ...]]:
+    """Shapes of the forward-pass tensors the backward pass of a pretraining step reads (its graph)."""
+    keras.utils.set_random_seed(3)
+    network = build_network(KEPT_CONFIG, remat=remat)
+    rng = np.random.default_rng(2)
+    ids = tf.constant(rng.integers(5, 120, (KB, KL)), tf.int32)
+    perm_mask = tf.constant(rng.random((KB, KL, KL)) < 0.5)
+    positions = tf.constant(np.stack([rng.permutation(KL)[:KP] for _ in range(KB)]), tf.int32)
+    mems = [tf.zeros((KB, KEPT_CONFIG.mem_len, KEPT_CONFIG.d_model))] * KEPT_CONFIG.n_layer
+    forward_ops = []
+
+    @tf.function
+    def gradients():
+        with tf.GradientTape() as tape:
+            logits, _ = network(ids, ids * 0, perm_mask, None, mems, target_positions=positions, training=True)
+            loss = tf.reduce_sum(logits)
+        forward_ops.append(len(tf.compat.v1.get_default_graph().get_operations()))
+        return tape.gradient(loss, network.trainable_variables)
+
+    operations = gradients.get_concrete_function().graph.get_operations()
+    forward = {op.name for op in operations[:forward_ops[-1]]}
+    return [tuple(t.shape.as_list()) for op in operations[forward_ops[-1]:] for t in op.inputs
+            if t.op.name in forward and t.shape.rank is not None]
+
+
+def test_attention_remat_keeps_no_attention_score_tensor_for_the_backward_pass():
+    klen = KEPT_CONFIG.mem_len + KL
+    scores = {(KB, KEPT_CONFIG.n_head, rows, klen) for rows in (KL, KP)}
+    assert scores & set(kept_for_backward("none"))  # probabilities, dropout masks, gather indices
+    assert not scores & set(kept_for_backward("attention"))
+
+
+def test_full_remat_keeps_no_tensor_inside_a_layer_for_the_backward_pass():
+    inner = {(KB, rows, KEPT_CONFIG.d_inner) for rows in (KL, KP)}  # the feed-forward's activations
+    heads = {(KB, KEPT_CONFIG.n_head, rows, KEPT_CONFIG.d_head) for rows in (KL, KP, KEPT_CONFIG.mem_len + KL)}
+    assert inner & set(kept_for_backward("attention")) and heads & set(kept_for_backward("attention"))
+    kept = set(kept_for_backward("full"))
+    assert not (inner | heads) & kept
+    assert {(KB, KL, KEPT_CONFIG.d_model), (KB, KP, KEPT_CONFIG.d_model)} <= kept  # each layer's two streams
