@@ -139,3 +139,20 @@ def test_auto_fit_keeps_the_global_batch_and_trains_as_the_same_settings_written
 
     assert losses(auto) == pytest.approx(losses(by_hand), rel=1e-5)
     assert len(losses(auto)) == 4
+
+
+def test_init_checkpoint_gives_the_architecture(tmp_path, capsys):
+    from trainer.models.config import model_preset
+
+    model = model_preset("tiny").replace(n_layer=3, d_model=96, n_head=3)
+    (tmp_path / "model_config.json").write_text(json.dumps(model.to_dict()))
+    code, out, _ = run(capsys, "plan", "--init-checkpoint", str(tmp_path), "--task", "squad", "--format", "json")
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["model"] == {"n_layer": 3, "d_model": 96, "vocab_size": 8000}
+    assert (plan["run"], plan["seq_len"]) == ("finetune:squad", 512)
+
+
+def test_max_seq_length_without_a_task_is_refused(capsys):
+    code, _, err = run(capsys, "plan", "--max-seq-length", "128")
+    assert code == 2 and "--max-seq-length is a fine-tuning flag: give --task too" in err
