@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from trainer.layers.attention import LAYER_NORM_EPSILON
 from trainer.layers.dropout import HashDropout
+from trainer.layers.remat import recompute
 
 
 def gelu_tanh(x: tf.Tensor) -> tf.Tensor:
@@ -27,18 +28,25 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     Call: x [batch, seq_len, d_model] -> [batch, seq_len, d_model]. Dropout only when training;
     ``seeds``: the (inner, output) dropout seeds from ``draw_seeds``, or None to draw them.
+
+    ``recompute_activation`` (remat "attention", trainer/layers/remat.py): the backward pass
+    recomputes the activation from its input instead of keeping its intermediates (GELU's gradient
+    reads four [batch, seq_len, d_inner] tensors; recomputed, only its input is kept). The same
+    operations run, so values and gradients are those of a plain call.
     """
 
     def __init__(self, d_model: int, d_inner: int, activation: str = "gelu", dropout: float = 0.0,
-                 initializer_range: float = 0.02, **kwargs):
+                 initializer_range: float = 0.02, recompute_activation: bool = False, **kwargs):
         super().__init__(**kwargs)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         self.d_model, self.d_inner, self.activation, self.dropout_rate = d_model, d_inner, activation, dropout
         self.initializer_range = initializer_range
+        self.recompute_activation = recompute_activation
         init = keras.initializers.RandomNormal(stddev=initializer_range)
-        self.layer_1 = keras.layers.Dense(d_inner, activation=ACTIVATIONS[activation], kernel_initializer=init,
-                                          name="layer_1", dtype=self.dtype_policy)
+        # The activation is applied in call (Dense applies it the same way: matmul, bias, activation),
+        # so that it can be recomputed on its own.
+        self.layer_1 = keras.layers.Dense(d_inner, kernel_initializer=init, name="layer_1", dtype=self.dtype_policy)
         self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=init, name="layer_2",
                                           dtype=self.dtype_policy)
         self.inner_dropout = HashDropout(dropout, dtype=self.dtype_policy)
@@ -58,12 +66,19 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     def call(self, x: tf.Tensor, training: bool = False, seeds: tuple | None = None) -> tf.Tensor:
         inner_seed, output_seed = seeds or self.draw_seeds(training)
-        out = self.inner_dropout(self.layer_1(x), training=training, seed=inner_seed)
+        activation = ACTIVATIONS[self.activation]
+        inner = self.layer_1(x)
+        if self.recompute_activation:
+            inner = recompute(lambda pre, _: activation(pre), inner)
+        else:
+            inner = activation(inner)
+        out = self.inner_dropout(inner, training=training, seed=inner_seed)
         out = self.output_dropout(self.layer_2(out), training=training, seed=output_seed)
         return self.layer_norm(out + x)
 
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(d_model=self.d_model, d_inner=self.d_inner, activation=self.activation,
-                      dropout=self.dropout_rate, initializer_range=self.initializer_range)
+                      dropout=self.dropout_rate, initializer_range=self.initializer_range,
+                      recompute_activation=self.recompute_activation)
         return config

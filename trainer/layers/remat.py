@@ -5,7 +5,8 @@ The training setting ``remat`` (LoopConfig.remat) chooses what the network recom
 * ``none``: nothing; the backward pass keeps what TensorFlow's gradients need.
 * ``attention``: each layer's attention core, for the content stream and the query stream
   (TwoStreamRelativeAttention._attend: the content, relative-position and segment scores, the
-  mask, the softmax, the probabilities' dropout and their product with the values).
+  mask, the softmax, the probabilities' dropout and their product with the values), and the
+  feed-forward's activation (PositionwiseFeedForward: GELU's intermediates, from its input).
 * ``full``: each whole layer (XLNetBlock: attention with its projections and LayerNorm, then the
   feed-forward sub-layer, on both streams).
 
@@ -31,7 +32,8 @@ where listed, the dropped tensor.
     normalised input (f32) and its [B, Q, 1] statistics.
   Once per layer: keys and values [B, N, K, H] cd (both streams use them), the position keys
   k_r [G, N, R, H] cd, the memory [B, M, D] cd (the k/v projections' input).
-``attention``: as ``none`` without any [B, N, Q, K] tensor and without the biased queries: per
+``attention``: as ``none`` without any [B, N, Q, K] tensor, without the biased queries and without
+  GELU's three intermediates (the feed-forward keeps its pre-activation, the region's input): per
   stream the region keeps its inputs, the queries [B, N, Q, H] cd, and shares the keys, values,
   k_r, biases and seg_embed; the masks and segment differences [B, Q, K] bool are the network's
   (one set for every layer), the query positions [B, P] int32 and the dropout seed [2] int64.

@@ -20,7 +20,8 @@ class XLNetBlock(keras.layers.Layer):
     go through the same attention projections, LayerNorms and feed-forward weights.
 
     ``remat`` (trainer/layers/remat.py): "none"; "attention", the backward pass recomputes each
-    stream's attention core; "full", it keeps only the block's inputs and recomputes the block.
+    stream's attention core and feed-forward activation; "full", it keeps only the block's inputs
+    and recomputes the block.
     """
 
     def __init__(self, d_model: int, n_head: int, d_head: int, d_inner: int, activation: str = "gelu",
@@ -35,7 +36,8 @@ class XLNetBlock(keras.layers.Layer):
                                                     recompute_attention=remat == "attention", name="rel_attn",
                                                     dtype=self.dtype_policy)
         self.feed_forward = PositionwiseFeedForward(d_model, d_inner, activation, dropout, initializer_range,
-                                                    name="ff", dtype=self.dtype_policy)
+                                                    recompute_activation=remat == "attention", name="ff",
+                                                    dtype=self.dtype_policy)
 
     def draw_seeds(self, two_streams: bool, training: bool) -> dict:
         """Every dropout seed of one call, drawn now in the order the call draws them (per dropout
