@@ -80,3 +80,17 @@ def test_inconsistent_model_and_train_configs_are_refused():
         resolve_configs("tiny", None, ["perm_size=48"])
     with pytest.raises(ValueError, match="precision"):
         TrainConfig(precision="float8")
+
+
+def test_the_remat_setting_takes_the_modes_the_layers_implement():
+    from trainer.configs.training import REMAT_MODES
+    from trainer.layers.remat import REMAT_MODES as IMPLEMENTED
+
+    assert REMAT_MODES == IMPLEMENTED
+    with pytest.raises(ValueError, match="remat must be one of none, attention, full, got 'some'"):
+        resolve_configs("tiny", None, ["remat=some"])
+
+
+def test_the_mixture_is_set_by_its_flags_not_by_set():
+    with pytest.raises(ValueError, match="--set mixture: mixture is set with --data and --mixture-weights"):
+        resolve_configs("tiny", None, ["mixture=a"])
