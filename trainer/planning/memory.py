@@ -135,18 +135,22 @@ def _stream_saved(model: ModelConfig, shape: StepShape, rows: int, query: bool) 
     rest = b * rows * d * a  # the attention vectors, head-merged for the output projection
     rest += 2 * (b * rows * d * FLOAT32)  # LayerNorm (computed in float32): its input and the centred input
     rest += b * rows * d * a  # the feed-forward input
-    rest += ACTIVATION_SAVED[model.ff_activation] * b * rows * di * a
+    activation = ACTIVATION_SAVED[model.ff_activation] * b * rows * di * a
+    rest += activation
     if dropout:
         rest += b * rows * di * (BOOL + a) + 2 * b * rows * d * BOOL  # inner dropout; both output dropouts' masks
     rest += 2 * (b * rows * d * FLOAT32)  # the second LayerNorm
-    return {"attention": attention, "rest": rest, "queries": b * rows * n * h * a}
+    # remat=attention recomputes the activation too, from its input (its pre-activation, kept)
+    return {"attention": attention + activation - b * rows * di * a, "rest": rest - activation + b * rows * di * a,
+            "queries": b * rows * n * h * a}
 
 
 def layer_activations(model: ModelConfig, shape: StepShape, last: bool = False) -> dict[str, int]:
     """Bytes one layer keeps for the backward pass, by remat mode.
 
     none: everything its gradient reads; attention: the same but the attention scores'
-    intermediates (kept instead: the projected queries, one per stream); full: only the layer's
+    intermediates (kept instead: the projected queries, one per stream) and the feed-forward
+    activation's intermediates (kept: its pre-activation); full: only the layer's
     inputs, the content stream and (pretraining) the query stream. ``last``: the last layer of a
     two-stream network, whose content-stream output no loss reads, so that its content stream's
     attention and feed-forward keep nothing (the query stream still reads its keys and values).
