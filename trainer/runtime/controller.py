@@ -199,6 +199,13 @@ class Controller:
         metric_sums = {name: tf.constant(0.0) for name in self.task.metric_names}
         for micro in range(self.config.accumulation_steps):
             batch = tf.nest.map_structure(lambda value: value[micro], features)
+            if micro:
+                # One micro-step after another: without this edge TensorFlow starts the next forward
+                # pass while the last backward pass runs, and both micro-steps' activations are alive
+                # at once (accumulation would save no memory). Measured on the tiny preset with 4
+                # rows per replica x 4 micro-steps: peak 196 MB unordered, 99 MB ordered.
+                with tf.control_dependencies(grad_sums):
+                    batch = tf.nest.map_structure(tf.identity, batch)
             with tf.GradientTape() as tape:
                 out = self.task.compute(batch, state, training=True)
                 scaled = self.optimizer.scale_loss(out.loss_sum) if fp16 else out.loss_sum
