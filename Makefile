@@ -17,7 +17,7 @@ $(STAMP): setup.py
 # Fast default suite (slow tests are marked and run by test-slow / test-all), on two processes
 # (pytest-xdist): most tests keep one core busy, so two halve the time on a 2-core machine.
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" -n 2 tests
+	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadgroup tests
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow tests

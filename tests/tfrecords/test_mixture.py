@@ -20,6 +20,9 @@ from tfrecords.mixture import (MixtureReader, MixtureSchedule, MixtureSource, ch
                                parse_weights, records_read)
 from tfrecords.reader import ManifestMismatchError
 
+# One xdist worker runs every test of the mixture directories (make test: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("mixture")
+
 def record_sources(directories: dict[str, str]) -> dict[bytes, str]:
     """Every train record's tokens -> the directory holding it."""
     owner = {}

@@ -196,7 +196,8 @@ def accumulated_reference(tiny_data_dir, tmp_path_factory):
     return controller_gradients(tiny_data_dir, tmp_path_factory.mktemp("none"), "none")
 
 
-@pytest.mark.parametrize("remat", ["full", pytest.param("attention", marks=pytest.mark.slow)])
+@pytest.mark.slow  # 40 s; the controller sums micro-steps alike in every mode, and remat equals none per step
+@pytest.mark.parametrize("remat", ["full", "attention"])
 def test_gradient_accumulation_through_the_controller_equals_none(tiny_data_dir, tmp_path, accumulated_reference,
                                                                   remat):
     for (grads, loss), (want_grads, want_loss) in zip(controller_gradients(tiny_data_dir, tmp_path, remat),
@@ -211,6 +212,7 @@ def train(data_dir, model_dir, *settings: str) -> int:
     return xlnet_cli.main(args + [arg for item in SMALL + list(settings) for arg in ("--set", item)])
 
 
+@pytest.mark.slow  # 26 s; remat keeps the seed generators' states as none does (tests/trainer/layers/test_remat.py)
 def test_a_stopped_remat_full_run_resumes_to_the_losses_of_an_uninterrupted_one(tiny_data_dir, tmp_path):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     assert train(tiny_data_dir, straight, "remat=full", "train_steps=4", "checkpoint_every=2") == 0

@@ -62,7 +62,8 @@ def test_gradients_are_the_accumulator_one_float32_copy_of_the_trained_variables
     assert memory_breakdown(model, shape.replace(precision="mixed_bfloat16")).gradients == 4 * trained
 
 
-@pytest.mark.parametrize("remat", REMAT_MODES)
+@pytest.mark.parametrize("remat", [pytest.param(mode, marks=pytest.mark.slow) if mode == "attention" else mode
+                                   for mode in REMAT_MODES])  # attention: 17 s, between none and full
 def test_the_plan_of_the_tiny_preset_is_within_15_percent_of_a_measured_step(tiny_data_dir, tmp_path, remat):
     model = model_preset("tiny")
     train = train_preset("tiny").replace(train_steps=4, remat=remat)

@@ -22,6 +22,9 @@ from trainer.runtime.model_dir import ModelDirectory
 from trainer.tasks.pretraining import pretraining_controller
 
 REPO = Path(__file__).resolve().parents[3]
+# One xdist worker runs every test of the mixture directories (make test: --dist loadgroup), so that
+# they are preprocessed once.
+pytestmark = pytest.mark.xdist_group("mixture")
 # A constant learning rate after warm-up (end_learning_rate = learning_rate), so that a run stopped at
 # train_steps=4 and resumed to 6 follows the schedule of a straight run to 6.
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=4",
@@ -103,6 +106,7 @@ def test_each_directory_is_evaluated_as_a_run_on_it_alone_would(mixture_dirs, mi
     assert "loss/bible" not in one
 
 
+@pytest.mark.slow  # 33 s; the reader's restart at a step is tests/tfrecords/test_mixture.py's, the rest is the loop's
 def test_a_resumed_mixture_run_continues_with_the_same_losses(mixture_dirs, mixed_run, tmp_path):
     model_dir = tmp_path / "resumed"
     assert xlnet_cli.main(command(mixture_dirs, model_dir, ("wiki-a", "bible"), "1,3", "train_steps=4",
@@ -167,6 +171,7 @@ def test_a_directory_of_another_shape_is_refused_naming_it_the_field_and_both_va
     assert f"{other}: reuse_len is 32, but {mixture_dirs['wiki-a']} has 64" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 30 s; one reader's slots are split over replicas as tests/trainer/runtime/test_distribution.py checks
 def test_two_mirrored_replicas_read_a_mixture_as_one_device_does(mixture_dirs, tmp_path, mirrored_strategy):
     import numpy as np
 
