@@ -36,8 +36,9 @@ import tensorflow as tf
 
 from tfrecords import schema
 from tfrecords.manifest import Manifest
-from tfrecords.reader import (ManifestMismatchError, SpanResampler, compact_features, per_replica_batch_size,
-                              split_segments, step_major)
+from tfrecords.reader import (READ_BUFFER_BYTES, ManifestMismatchError, SpanResampler, batched_features,
+                              compact_features, distribute, interleave_slots, local_replicas, per_replica_batch_size,
+                              slot_rows, split_segments, step_major)
 
 MASK64 = (1 << 64) - 1
 
@@ -273,24 +274,14 @@ class MixtureReader:
 
     def dataset(self, input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
         """Per-replica batches for the replicas of ``input_context``'s pipeline, as StreamReader.dataset."""
-        num_replicas = input_context.num_replicas_in_sync if input_context else 1
-        pipelines = input_context.num_input_pipelines if input_context else 1
-        pipeline_id = input_context.input_pipeline_id if input_context else 0
+        num_replicas, replica_ids = local_replicas(input_context)
         batch = self.per_replica_batch_size(num_replicas)
-        forward_per_replica = batch // 2 if self.bi_data else batch
-        local = num_replicas // pipelines
-        slots = []
-        for replica in range(pipeline_id * local, (pipeline_id + 1) * local):
-            rows = range(replica * forward_per_replica, (replica + 1) * forward_per_replica)
-            slots += [(row, False) for row in rows] + ([(row, True) for row in rows] if self.bi_data else [])
+        slots = slot_rows(batch // 2 if self.bi_data else batch, replica_ids, self.bi_data)
         records = self._interleaved_records(slots, self.schedule())
-        batched = records.batch(batch * self.accumulation_steps, drop_remainder=True)
-        return batched.map(self._features_fn(batch), num_parallel_calls=tf.data.AUTOTUNE,
-                           deterministic=True).prefetch(tf.data.AUTOTUNE)
+        return batched_features(records, batch, self.accumulation_steps, self._features_fn(batch))
 
     def distribute(self, strategy: tf.distribute.Strategy) -> tf.distribute.DistributedDataset:
-        options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
-        return strategy.distribute_datasets_from_function(self.dataset, options)
+        return distribute(strategy, self.dataset)
 
     def _interleaved_records(self, slots: list[tuple[int, bool]], schedule: MixtureSchedule) -> tf.data.Dataset:
         start = self.start_step * self.accumulation_steps
@@ -307,16 +298,15 @@ class MixtureReader:
         compression = tf.constant([source.manifest.compression_type for source in self.sources])
 
         def segment_records(file, first, count, epoch, source):
-            reader = tf.data.TFRecordDataset(file, compression_type=compression[source], buffer_size=256 << 10)
+            reader = tf.data.TFRecordDataset(file, compression_type=compression[source],
+                                             buffer_size=READ_BUFFER_BYTES)
             return reader.skip(first).take(count).map(lambda record: (record, epoch, source))
 
         def slot_records(slot):
             walks = tf.data.Dataset.from_generator(walk, args=(slot,), output_signature=signature)
             return walks.flat_map(segment_records)
 
-        return tf.data.Dataset.range(len(slots)).interleave(
-            slot_records, cycle_length=len(slots), block_length=self.accumulation_steps,
-            num_parallel_calls=min(len(slots), 16), deterministic=True)
+        return interleave_slots(len(slots), slot_records, self.accumulation_steps)
 
     def _features_fn(self, batch: int):
         seq_len, seed, steps = self.seq_len, self.seed, self.accumulation_steps

@@ -128,6 +128,52 @@ def slot_start(walk: list[Segment], records_consumed: int) -> SlotStart:
     raise AssertionError("unreachable: offset within the epoch")
 
 
+READ_BUFFER_BYTES = 256 << 10
+
+
+def local_replicas(input_context: tf.distribute.InputContext | None) -> tuple[int, range]:
+    """(replicas in sync, the replicas ``input_context``'s pipeline feeds); all replicas if None."""
+    num_replicas = input_context.num_replicas_in_sync if input_context else 1
+    pipelines = input_context.num_input_pipelines if input_context else 1
+    pipeline_id = input_context.input_pipeline_id if input_context else 0
+    local = num_replicas // pipelines
+    return num_replicas, range(pipeline_id * local, (pipeline_id + 1) * local)
+
+
+def slot_rows(forward_per_replica: int, replica_ids: range, bi_data: bool) -> list[tuple[int, bool]]:
+    """The slots of ``replica_ids`` in batch order, as (forward row, reversed): replica by replica,
+    its forward rows, then (bi_data) their backward partners."""
+    slots = []
+    for replica in replica_ids:
+        rows = range(replica * forward_per_replica, (replica + 1) * forward_per_replica)
+        slots += [(row, False) for row in rows] + ([(row, True) for row in rows] if bi_data else [])
+    return slots
+
+
+def interleave_slots(count: int, slot_records: Callable[[tf.Tensor], tf.data.Dataset],
+                     accumulation_steps: int) -> tf.data.Dataset:
+    """The records of ``count`` slots, ``accumulation_steps`` consecutive records of each slot in
+    turn (slot-major), deterministically."""
+    return tf.data.Dataset.range(count).interleave(
+        slot_records, cycle_length=count, block_length=accumulation_steps, num_parallel_calls=min(count, 16),
+        deterministic=True)
+
+
+def batched_features(records: tf.data.Dataset, batch: int, accumulation_steps: int,
+                     features_fn: Callable[..., dict[str, tf.Tensor]]) -> tf.data.Dataset:
+    """Slot-major records -> one replica's step-major features per element (``features_fn``), prefetched."""
+    batched = records.batch(batch * accumulation_steps, drop_remainder=True)
+    return batched.map(features_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True) \
+        .prefetch(tf.data.AUTOTUNE)
+
+
+def distribute(strategy: tf.distribute.Strategy, dataset_fn: Callable[..., tf.data.Dataset]
+               ) -> tf.distribute.DistributedDataset:
+    """``dataset_fn`` (of an InputContext) distributed over ``strategy``, fetched to the devices."""
+    options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
+    return strategy.distribute_datasets_from_function(dataset_fn, options)
+
+
 def per_replica_batch_size(global_batch_size: int, num_replicas: int, bi_data: bool) -> int:
     """Rows of one replica's batch; ValueError unless the global batch splits evenly (into even
     [forward, backward] halves with bi_data)."""
@@ -187,32 +233,20 @@ class StreamReader:
         forward_per_replica = batch // 2 if self.bi_data else batch
         segments = split_segments(self.manifest, self.split)
         forward, backward = row_walks(segments, self.num_streams, self.bi_data, forward_per_replica * num_replicas)
-        slots = []
-        for replica in replica_ids:
-            rows = range(replica * forward_per_replica, (replica + 1) * forward_per_replica)
-            slots += [forward[r] for r in rows]
-            if self.bi_data:
-                slots += [backward[r] for r in rows]
-        return slots
+        return [(backward if reverse else forward)[row]
+                for row, reverse in slot_rows(forward_per_replica, replica_ids, self.bi_data)]
 
     def dataset(self, input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
         """Per-replica batches for the replicas of ``input_context``'s pipeline (all replicas if None),
         interleaved replica by replica as tf.distribute hands them to the local devices."""
-        num_replicas = input_context.num_replicas_in_sync if input_context else 1
-        pipelines = input_context.num_input_pipelines if input_context else 1
-        pipeline_id = input_context.input_pipeline_id if input_context else 0
-        local = num_replicas // pipelines
-        walks = self.slot_walks(num_replicas, range(pipeline_id * local, (pipeline_id + 1) * local))
+        num_replicas, replica_ids = local_replicas(input_context)
         batch = self.per_replica_batch_size(num_replicas)
-        records = self._interleaved_records(walks)
-        batched = records.batch(batch * self.accumulation_steps, drop_remainder=True)
-        return batched.map(self._features_fn(batch), num_parallel_calls=tf.data.AUTOTUNE,
-                           deterministic=True).prefetch(tf.data.AUTOTUNE)
+        records = self._interleaved_records(self.slot_walks(num_replicas, replica_ids))
+        return batched_features(records, batch, self.accumulation_steps, self._features_fn(batch))
 
     def distribute(self, strategy: tf.distribute.Strategy) -> tf.distribute.DistributedDataset:
         """The dataset distributed over ``strategy``: each replica reads its own disjoint streams."""
-        options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
-        return strategy.distribute_datasets_from_function(self.dataset, options)
+        return distribute(strategy, self.dataset)
 
     def _interleaved_records(self, walks: list[list[Segment]]) -> tf.data.Dataset:
         files = sorted({segment.file for walk in walks for segment in walk})
@@ -236,7 +270,7 @@ class StreamReader:
             def segment_records(k):
                 skip = tf.where(k == first_segment, first_record, tf.constant(0, tf.int64))
                 reader = tf.data.TFRecordDataset(file_names[seg_file[slot, k]], compression_type=compression,
-                                                 buffer_size=256 << 10)
+                                                 buffer_size=READ_BUFFER_BYTES)
                 return reader.skip(seg_first[slot, k] + skip).take(seg_records[slot, k] - skip)
 
             segments = tf.data.Dataset.range(first_segment, walk_length[slot])
@@ -248,9 +282,7 @@ class StreamReader:
                 lambda epoch: one_epoch(slot, epoch, tf.constant(0, tf.int64), tf.constant(0, tf.int64)))
             return first.concatenate(later)
 
-        return tf.data.Dataset.range(len(walks)).interleave(
-            slot_records, cycle_length=len(walks), block_length=self.accumulation_steps,
-            num_parallel_calls=min(len(walks), 16), deterministic=True)
+        return interleave_slots(len(walks), slot_records, self.accumulation_steps)
 
     def _features_fn(self, batch: int):
         seq_len, seed, steps = self.seq_len, self.seed, self.accumulation_steps

@@ -11,6 +11,7 @@ continues exactly where it stopped.
 """
 from __future__ import annotations
 
+import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
@@ -26,6 +27,11 @@ from trainer.runtime.controller import Controller, StepOutputs
 from trainer.runtime.model_dir import ModelDirectory
 
 STEP_LOG = ModelDirectory.STEP_LOG
+
+
+def perplexity(loss: float) -> float:
+    """exp(loss), capped where the exponential would overflow."""
+    return float(math.exp(min(loss, 50.0)))
 
 
 class MemoryState:
@@ -160,15 +166,18 @@ class PretrainingTask:
         directory gave so far (cumulative, keyed as the command line named it) and its epoch."""
         if self._schedule is None:
             return {}
-        records, epochs = records_read(self._schedule, step, self.config.accumulation_steps,
-                                       self.model_config.bi_data)
+        records, epochs = self._records_read(step)
         return {"records_by_source": by_name(self.mixture, records), "epoch_by_source": by_name(self.mixture, epochs)}
+
+    @functools.lru_cache(maxsize=1)  # the step log and TensorBoard ask for the loop's last step in turn
+    def _records_read(self, step: int) -> tuple[list[int], list[int]]:
+        return records_read(self._schedule, step, self.config.accumulation_steps, self.model_config.bi_data)
 
     def step_summaries(self, step: int) -> dict[str, float]:
         """TensorBoard scalars of a mixture at ``step``: each directory's share of the records so far."""
         if self._schedule is None:
             return {}
-        records, _ = records_read(self._schedule, step, self.config.accumulation_steps, self.model_config.bi_data)
+        records, _ = self._records_read(step)
         return {f"mixture_share/{self.labels[source.name]}": share
                 for source, share in zip(self.mixture, shares(records))}
 
@@ -221,7 +230,7 @@ class PretrainingTask:
                      for name in ("loss", "accuracy")}
         else:
             mixed = self._evaluate_split(controller, self.manifest)
-        mixed["perplexity"] = float(math.exp(min(mixed["loss"], 50.0)))
+        mixed["perplexity"] = perplexity(mixed["loss"])
         return {**{name: mixed[name] for name in ("loss", "accuracy", "perplexity")}, **results}
 
     def _evaluate_split(self, controller: Controller, manifest: Manifest) -> dict[str, float]:
@@ -232,8 +241,7 @@ class PretrainingTask:
         iterator = iter(self.reader("valid", self.config.eval_batch_size, manifest=manifest).distribute(strategy))
         loss_sum, correct, targets = self._eval_loop(iterator, tf.constant(self.config.eval_steps)).numpy()
         loss = float(loss_sum / max(targets, 1.0))
-        return {"loss": loss, "accuracy": float(correct / max(targets, 1.0)),
-                "perplexity": float(math.exp(min(loss, 50.0)))}
+        return {"loss": loss, "accuracy": float(correct / max(targets, 1.0)), "perplexity": perplexity(loss)}
 
 
 def pretraining_controller(model_config: ModelConfig, train_config: TrainConfig, *, manifest: Manifest,
