@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from support.distribution import assert_two_replicas_step_as_one_device
 from tfrecords.manifest import load_manifest
 from trainer.configs.overrides import resolve_configs
 from trainer.runtime.controller import Controller
@@ -32,16 +33,9 @@ def make_trainer(data_dir, model_dir, strategy) -> Controller:
 
 def test_mirrored_over_two_devices_matches_one_device_with_the_same_global_batch(tiny_data_dir, tmp_path,
                                                                                    mirrored_strategy):
-    results = {}
-    for name, strategy in (("one", tf.distribute.OneDeviceStrategy("/cpu:0")), ("two", mirrored_strategy)):
-        trainer = make_trainer(tiny_data_dir, tmp_path / name, strategy)
-        iterator = iter(trainer.train_dataset())
-        # two steps: the second one runs on the memory the first one left on each replica
-        results[name] = [trainer.gradients(iterator) for _ in range(2)]
-    for (grads_one, loss_one), (grads_two, loss_two) in zip(results["one"], results["two"]):
-        np.testing.assert_allclose(loss_two, loss_one, rtol=1e-5)
-        for a, b in zip(grads_one, grads_two):
-            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-7)
+    # two steps: the second one runs on the memory the first one left on each replica
+    assert_two_replicas_step_as_one_device(
+        lambda strategy, name: make_trainer(tiny_data_dir, tmp_path / name, strategy), mirrored_strategy)
 
 
 def free_ports(count: int) -> list[int]:

@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
+from support.distribution import assert_two_replicas_step_as_one_device
 from tfrecords.manifest import load_manifest
 from tfrecords.mixture import MixtureSource
 from trainer.configs.overrides import resolve_configs
@@ -173,18 +174,12 @@ def test_a_directory_of_another_shape_is_refused_naming_it_the_field_and_both_va
 
 @pytest.mark.slow  # 30 s; one reader's slots are split over replicas as tests/trainer/runtime/test_distribution.py checks
 def test_two_mirrored_replicas_read_a_mixture_as_one_device_does(mixture_dirs, tmp_path, mirrored_strategy):
-    import numpy as np
-
     sources = [source(mixture_dirs["wiki-a"], 0.5), source(mixture_dirs["bible"], 0.5)]
-    results = {}
-    for name, strategy in (("one", tf.distribute.OneDeviceStrategy("/cpu:0")), ("two", mirrored_strategy)):
-        model, train, _ = resolve_configs("tiny", None, SMALL + ["dropout=0", "dropatt=0"])
-        trainer = pretraining_controller(model, train.replace(mixture=((s.name, s.weight) for s in sources)),
-                                         manifest=sources[0].manifest, model_dir=str(tmp_path / name),
-                                         strategy=strategy, log=lambda line: None, mixture=sources)
-        iterator = iter(trainer.train_dataset())
-        results[name] = [trainer.gradients(iterator) for _ in range(2)]
-    for (grads_one, loss_one), (grads_two, loss_two) in zip(results["one"], results["two"]):
-        np.testing.assert_allclose(loss_two, loss_one, rtol=1e-5)
-        for a, b in zip(grads_one, grads_two):
-            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-7)
+    model, train, _ = resolve_configs("tiny", None, SMALL + ["dropout=0", "dropatt=0"])
+    train = train.replace(mixture=tuple((s.name, s.weight) for s in sources))
+
+    def make_trainer(strategy, name):
+        return pretraining_controller(model, train, manifest=sources[0].manifest, model_dir=str(tmp_path / name),
+                                      strategy=strategy, log=lambda line: None, mixture=sources)
+
+    assert_two_replicas_step_as_one_device(make_trainer, mirrored_strategy)
