@@ -75,7 +75,10 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         the reference where a zero target_mapping row maps to nothing).
       content_segment_diff: [B, L, M + L] bool or None; query_segment_diff: [B, P, M + L].
       seeds: the dropout seeds of this call from ``draw_seeds``, or None to draw them.
-    Returns (h_out [B, L, d_model], g_out [B, P, d_model] or None), each LayerNorm(x + attn(x)).
+      content_output: False (with g) skips the content stream's own attention: the content
+        stream still gives the keys and values, but h_out is None (the last layer of a network
+        whose caller reads only the query stream; seeds are drawn as for a full call).
+    Returns (h_out [B, L, d_model] or None, g_out [B, P, d_model] or None), each LayerNorm(x + attn(x)).
 
     ``recompute_attention``: the backward pass recomputes each stream's attention core
     (``_attend``: scores, probabilities, their dropout) instead of keeping its [B, N, Q, K]
@@ -139,15 +142,19 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         scores = content + position
         if segment_diff is not None:
             segment = tf.einsum("bnqh,snh->bnqs", (queries + r_s_bias[:, None]) * self.scale, seg_embed)
-            scores += tf.where(segment_diff[:, None], segment[..., 1:], segment[..., :1])
+            # Subtracted negated, exactly the sum: see the mask below.
+            scores -= tf.where(segment_diff[:, None], -segment[..., 1:], -segment[..., :1])
         # float16 scores are normalised in float32 (softmax sums overflow half precision).
         softmax_dtype = tf.float32 if scores.dtype == tf.float16 else scores.dtype
         scores = tf.cast(scores, softmax_dtype)
         if mask is not None:
             # An additive bias [B, 1, Q, K] (N times smaller than the scores) instead of a select on the
             # scores: the add joins the sum above and its gradient costs nothing.
-            fill = tf.constant(mask_fill_value(softmax_dtype), softmax_dtype)
-            scores += tf.where(mask, fill, tf.zeros([], softmax_dtype))[:, None]
+            # Subtracted, not added: Grappler rewrites a chain of adds of broadcast shapes into one
+            # AddN over a zero tensor of the scores' shape, which it folds into a constant the step
+            # keeps for good (measured). Negation is exact, so the sum is the same.
+            fill = tf.constant(-mask_fill_value(softmax_dtype), softmax_dtype)
+            scores -= tf.where(mask, fill, tf.zeros([], softmax_dtype))[:, None]
         probs = tf.cast(tf.nn.softmax(scores, axis=-1), queries.dtype)
         probs = self.attention_dropout(probs, training=training, seed=seed)
         return tf.matmul(probs, values)
@@ -163,7 +170,8 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
 
     def call(self, h, g, pos_emb, mem=None, content_mask=None, query_mask=None, query_positions=None,
              query_valid=None, content_segment_diff=None, query_segment_diff=None,
-             r_w_bias=None, r_r_bias=None, r_s_bias=None, seg_embed=None, seeds=None, training=False):
+             r_w_bias=None, r_r_bias=None, r_s_bias=None, seg_embed=None, seeds=None, training=False,
+             content_output=True):
         seeds = seeds or self.draw_seeds(g is not None, training)
         dtype = self.compute_dtype
         biases = tuple(None if b is None else tf.cast(b, dtype) for b in (r_w_bias, r_r_bias, r_s_bias, seg_embed))
@@ -177,10 +185,12 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             values = tf.concat([_heads(mem, v_kernel), values], axis=2)
         k_r = _heads(pos_emb, self._kernel("r"))
         q_kernel = self._kernel("q")
-        content_seeds = seeds["content"]
-        attn_h = self._attention_vectors(_heads(h, q_kernel), keys, values, k_r, None, qlen, content_segment_diff,
-                                         content_mask, biases, content_seeds[0], training)
-        h_out = self._post_attention(h, attn_h, content_seeds[1], training)
+        h_out = None
+        if content_output or g is None:
+            content_seeds = seeds["content"]
+            attn_h = self._attention_vectors(_heads(h, q_kernel), keys, values, k_r, None, qlen,
+                                             content_segment_diff, content_mask, biases, content_seeds[0], training)
+            h_out = self._post_attention(h, attn_h, content_seeds[1], training)
         if g is None:
             return h_out, None
         query_seeds = seeds["query"]

@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from trainer.layers.counter_hash import GOLDEN_32, mix32
+from trainer.layers.remat import recomputing
 
 
 def hashed_uniform_bits(shape: tf.TensorShape, seed: tf.Tensor) -> tf.Tensor:
@@ -59,8 +60,16 @@ class HashDropout(keras.layers.Layer):
         if not shape.is_fully_defined():
             return _stateless_dropout(x, self.rate, seed)
         threshold = tf.constant(min(int(self.rate * 2 ** 32), 2 ** 32 - 1), tf.uint32)
-        keep = hashed_uniform_bits(shape, seed) >= threshold
-        return tf.where(keep, x * tf.cast(1.0 / (1.0 - self.rate), x.dtype), tf.zeros_like(x))
+        # The element counter is a range of constants, which the executor may build as soon as the step
+        # starts, and Grappler merges all same-shaped ones into one tensor: in a recomputation (remat)
+        # that tensor lived from the step's start to the last layer's backward pass, a [B, N, Q, K]
+        # int32 per shape, and one per layer was often built early (measured). Waiting for x builds
+        # each when its mask is needed. Only there, so that a plain call's graph stays as it was.
+        with tf.control_dependencies([x] if recomputing() else []):
+            keep = hashed_uniform_bits(shape, seed) >= threshold
+        # A scalar zero, not zeros_like(x): Grappler folds a static-shaped zeros_like into a constant
+        # the step keeps for good ([B, N, Q, K] for the attention probabilities, measured).
+        return tf.where(keep, x * tf.cast(1.0 / (1.0 - self.rate), x.dtype), tf.zeros([], x.dtype))
 
     def get_config(self) -> dict:
         config = super().get_config()

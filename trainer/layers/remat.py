@@ -64,12 +64,29 @@ expands the barrier before its CSE pass, and the recomputation was merged back (
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+import threading
+from typing import Any, Callable, Iterator
 
 import tensorflow as tf
 from tensorflow.python.eager import record
 
 REMAT_MODES = ("none", "attention", "full")
+_STATE = threading.local()
+
+
+def recomputing() -> bool:
+    """Whether the code being traced is a backward pass's recomputation (see ``recompute``)."""
+    return getattr(_STATE, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def _recomputation() -> Iterator[None]:
+    _STATE.depth = getattr(_STATE, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _STATE.depth -= 1
 
 
 def check_remat(mode: str) -> str:
@@ -109,7 +126,10 @@ def recompute(fn: Callable[[Any, Any], Any], differentiable: Any, fixed: Any = N
         # Every input is an argument (not a capture), so that custom_gradient hands the grad the
         # variables read inside fn and no variable an input was computed from.
         with record.stop_recording():
-            outputs = run(tensors)
+            # Also in the forward pass nothing of fn starts before its first input is there: the
+            # executor would otherwise run every layer's input-free work (memory projections,
+            # position keys, dropout masks) at the start of the step and keep it until its layer.
+            outputs = run(_after(tensors, tensors[:len(diff_at)]) if diff_at else tensors)
         flat = tf.nest.flatten(outputs)
         structure.append((outputs, [i for i, t in enumerate(flat) if t is not None]))
         present = [t for t in flat if t is not None]
@@ -117,9 +137,9 @@ def recompute(fn: Callable[[Any, Any], Any], differentiable: Any, fixed: Any = N
         def grad(*output_grads, variables=None):
             variables = list(variables or ())
             output_grads = [tf.zeros_like(t) if dy is None else dy for t, dy in zip(present, output_grads)]
-            again = _after(tensors, output_grads)
+            again = _after(tensors, output_grads[:1])
             sources = list(again[:len(diff_at)]) + variables
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
+            with tf.GradientTape(watch_accessed_variables=False) as tape, _recomputation():
                 tape.watch(sources)
                 recomputed = [t for t in tf.nest.flatten(run(again)) if t is not None]
             grads = tape.gradient(recomputed, sources, output_gradients=output_grads,
@@ -138,13 +158,15 @@ def recompute(fn: Callable[[Any, Any], Any], differentiable: Any, fixed: Any = N
     return tf.nest.pack_sequence_as(outputs, flat)
 
 
-def _after(tensors, output_grads):
-    """``tensors`` unchanged, but computed from ``output_grads`` (see the module docstring).
+def _after(tensors, anchors):
+    """``tensors`` unchanged, but computed from every one of ``anchors`` (see the module docstring):
+    in the backward pass the first incoming gradient, in the forward pass the region's
+    differentiable inputs (the layer's input among them).
 
-    The zero is ``dy * 0.0`` for one element of the first gradient: XLA keeps a float multiply by
-    zero (NaN and infinities make it no identity) and so does Grappler, unlike ``|dy| < 0``, which
-    XLA folds. It is NaN where that element is not finite; the gradients are not finite then anyway.
+    The zero is ``x * 0.0`` for one element of each anchor: XLA keeps a float multiply by zero (NaN
+    and infinities make it no identity) and so does Grappler, unlike ``|x| < 0``, which XLA folds.
+    It is NaN where such an element is not finite; the loss and gradients are not finite then anyway.
     """
-    zero = tf.reduce_sum(tf.cast(tf.reshape(output_grads[0], [-1])[:1], tf.float32)) * 0.0
+    zero = tf.add_n([tf.reduce_sum(tf.cast(tf.reshape(x, [-1])[:1], tf.float32)) for x in anchors]) * 0.0
     nonzero = tf.not_equal(zero, 0.0)
     return [tf.logical_or(t, nonzero) if t.dtype == tf.bool else t + tf.cast(zero, t.dtype) for t in tensors]

@@ -16,8 +16,11 @@ class XLNetBlock(keras.layers.Layer):
     """Post-LN transformer block applied to the content stream h and (optionally) the query stream g.
 
     Call: the arguments of TwoStreamRelativeAttention.call (h [B, L, d_model], g [B, P, d_model]
-    or None, ...). Returns (h_out [B, L, d_model], g_out [B, P, d_model] or None); both streams
-    go through the same attention projections, LayerNorms and feed-forward weights.
+    or None, ..., content_output). Returns (h_out [B, L, d_model], g_out [B, P, d_model] or None);
+    both streams go through the same attention projections, LayerNorms and feed-forward weights.
+    ``content_output=False`` with g: h_out is None and the content stream's own attention and
+    feed-forward do not run (its keys and values do), so that neither the forward pass nor a
+    recomputation spends anything on an output nobody reads.
 
     ``remat`` (trainer/layers/remat.py): "none"; "attention", the backward pass recomputes each
     stream's attention core and feed-forward activation; "full", it keeps only the block's inputs
@@ -46,22 +49,25 @@ class XLNetBlock(keras.layers.Layer):
         return {"attention": self.attention.draw_seeds(two_streams, training),
                 "feed_forward": {stream: self.feed_forward.draw_seeds(training) for stream in streams}}
 
-    def call(self, h, g=None, training=False, **attention_inputs):
+    def call(self, h, g=None, training=False, content_output=True, **attention_inputs):
         seeds = self.draw_seeds(g is not None, training)
+        content_output = content_output or g is None
         if self.remat != "full":
-            return self._layer(h, g, attention_inputs, seeds, training)
+            return self._layer(h, g, attention_inputs, seeds, training, content_output)
         differentiable = {name: attention_inputs.pop(name, None) for name in DIFFERENTIABLE_INPUTS}
 
         def layer(floats, fixed):
             return self._layer(floats["h"], floats["g"], {**floats["attention"], **fixed["attention"]},
-                               fixed["seeds"], training)
+                               fixed["seeds"], training, content_output)
 
         return recompute(layer, {"h": h, "g": g, "attention": differentiable},
                          {"attention": attention_inputs, "seeds": seeds})
 
-    def _layer(self, h, g, attention_inputs, seeds, training):
-        h, g = self.attention(h, g, training=training, seeds=seeds["attention"], **attention_inputs)
-        h = self.feed_forward(h, training=training, seeds=seeds["feed_forward"]["content"])
+    def _layer(self, h, g, attention_inputs, seeds, training, content_output):
+        h, g = self.attention(h, g, training=training, seeds=seeds["attention"], content_output=content_output,
+                              **attention_inputs)
+        if h is not None:
+            h = self.feed_forward(h, training=training, seeds=seeds["feed_forward"]["content"])
         if g is not None:
             g = self.feed_forward(g, training=training, seeds=seeds["feed_forward"]["query"])
         return h, g

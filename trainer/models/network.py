@@ -102,21 +102,17 @@ class XLNetNetwork(keras.Model):
           (logits [B, P, vocab_size] float32 of the query stream, new_mems list of n_layer
           [B, min(M + reuse_len, mem_len), d_model] float32 with gradient stopped, or None when mem_len == 0).
         """
-        _, query, new_mems = self.streams(input_ids, segment_ids, perm_mask, target_mapping, mems, input_mask,
-                                          target_positions, target_valid, training)
+        target_positions, target_valid = self._targets(target_mapping, target_positions, target_valid)
+        # Only the query stream is read: the last layer skips its content stream's own attention.
+        _, query, new_mems = self._forward(input_ids, segment_ids, perm_mask, input_mask, mems, target_positions,
+                                           target_valid, training, content_output=False)
         return self.logits(query), new_mems
 
     def streams(self, input_ids, segment_ids, perm_mask, target_mapping=None, mems=None, input_mask=None,
                 target_positions=None, target_valid=None, training=False):
         """Like ``call`` but returns both streams before the LM head:
         (content [B, L, d_model], query [B, P, d_model], new_mems), in the compute dtype."""
-        if target_positions is None:
-            if target_mapping is None:
-                raise ValueError("pass target_mapping [B, P, L] or target_positions [B, P]")
-            target_positions = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)
-            target_valid = tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1)
-        elif target_valid is None:
-            target_valid = tf.ones_like(target_positions, tf.float32)
+        target_positions, target_valid = self._targets(target_mapping, target_positions, target_valid)
         return self._forward(input_ids, segment_ids, perm_mask, input_mask, mems, target_positions, target_valid,
                              training)
 
@@ -146,6 +142,18 @@ class XLNetNetwork(keras.Model):
                 for _ in range(self.config.n_layer)]
 
     # ------------------------------------------------------------------------------ internals
+    @staticmethod
+    def _targets(target_mapping, target_positions, target_valid):
+        """(target_positions [B, P] int32, target_valid [B, P] float32) from either form."""
+        if target_positions is None:
+            if target_mapping is None:
+                raise ValueError("pass target_mapping [B, P, L] or target_positions [B, P]")
+            target_positions = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)
+            target_valid = tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1)
+        elif target_valid is None:
+            target_valid = tf.ones_like(target_positions, tf.float32)
+        return target_positions, target_valid
+
     def _cache(self, layer_input: tf.Tensor, mem: Optional[tf.Tensor]) -> tf.Tensor:
         """New memory of one layer: its input's first reuse_len positions after the old memory, last mem_len kept."""
         current = layer_input[:, :self.config.reuse_len] if self.config.reuse_len > 0 else layer_input
@@ -154,7 +162,9 @@ class XLNetNetwork(keras.Model):
         return tf.stop_gradient(joined[:, -self.config.mem_len:])
 
     def _forward(self, input_ids, segment_ids, perm_mask, input_mask, mems: Optional[Sequence[tf.Tensor]],
-                 target_positions, target_valid, training):
+                 target_positions, target_valid, training, content_output=True):
+        """(content stream, query stream, new_mems); ``content_output=False``: the content stream's
+        output is None (two streams only), which the last layer then does not compute."""
         config = self.config
         if mems is not None and len(mems) != config.n_layer:
             raise ValueError(f"mems must hold one tensor per layer ({config.n_layer}), got {len(mems)}")
@@ -199,11 +209,16 @@ class XLNetNetwork(keras.Model):
             mem = None if mems is None else mems[i]
             if new_mems is not None:
                 new_mems.append(self._cache(h, mem))
-            h, g = block(h, g, training=training, pos_emb=pos_emb, mem=mem, content_mask=content_mask,
+            last = i == len(self.blocks) - 1
+            h, g = block(h, g, training=training, content_output=content_output or not last, pos_emb=pos_emb,
+                         mem=mem, content_mask=content_mask,
                          query_mask=query_mask, query_positions=target_positions, query_valid=target_valid,
                          content_segment_diff=content_segment_diff, query_segment_diff=query_segment_diff,
                          **self.attention_biases(layer_index=i))
-        h = self.output_dropout(h, training=training)
+        if h is None:
+            self.output_dropout.draw_seed(training)  # the seed a call on h draws: g's dropout bits stay the same
+        else:
+            h = self.output_dropout(h, training=training)
         if g is not None:
             g = self.output_dropout(g, training=training)
         return h, g, new_mems
