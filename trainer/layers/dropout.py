@@ -17,6 +17,10 @@ from trainer.layers.counter_hash import GOLDEN_32, mix32
 from trainer.layers.remat import recomputing
 
 
+# Grappler's constant folding leaves results of this size and more to run time.
+GRAPPLER_FOLDS_BELOW_BYTES = 10 * 2 ** 20
+
+
 def hashed_uniform_bits(shape: tf.TensorShape, seed: tf.Tensor) -> tf.Tensor:
     """uint32 random bits of a static ``shape`` for a [2] integer ``seed``."""
     size = math.prod(shape)
@@ -60,12 +64,15 @@ class HashDropout(keras.layers.Layer):
         if not shape.is_fully_defined():
             return _stateless_dropout(x, self.rate, seed)
         threshold = tf.constant(min(int(self.rate * 2 ** 32), 2 ** 32 - 1), tf.uint32)
-        # The element counter is a range of constants, which the executor may build as soon as the step
-        # starts, and Grappler merges all same-shaped ones into one tensor: in a recomputation (remat)
-        # that tensor lived from the step's start to the last layer's backward pass, a [B, N, Q, K]
-        # int32 per shape, and one per layer was often built early (measured). Waiting for x builds
-        # each when its mask is needed. Only there, so that a plain call's graph stays as it was.
-        with tf.control_dependencies([x] if recomputing() else []):
+        # The element counter is a range of constants. Grappler folds one below 10 MiB into a
+        # constant (one per shape, shared by every layer); a larger one it builds at run time, also
+        # one per shape, which the executor may build at the step's start: in a recomputation
+        # (remat) it then lived until the last layer's backward pass, with its product by the hash
+        # constant (measured). Waiting for x builds each when its mask is needed. Only there and
+        # only for those, so that a plain call's graph stays as it was and no layer gets a folded
+        # constant of its own.
+        wait = recomputing() and math.prod(shape) * 4 >= GRAPPLER_FOLDS_BELOW_BYTES
+        with tf.control_dependencies([x] if wait else []):
             keep = hashed_uniform_bits(shape, seed) >= threshold
         # A scalar zero, not zeros_like(x): Grappler folds a static-shaped zeros_like into a constant
         # the step keeps for good ([B, N, Q, K] for the attention probabilities, measured).

@@ -411,14 +411,16 @@ class Controller:
 
     def _peak_memory(self) -> int | None:
         """The largest allocator peak over this worker's replica devices since the last reset, or
-        None when no device reports one (a figure of 0 would read as "used no memory")."""
+        None when no device reports one (a figure of 0 would read as "used no memory"). A peak of 0
+        is no report either: seen on the CPU for a model so small that its allocations bypass the
+        counted allocator."""
         peaks = []
         for device in self._local_devices():
             try:
                 peaks.append(int(tf.config.experimental.get_memory_info(device)["peak"]))
             except (ValueError, tf.errors.OpError):
                 continue
-        return max(peaks) if peaks else None
+        return max(peaks) if peaks and max(peaks) > 0 else None
 
     def _learning_rate(self, step: int) -> float:
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)

@@ -37,6 +37,48 @@ def test_call_returns_query_logits_and_one_memory_per_layer():
     assert [m.shape for m in new_mems] == [(batch, 6, 16)] * 2
 
 
+
+def two_stream_inputs(batch=4, seq_len=8):
+    rng = np.random.default_rng(4)
+    return (tf.constant(rng.integers(5, 50, [batch, seq_len]), tf.int32), tf.zeros([batch, seq_len], tf.int32),
+            tf.constant(rng.random([batch, seq_len, seq_len]) < 0.5), tf.one_hot([[1, 3, 5]] * batch, seq_len))
+
+
+def test_call_gives_the_logits_of_the_query_stream_streams_returns_with_dropout():
+    # call's last layer skips the content stream's own attention (no one reads it); the dropout
+    # seeds are drawn as for a full layer, so the query stream and the memories are those of streams
+    ids, segments, perm_mask, target_mapping = two_stream_inputs()
+    outputs = []
+    for method in ("call", "streams"):
+        tf.keras.utils.set_random_seed(9)
+        network = build_network(small_config(dropout=0.1, dropatt=0.1))
+        mems = network.initial_mems(4)
+        if method == "call":
+            outputs.append(network(ids, segments, perm_mask, target_mapping, mems, training=True))
+        else:
+            _, query, new_mems = network.streams(ids, segments, perm_mask, target_mapping, mems, training=True)
+            outputs.append((network.logits(query), new_mems))
+    (logits, mems), (expected_logits, expected_mems) = outputs
+    np.testing.assert_array_equal(logits.numpy(), expected_logits.numpy())
+    for mem, expected in zip(mems, expected_mems):
+        np.testing.assert_array_equal(mem.numpy(), expected.numpy())
+
+
+def test_call_runs_no_content_stream_attention_in_its_last_layer():
+    ids, segments, perm_mask, target_mapping = two_stream_inputs()
+    network = build_network(small_config())
+    content_scores = (4, 2, 8, 6 + 8)  # [B, N, L, M + L]
+
+    def score_tensors(method):
+        graph = tf.function(method).get_concrete_function(ids, segments, perm_mask, target_mapping,
+                                                          network.initial_mems(4)).graph
+        return sum(1 for op in graph.get_operations() if op.type == "Softmax"
+                   and tuple(op.outputs[0].shape) == content_scores)
+
+    assert score_tensors(network.streams) == 2
+    assert score_tensors(network.call) == 1
+
+
 def test_encode_returns_content_states():
     network = build_network(small_config())
     hidden, new_mems = network.encode(tf.ones([2, 8], tf.int32), tf.zeros([2, 8], tf.int32))
