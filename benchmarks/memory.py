@@ -19,12 +19,14 @@ float32), beside the original release's.
 
     .venv/bin/python benchmarks/memory.py                         # everything (about 40 min on 2 cores)
     .venv/bin/python benchmarks/memory.py --cases tiny base --modes none full
+    .venv/bin/python benchmarks/memory.py --cases base --batches 2 --timed-steps 3 --rounds 3 --no-table  # remat's step cost
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -93,7 +95,7 @@ def _parse(xlnet_cli, module, argv):
     return parser.parse_args(argv)
 
 
-def measure(case: str, mode: str, batch: int, workdir: str) -> dict:
+def measure(case: str, mode: str, batch: int, workdir: str, timed_steps: int = 1) -> dict:
     import tensorflow as tf
 
     from trainer.planning.plan import Workload, make_plan
@@ -103,9 +105,12 @@ def measure(case: str, mode: str, batch: int, workdir: str) -> dict:
     controller.run_steps(iterator, 1)  # traces and compiles
     before = tf.config.experimental.get_memory_info("CPU:0")["current"]
     tf.config.experimental.reset_memory_stats("CPU:0")
-    start = time.perf_counter()
-    controller.run_steps(iterator, 1)
-    step_s = time.perf_counter() - start
+    times = []
+    for _ in range(timed_steps):
+        start = time.perf_counter()
+        controller.run_steps(iterator, 1)
+        times.append(time.perf_counter() - start)
+    step_s = statistics.median(times)
     peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
     workload = Workload(controller.task.model_config, controller.config)
     plan = make_plan(workload)
@@ -115,7 +120,8 @@ def measure(case: str, mode: str, batch: int, workdir: str) -> dict:
             "measured_peak_bytes": int(peak), "measured_step_bytes": int(peak - before),
             "predicted_peak_bytes": plan.predicted_peak_bytes,
             "predicted_activation_bytes": plan.breakdown.activations,
-            "prediction_ratio": round(plan.predicted_peak_bytes / peak, 3), "step_s": round(step_s, 2)}
+            "prediction_ratio": round(plan.predicted_peak_bytes / peak, 3), "step_s": round(step_s, 3),
+            "timed_steps": timed_steps}
 
 
 def machine_memory() -> int:
@@ -162,6 +168,13 @@ def main() -> int:
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--batches", nargs="+", type=int, help="batch sizes instead of each case's two")
+    parser.add_argument("--timed-steps", type=int, default=1,
+                        help="steps timed after the compiling one; step_s is their median")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat every line this many times, the modes of a case and batch one after the "
+                             "other in each round; then print each mode's step time against none's of the same "
+                             "round (the median over rounds)")
+    parser.add_argument("--no-table", action="store_true", help="leave out the planner's 16 GiB table")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-memory-benchmark"),
                         help="where the preprocessed data and the model directories go")
     parser.add_argument("--child", nargs=3, metavar=("CASE", "MODE", "BATCH"), help=argparse.SUPPRESS)
@@ -169,29 +182,53 @@ def main() -> int:
     os.makedirs(args.workdir, exist_ok=True)
     if args.child:
         case, mode, batch = args.child
-        print(json.dumps(measure(case, mode, int(batch), args.workdir)), flush=True)
+        print(json.dumps(measure(case, mode, int(batch), args.workdir, args.timed_steps)), flush=True)
         return 0
-    for case in args.cases:
-        for batch in args.batches or CASES[case][3]:
-            for mode in [mode for mode in args.modes if mode in CASES[case][4]]:
-                predicted = predicted_peak(case, mode, batch)
-                if predicted > MACHINE_SHARE * machine_memory():
-                    print(json.dumps({"case": case, "remat": mode, "batch": batch, "predicted_peak_bytes": predicted,
-                                      "skipped": f"predicted above {MACHINE_SHARE:.0%} of this machine's memory"}),
-                          flush=True)
-                    continue
-                out = subprocess.run([sys.executable, __file__, "--workdir", args.workdir, "--child", case, mode,
-                                      str(batch)], capture_output=True, text=True, check=False)
-                lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-                if out.returncode or not lines:
-                    print(json.dumps({"case": case, "remat": mode, "batch": batch,
-                                      "error": out.stderr.strip().splitlines()[-1:] or out.returncode}), flush=True)
-                    continue
-                print(lines[-1], flush=True)
-    for row in planner_table():
+    step_times = {}  # (case, batch, mode) -> one step time per round
+    for round_ in range(args.rounds):
+        for case in args.cases:
+            for batch in args.batches or CASES[case][3]:
+                for mode in [mode for mode in args.modes if mode in CASES[case][4]]:
+                    row = run_line(args, case, mode, batch)
+                    if args.rounds > 1:
+                        row["round"] = round_
+                    print(json.dumps(row), flush=True)
+                    if "step_s" in row:
+                        step_times.setdefault((case, batch, mode), []).append(row["step_s"])
+    for row in step_costs(step_times):
+        print(json.dumps(row), flush=True)
+    for row in [] if args.no_table else planner_table():
         print(json.dumps(row), flush=True)
     return 0
 
+
+def run_line(args: argparse.Namespace, case: str, mode: str, batch: int) -> dict:
+    """One case, mode and batch measured in a process of its own (or the reason it was not)."""
+    predicted = predicted_peak(case, mode, batch)
+    if predicted > MACHINE_SHARE * machine_memory():
+        return {"case": case, "remat": mode, "batch": batch, "predicted_peak_bytes": predicted,
+                "skipped": f"predicted above {MACHINE_SHARE:.0%} of this machine's memory"}
+    out = subprocess.run([sys.executable, __file__, "--workdir", args.workdir, "--timed-steps", str(args.timed_steps),
+                          "--child", case, mode, str(batch)], capture_output=True, text=True, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode or not lines:
+        return {"case": case, "remat": mode, "batch": batch,
+                "error": out.stderr.strip().splitlines()[-1:] or out.returncode}
+    return json.loads(lines[-1])
+
+
+def step_costs(step_times: dict) -> list[dict]:
+    """Each remat mode's step time over none's of the same case, batch and round: the median over rounds."""
+    rows = []
+    for (case, batch, mode), times in step_times.items():
+        none = step_times.get((case, batch, "none"))
+        if mode == "none" or not none or len(none) != len(times):
+            continue
+        ratios = [t / n for t, n in zip(times, none)]
+        rows.append({"summary": "remat_step_cost", "case": case, "batch": batch, "remat": mode,
+                     "rounds": len(ratios), "ratio_to_none_median": round(statistics.median(ratios), 3),
+                     "ratios": [round(r, 3) for r in ratios]})
+    return rows
 
 if __name__ == "__main__":
     sys.exit(main())

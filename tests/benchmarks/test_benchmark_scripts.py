@@ -78,3 +78,15 @@ def test_squad_benchmark_reports_trivial_baselines_then_random_and_pretrained_ru
     for line in (random, pretrained):
         assert line["task"] == "squad" and set(line["dev"]) == {"exact", "f1"} and line["finetune_steps"] == 4
         assert line["dev_curve"] == {"4": line["dev"]}
+
+
+@pytest.mark.slow  # 70 s: four one-step runs of the tiny preset, each in its own process
+def test_memory_reports_each_remat_modes_step_cost_against_none_of_the_same_round(tmp_path):
+    rows = run_benchmark("memory.py", "--cases", "tiny", "--batches", "8", "--modes", "none", "full",
+                         "--timed-steps", "2", "--rounds", "2", "--no-table", "--workdir", str(tmp_path))
+    lines, (summary,) = rows[:4], rows[4:]
+    assert [(row["round"], row["remat"]) for row in lines] == [(0, "none"), (0, "full"), (1, "none"), (1, "full")]
+    assert all(row["timed_steps"] == 2 and row["measured_peak_bytes"] > 0 for row in lines)
+    ratios = [lines[i + 1]["step_s"] / lines[i]["step_s"] for i in (0, 2)]
+    assert summary["remat"] == "full" and summary["ratios"] == [round(r, 3) for r in ratios]
+    assert summary["ratio_to_none_median"] == round(sum(ratios) / 2, 3)

@@ -58,7 +58,13 @@ checkpointed state is the same.
 The recomputation takes its inputs through a data dependency on the incoming gradients (an
 exact zero added to them, which no simplifier can prove zero): it cannot start before the backward
 pass reaches the region, and no compiler (XLA's CSE, Grappler's) can merge it with the forward
-pass, which would keep the intermediates again. XLA's OptimizationBarrier (TensorFlow 2.21 has it
+pass, which would keep the intermediates again. The forward pass of a region takes its inputs the
+same way from its differentiable inputs (the layer's input among them): TensorFlow's executor runs
+whatever is ready, and every layer's input-free work (the memory's key and value projections, the
+position keys, the dropout masks drawn from seeds) was built at the start of the step and kept until
+its layer ran, about twice what a layer keeps under ``full`` (measured). For the same reason a
+recomputed dropout builds a large element counter only once its input is there
+(trainer/layers/dropout.py). XLA's OptimizationBarrier (TensorFlow 2.21 has it
 as the XlaOptimizationBarrier op, outside tf.raw_ops) does not do it on XLA:CPU: the CPU pipeline
 expands the barrier before its CSE pass, and the recomputation was merged back (measured).
 """

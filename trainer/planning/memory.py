@@ -16,7 +16,8 @@ fitted to measurements (benchmarks/memory.py measures how close it comes). What 
   network around the layers and of its head (trainer/models/network.py, pretrainer.py,
   sequence_model.py, question_answering.py);
 * the largest transient: the backward working set of one layer's attention and, under remat,
-  the recomputed layer's own activations.
+  what that layer recomputes, in two stages (its feed-forward sub-layer's backward pass runs first
+  and frees what it recomputed before the attention's working set exists).
 
 The peak comes in one of two phases: the start of the backward pass (every saved activation, the
 transient, the tied embedding's dense gradient) or the update after it (activations freed; the
@@ -119,30 +120,30 @@ def parameter_counts(model: ModelConfig, head: str, num_labels: int = 2) -> tupl
 
 
 def _stream_saved(model: ModelConfig, shape: StepShape, rows: int, query: bool) -> dict[str, int]:
-    """Bytes one layer keeps for one stream of ``rows`` query rows per sequence, by part:
-    "attention" (what remat=attention recomputes) and "rest"."""
+    """Bytes one layer keeps for one stream of ``rows`` query rows per sequence, by part: "core" (the
+    attention core remat=attention recomputes), "activation" (GELU's intermediates beyond its input,
+    which remat=attention recomputes too), "feed_forward" (the whole feed-forward sub-layer's, the
+    activation's included), "attention_rest" (the rest of the attention sub-layer) and "queries"."""
     b, a = shape.batch, shape.activation_bytes
     n, h, d, di = model.n_head, model.d_head, model.d_model, model.d_inner
     k = shape.mem_len + shape.seq_len
     scores = b * n * rows * k
-    attention = 3 * b * rows * n * h * a  # (q + r_w_bias), (q + r_r_bias), (q + r_s_bias), each scaled
-    attention += scores * a  # the softmax's output
-    if model.dropatt > 0:
-        attention += scores * (BOOL + a)  # the dropout's keep mask and its output
-    if query:
-        attention += scores * INT32  # gather_relative's indices into the distance table
     dropout = model.dropout > 0
-    rest = b * rows * d * a  # the attention vectors, head-merged for the output projection
-    rest += 2 * (b * rows * d * FLOAT32)  # LayerNorm (computed in float32): its input and the centred input
-    rest += b * rows * d * a  # the feed-forward input
+    core = 3 * b * rows * n * h * a  # (q + r_w_bias), (q + r_r_bias), (q + r_s_bias), each scaled
+    core += scores * a  # the softmax's output
+    if model.dropatt > 0:
+        core += scores * (BOOL + a)  # the dropout's keep mask and its output
+    if query:
+        core += scores * INT32  # gather_relative's indices into the distance table
+    # the attention vectors, head-merged for the output projection; the LayerNorm (computed in
+    # float32): its input and the centred input; the output dropout's mask
+    attention_rest = b * rows * d * a + 2 * (b * rows * d * FLOAT32) + (b * rows * d * BOOL if dropout else 0)
     activation = ACTIVATION_SAVED[model.ff_activation] * b * rows * di * a
-    rest += activation
+    feed_forward = b * rows * d * a + activation + 2 * (b * rows * d * FLOAT32)  # input, activation, LayerNorm
     if dropout:
-        rest += b * rows * di * (BOOL + a) + 2 * b * rows * d * BOOL  # inner dropout; both output dropouts' masks
-    rest += 2 * (b * rows * d * FLOAT32)  # the second LayerNorm
-    # remat=attention recomputes the activation too, from its input (its pre-activation, kept)
-    return {"attention": attention + activation - b * rows * di * a, "rest": rest - activation + b * rows * di * a,
-            "queries": b * rows * n * h * a}
+        feed_forward += b * rows * di * (BOOL + a) + b * rows * d * BOOL  # inner dropout; the output's mask
+    return {"core": core, "activation": activation - b * rows * di * a, "feed_forward": feed_forward,
+            "attention_rest": attention_rest, "queries": b * rows * n * h * a}
 
 
 def layer_activations(model: ModelConfig, shape: StepShape, last: bool = False) -> dict[str, int]:
@@ -169,21 +170,36 @@ def layer_activations(model: ModelConfig, shape: StepShape, last: bool = False) 
     streams = [] if last and shape.num_predict else [_stream_saved(model, shape, shape.seq_len, False)]
     if shape.num_predict:
         streams.append(_stream_saved(model, shape, shape.num_predict, True))
-    attention_part = sum(s["attention"] for s in streams)
-    rest = sum(s["rest"] for s in streams)
-    queries = sum(s["queries"] for s in streams)
-    return {"none": inputs + keys_values + attention_part + rest,
-            "attention": inputs + keys_values + queries + rest,
+    part = {name: sum(s[name] for s in streams) for name in streams[0]} if streams else {}
+    everything = part["core"] + part["attention_rest"] + part["feed_forward"]
+    return {"none": inputs + keys_values + everything,
+            "attention": inputs + keys_values + everything - part["core"] - part["activation"] + part["queries"],
             "full": inputs}
+
+
+def recomputed_parts(model: ModelConfig, shape: StepShape) -> dict[str, int]:
+    """What one layer's backward pass recomputes and holds, by stage: "feed_forward" (first, the
+    feed-forward sub-layer's set) and "attention" (after it, the attention sub-layer's), for
+    remat=attention (GELU's intermediates, then the attention cores) and remat=full (the layer)."""
+    k = shape.mem_len + shape.seq_len
+    streams = [_stream_saved(model, shape, shape.seq_len, False)]
+    if shape.num_predict:
+        streams.append(_stream_saved(model, shape, shape.num_predict, True))
+    part = {name: sum(s[name] for s in streams) for name in streams[0]}
+    layer = layer_activations(model, shape)
+    keys_values = 2 * shape.batch * k * model.n_head * model.d_head * shape.activation_bytes
+    return {"attention": {"feed_forward": part["activation"], "attention": part["core"]},
+            "full": {"feed_forward": layer["none"] - layer["full"],
+                     "attention": part["core"] + part["attention_rest"] + keys_values}}
 
 
 def attention_working_set(model: ModelConfig, shape: StepShape) -> int:
     """Bytes the backward pass of one layer's content-stream attention holds at once: the
-    gradients of the probabilities, the scores and the content term [B, N, L, K], and of the
-    position term before rel_shift [B, N, L, R]."""
+    gradients of the probabilities, the scores, the content term and the (negated) segment term
+    [B, N, L, K], and of the position term before rel_shift [B, N, L, R]."""
     k = shape.mem_len + shape.seq_len
     r = k + shape.seq_len if model.attn_type == "bi" else k + 1
-    return shape.batch * model.n_head * shape.seq_len * (3 * k + r) * shape.activation_bytes
+    return shape.batch * model.n_head * shape.seq_len * (4 * k + r) * shape.activation_bytes
 
 
 def network_activations(model: ModelConfig, shape: StepShape) -> int:
@@ -241,9 +257,10 @@ def memory_breakdown(model: ModelConfig, shape: StepShape, remat: str = "none") 
     activations = ((model.n_layer - 1) * per_layer[remat] + layer_activations(model, shape, last=True)[remat]
                    + network_activations(model, shape))
     working = attention_working_set(model, shape)
-    recomputed = {"none": 0, "attention": per_layer["none"] - per_layer["attention"],
-                  "full": per_layer["none"] - per_layer["full"]}[remat]
-    transient = max(working + recomputed, head_working_set(model, shape))
+    # The backward pass of a layer runs its feed-forward sub-layer first, then its attention: what
+    # remat recomputes for the first is freed before the attention's working set exists.
+    stages = recomputed_parts(model, shape).get(remat, {"feed_forward": 0, "attention": 0})
+    transient = max(stages["feed_forward"], stages["attention"] + working, head_working_set(model, shape))
     if shape.head == "lm":
         transient += model.vocab_size * model.d_model * FLOAT32  # the tied embedding's dense gradient
     largest = max(model.vocab_size * model.d_model, model.d_model * model.d_inner, model.d_model * model.n_head
