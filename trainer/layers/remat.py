@@ -171,8 +171,19 @@ def _after(tensors, anchors):
 
     The zero is ``x * 0.0`` for one element of each anchor: XLA keeps a float multiply by zero (NaN
     and infinities make it no identity) and so does Grappler, unlike ``|x| < 0``, which XLA folds.
-    It is NaN where such an element is not finite; the loss and gradients are not finite then anyway.
+    It is NaN where such an element is not finite; the loss and gradients are not finite then anyway,
+    and the integer inputs (positions, seeds) become zeros, still valid indices, rather than a NaN's
+    cast, so that the run stops at the controller's finite-loss check, not in a gather.
     """
     zero = tf.add_n([tf.reduce_sum(tf.cast(tf.reshape(x, [-1])[:1], tf.float32)) for x in anchors]) * 0.0
     nonzero = tf.not_equal(zero, 0.0)
-    return [tf.logical_or(t, nonzero) if t.dtype == tf.bool else t + tf.cast(zero, t.dtype) for t in tensors]
+    return [_depending(t, zero, nonzero) for t in tensors]
+
+
+def _depending(tensor: tf.Tensor, zero: tf.Tensor, nonzero: tf.Tensor) -> tf.Tensor:
+    """``tensor``'s value, computed from ``zero`` (an exact zero, or NaN) and ``nonzero`` (zero != 0)."""
+    if tensor.dtype == tf.bool:
+        return tf.logical_or(tensor, nonzero)
+    if tensor.dtype.is_floating:
+        return tensor + tf.cast(zero, tensor.dtype)
+    return tf.where(nonzero, tf.zeros_like(tensor), tensor)

@@ -126,3 +126,11 @@ def test_an_unknown_remat_mode_is_refused_naming_the_three():
         check_remat("partial")
     with pytest.raises(ValueError, match="remat must be one of"):
         XLNetBlock(8, 2, 4, 16, remat="layers")
+
+
+def test_a_region_whose_input_is_not_finite_gives_nan_not_an_index_error():
+    # the region's integer inputs wait for its first element (nan * 0 is nan): they become zeros, so
+    # that a diverged run stops at the controller's finite-loss check rather than in a gather
+    x = tf.constant([[np.nan, 1.0, 2.0]])
+    gathered = recompute(lambda floats, fixed: tf.gather(floats, fixed, batch_dims=1), x, tf.constant([[2, 1]]))
+    assert np.isnan(gathered.numpy()).all()
