@@ -301,7 +301,7 @@ def gradient_step(remat: str) -> tf.types.experimental.PolymorphicFunction:
     return gradients
 
 
-@pytest.mark.parametrize("remat", ["none", "full"])
+@pytest.mark.parametrize("remat", [pytest.param("none", marks=pytest.mark.slow), "full"])  # the same dropout and scores
 def test_a_step_leaves_no_tensor_of_the_attention_scores_size_behind(remat):
     step = gradient_step(remat)
     before = tf.config.experimental.get_memory_info("CPU:0")["current"]
