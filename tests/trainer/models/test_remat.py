@@ -231,15 +231,21 @@ KEPT_CONFIG = CONFIG.replace(n_layer=2, d_model=22, n_head=3, d_head=7, d_inner=
 KB, KL, KP = 2, 12, 5
 
 
+def random_pretraining_inputs(rng: np.random.Generator, vocab: int, batch: int, seq_len: int,
+                               num_predict: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(input ids [B, L], a random permutation mask [B, L, L], target positions [B, P])."""
+    ids = tf.constant(rng.integers(5, vocab, (batch, seq_len)), tf.int32)
+    perm_mask = tf.constant(rng.random((batch, seq_len, seq_len)) < 0.5)
+    positions = tf.constant(np.stack([rng.permutation(seq_len)[:num_predict] for _ in range(batch)]), tf.int32)
+    return ids, perm_mask, positions
+
+
 @functools.lru_cache(maxsize=None)
 def kept_for_backward(remat: str) -> list[tuple[int, ...]]:
     """Shapes of the forward-pass tensors the backward pass of a pretraining step reads (its graph)."""
     keras.utils.set_random_seed(3)
     network = build_network(KEPT_CONFIG, remat=remat)
-    rng = np.random.default_rng(2)
-    ids = tf.constant(rng.integers(5, 120, (KB, KL)), tf.int32)
-    perm_mask = tf.constant(rng.random((KB, KL, KL)) < 0.5)
-    positions = tf.constant(np.stack([rng.permutation(KL)[:KP] for _ in range(KB)]), tf.int32)
+    ids, perm_mask, positions = random_pretraining_inputs(np.random.default_rng(2), 120, KB, KL, KP)
     mems = [tf.zeros((KB, KEPT_CONFIG.mem_len, KEPT_CONFIG.d_model))] * KEPT_CONFIG.n_layer
     forward_ops = []
 
@@ -285,9 +291,7 @@ def gradient_step(remat: str) -> tf.types.experimental.PolymorphicFunction:
     keras.utils.set_random_seed(5)
     network = build_network(STEP_CONFIG, remat=remat)
     rng = np.random.default_rng(5)
-    ids = tf.constant(rng.integers(5, 500, (SB, SL)), tf.int32)
-    perm_mask = tf.constant(rng.random((SB, SL, SL)) < 0.5)
-    positions = tf.constant(np.stack([rng.permutation(SL)[:SP] for _ in range(SB)]), tf.int32)
+    ids, perm_mask, positions = random_pretraining_inputs(rng, 500, SB, SL, SP)
     mems = [tf.constant(rng.normal(size=(SB, STEP_CONFIG.mem_len, STEP_CONFIG.d_model)), tf.float32)
             for _ in range(STEP_CONFIG.n_layer)]
 
