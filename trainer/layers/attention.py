@@ -149,10 +149,10 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         scores = tf.cast(scores, softmax_dtype)
         if mask is not None:
             # An additive bias [B, 1, Q, K] (N times smaller than the scores) instead of a select on the
-            # scores: the add joins the sum above and its gradient costs nothing.
-            # Subtracted, not added: Grappler rewrites a chain of adds of broadcast shapes into one
-            # AddN over a zero tensor of the scores' shape, which it folds into a constant the step
-            # keeps for good (measured). Negation is exact, so the sum is the same.
+            # scores; nothing needs its gradient. Subtracted negated, not added: Grappler rewrites a
+            # chain of adds of broadcast shapes into one AddN over a zero tensor of the scores' shape,
+            # which it folds into a constant the step keeps for good (measured). Negation is exact,
+            # so the sum is the same.
             fill = tf.constant(-mask_fill_value(softmax_dtype), softmax_dtype)
             scores -= tf.where(mask, fill, tf.zeros([], softmax_dtype))[:, None]
         probs = tf.cast(tf.nn.softmax(scores, axis=-1), queries.dtype)

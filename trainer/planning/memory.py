@@ -160,37 +160,43 @@ def layer_activations(model: ModelConfig, shape: StepShape, last: bool = False) 
     d, n, h = model.d_model, model.n_head, model.d_head
     k = shape.mem_len + shape.seq_len
     inputs = b * shape.seq_len * d * a + b * shape.num_predict * d * a
-    keys_values = 2 * b * k * n * h * a
+    keys_values = _keys_and_values(model, shape)
     r = k + shape.seq_len if model.attn_type == "bi" else k + 1
     groups = 2 if shape.num_predict and model.bi_data else 1  # bi_data: pretraining only
     keys_values += groups * r * n * h * a  # the position keys
     keys_values += b * (shape.seq_len + shape.num_predict) * k * BOOL  # each stream's segment difference, per layer
     if shape.mem_len and shape.precision != "float32":
         keys_values += b * shape.mem_len * d * a  # the memory cast to the compute dtype
-    streams = [] if last and shape.num_predict else [_stream_saved(model, shape, shape.seq_len, False)]
-    if shape.num_predict:
-        streams.append(_stream_saved(model, shape, shape.num_predict, True))
-    part = {name: sum(s[name] for s in streams) for name in streams[0]} if streams else {}
+    part = _streams_saved(model, shape, last)
     everything = part["core"] + part["attention_rest"] + part["feed_forward"]
     return {"none": inputs + keys_values + everything,
             "attention": inputs + keys_values + everything - part["core"] - part["activation"] + part["queries"],
             "full": inputs}
 
 
-def recomputed_parts(model: ModelConfig, shape: StepShape) -> dict[str, int]:
+def _streams_saved(model: ModelConfig, shape: StepShape, last: bool = False) -> dict[str, int]:
+    """``_stream_saved``'s parts summed over the layer's streams (``last``: see layer_activations)."""
+    streams = [] if last and shape.num_predict else [_stream_saved(model, shape, shape.seq_len, False)]
+    if shape.num_predict:
+        streams.append(_stream_saved(model, shape, shape.num_predict, True))
+    return {name: sum(s[name] for s in streams) for name in streams[0]}
+
+
+def _keys_and_values(model: ModelConfig, shape: StepShape) -> int:
+    """Bytes of one layer's keys and values [B, N, M + L, H], which both streams read."""
+    k = shape.mem_len + shape.seq_len
+    return 2 * shape.batch * k * model.n_head * model.d_head * shape.activation_bytes
+
+
+def recomputed_parts(model: ModelConfig, shape: StepShape) -> dict[str, dict[str, int]]:
     """What one layer's backward pass recomputes and holds, by stage: "feed_forward" (first, the
     feed-forward sub-layer's set) and "attention" (after it, the attention sub-layer's), for
     remat=attention (GELU's intermediates, then the attention cores) and remat=full (the layer)."""
-    k = shape.mem_len + shape.seq_len
-    streams = [_stream_saved(model, shape, shape.seq_len, False)]
-    if shape.num_predict:
-        streams.append(_stream_saved(model, shape, shape.num_predict, True))
-    part = {name: sum(s[name] for s in streams) for name in streams[0]}
+    part = _streams_saved(model, shape)
     layer = layer_activations(model, shape)
-    keys_values = 2 * shape.batch * k * model.n_head * model.d_head * shape.activation_bytes
     return {"attention": {"feed_forward": part["activation"], "attention": part["core"]},
             "full": {"feed_forward": layer["none"] - layer["full"],
-                     "attention": part["core"] + part["attention_rest"] + keys_values}}
+                     "attention": part["core"] + part["attention_rest"] + _keys_and_values(model, shape)}}
 
 
 def attention_working_set(model: ModelConfig, shape: StepShape) -> int:

@@ -420,7 +420,7 @@ class Controller:
                 peaks.append(int(tf.config.experimental.get_memory_info(device)["peak"]))
             except (ValueError, tf.errors.OpError):
                 continue
-        return max(peaks) if peaks and max(peaks) > 0 else None
+        return max(peaks, default=0) or None
 
     def _learning_rate(self, step: int) -> float:
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
