@@ -5,13 +5,6 @@ by 1 / (1 - rate), a fresh mask on every call from a keras SeedGenerator). The b
 keras draws them with tf.random.stateless_uniform, which under XLA on CPU takes about 6.8 s
 for one [8, 8, 256, 448] attention-probability tensor (measured, see benchmarks/); hashing
 an element counter with lowbias32 takes 8 ms there and 48 ms without XLA (vs 134 ms).
-
-The keep mask is always one XLA-compiled call (``keep_mask``), also inside a step that is not
-compiled: XLA fuses the counter, the hash's ten integer operations and the comparison into one pass
-that writes only the bool mask, where TensorFlow's executor writes a uint32 tensor of the dropped
-tensor's size for each of them. On a 4-layer Base step at 512 (batch 2, memory 384) that took
-19% off the step without remat and 17% off ``full`` (measured). It also leaves no element counter
-in the step's graph for Grappler to fold into a constant or to build at the step's start.
 """
 from __future__ import annotations
 
@@ -21,14 +14,12 @@ import keras
 import tensorflow as tf
 
 from trainer.layers.counter_hash import GOLDEN_32, mix32
+from trainer.layers.remat import recomputing
 
 
-@tf.function(jit_compile=True)
-def keep_mask(shape: tuple[int, ...], seed: tf.Tensor, rate: float) -> tf.Tensor:
-    """bool [shape]: True where dropout at ``rate`` keeps an element, for a [2] integer ``seed``
-    (compiled once per shape and rate)."""
-    threshold = tf.constant(min(int(rate * 2 ** 32), 2 ** 32 - 1), tf.uint32)
-    return hashed_uniform_bits(tf.TensorShape(shape), seed) >= threshold
+# Grappler's constant folding leaves results of this size and more to run time (observed on the
+# counters: 8 MiB ones folded into constants, 14 MiB ones built at run time).
+GRAPPLER_FOLDS_BELOW_BYTES = 10 * 2 ** 20
 
 
 def hashed_uniform_bits(shape: tf.TensorShape, seed: tf.Tensor) -> tf.Tensor:
@@ -73,7 +64,17 @@ class HashDropout(keras.layers.Layer):
         shape = x.shape
         if not shape.is_fully_defined():
             return _stateless_dropout(x, self.rate, seed)
-        keep = keep_mask(tuple(shape.as_list()), seed, self.rate)
+        threshold = tf.constant(min(int(self.rate * 2 ** 32), 2 ** 32 - 1), tf.uint32)
+        # The element counter is a range of constants. Grappler folds one below 10 MiB into a
+        # constant (one per shape, shared by every layer); a larger one it builds at run time, also
+        # one per shape, which the executor may build at the step's start: in a recomputation
+        # (remat) it then lived until the last layer's backward pass, with its product by the hash
+        # constant (measured). Waiting for x builds each when its mask is needed. Only there and
+        # only for those, so that a plain call's graph stays as it was and no layer gets a folded
+        # constant of its own.
+        wait = recomputing() and math.prod(shape) * 4 >= GRAPPLER_FOLDS_BELOW_BYTES
+        with tf.control_dependencies([x] if wait else []):
+            keep = hashed_uniform_bits(shape, seed) >= threshold
         # A scalar zero, not zeros_like(x): Grappler folds a static-shaped zeros_like into a constant
         # the step keeps for good ([B, N, Q, K] for the attention probabilities, measured).
         return tf.where(keep, x * tf.cast(1.0 / (1.0 - self.rate), x.dtype), tf.zeros([], x.dtype))

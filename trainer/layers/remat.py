@@ -62,19 +62,37 @@ pass, which would keep the intermediates again. The forward pass of a region tak
 same way from its differentiable inputs (the layer's input among them): TensorFlow's executor runs
 whatever is ready, and every layer's input-free work (the memory's key and value projections, the
 position keys, the dropout masks drawn from seeds) was built at the start of the step and kept until
-its layer ran, about twice what a layer keeps under ``full`` (measured). XLA's OptimizationBarrier
-(TensorFlow 2.21 has it as the XlaOptimizationBarrier op, outside tf.raw_ops) does not do it on
-XLA:CPU: the CPU pipeline expands the barrier before its CSE pass, and the recomputation was merged
-back (measured).
+its layer ran, about twice what a layer keeps under ``full`` (measured). For the same reason a
+recomputed dropout builds a large element counter only once its input is there
+(trainer/layers/dropout.py). XLA's OptimizationBarrier (TensorFlow 2.21 has it
+as the XlaOptimizationBarrier op, outside tf.raw_ops) does not do it on XLA:CPU: the CPU pipeline
+expands the barrier before its CSE pass, and the recomputation was merged back (measured).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+import threading
+from typing import Any, Callable, Iterator
 
 import tensorflow as tf
 from tensorflow.python.eager import record
 
 REMAT_MODES = ("none", "attention", "full")
+_STATE = threading.local()
+
+
+def recomputing() -> bool:
+    """Whether the code being traced is a backward pass's recomputation (see ``recompute``)."""
+    return getattr(_STATE, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def _recomputation() -> Iterator[None]:
+    _STATE.depth = getattr(_STATE, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _STATE.depth -= 1
 
 
 def check_remat(mode: str) -> str:
@@ -127,7 +145,7 @@ def recompute(fn: Callable[[Any, Any], Any], differentiable: Any, fixed: Any = N
             output_grads = [tf.zeros_like(t) if dy is None else dy for t, dy in zip(present, output_grads)]
             again = _after(tensors, output_grads[:1])
             sources = list(again[:len(diff_at)]) + variables
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
+            with tf.GradientTape(watch_accessed_variables=False) as tape, _recomputation():
                 tape.watch(sources)
                 recomputed = [t for t in tf.nest.flatten(run(again)) if t is not None]
             grads = tape.gradient(recomputed, sources, output_gradients=output_grads,
