@@ -64,7 +64,10 @@ class PositionwiseFeedForward(keras.layers.Layer):
         """The (inner, output) dropout seeds a call draws, drawn now."""
         return self.inner_dropout.draw_seed(training), self.output_dropout.draw_seed(training)
 
-    def call(self, x: tf.Tensor, training: bool = False, seeds: tuple | None = None) -> tf.Tensor:
+    def call(self, x: tf.Tensor, training: bool = False, seeds: tuple | None = None,
+             normalize: bool = True) -> tf.Tensor:
+        """x [B, Q, d_model] -> LayerNorm(x + FF(x)) [B, Q, d_model]; ``normalize=False``: x + FF(x),
+        the sum before ``layer_norm``."""
         inner_seed, output_seed = seeds or self.draw_seeds(training)
         activation = ACTIVATIONS[self.activation]
         inner = self.layer_1(x)
@@ -74,7 +77,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
             inner = activation(inner)
         out = self.inner_dropout(inner, training=training, seed=inner_seed)
         out = self.output_dropout(self.layer_2(out), training=training, seed=output_seed)
-        return self.layer_norm(out + x)
+        return self.layer_norm(out + x) if normalize else out + x
 
     def get_config(self) -> dict:
         config = super().get_config()

@@ -22,6 +22,12 @@ class XLNetBlock(keras.layers.Layer):
     feed-forward do not run (its keys and values do), so that neither the forward pass nor a
     recomputation spends anything on an output nobody reads.
 
+    ``input_norm`` (a LayerNormalization or None): the inputs go through it first; with
+    ``output_norm=False`` the outputs are the feed-forward's residual sums before its LayerNorm.
+    XLNetNetwork uses both under ``full`` remat, each block applying the previous block's last
+    LayerNorm: a recomputed block then ends at its last matmul's output, which no gradient reads,
+    so the recomputation skips that matmul (a fifth of a layer's forward work).
+
     ``remat`` (trainer/layers/remat.py): "none"; "attention", the backward pass recomputes each
     stream's attention core and feed-forward activation; "full", it keeps only the block's inputs
     and recomputes the block.
@@ -49,27 +55,32 @@ class XLNetBlock(keras.layers.Layer):
         return {"attention": self.attention.draw_seeds(two_streams, training),
                 "feed_forward": {stream: self.feed_forward.draw_seeds(training) for stream in streams}}
 
-    def call(self, h, g=None, training=False, content_output=True, **attention_inputs):
+    def call(self, h, g=None, training=False, content_output=True, input_norm=None, output_norm=True,
+             **attention_inputs):
         seeds = self.draw_seeds(g is not None, training)
+        norms = (input_norm, output_norm)
         content_output = content_output or g is None
         if self.remat != "full":
-            return self._layer(h, g, attention_inputs, seeds, training, content_output)
+            return self._layer(h, g, attention_inputs, seeds, training, content_output, norms)
         differentiable = {name: attention_inputs.pop(name, None) for name in DIFFERENTIABLE_INPUTS}
 
         def layer(floats, fixed):
             return self._layer(floats["h"], floats["g"], {**floats["attention"], **fixed["attention"]},
-                               fixed["seeds"], training, content_output)
+                               fixed["seeds"], training, content_output, norms)
 
         return recompute(layer, {"h": h, "g": g, "attention": differentiable},
                          {"attention": attention_inputs, "seeds": seeds})
 
-    def _layer(self, h, g, attention_inputs, seeds, training, content_output):
+    def _layer(self, h, g, attention_inputs, seeds, training, content_output, norms):
+        input_norm, output_norm = norms
+        if input_norm is not None:
+            h, g = input_norm(h), None if g is None else input_norm(g)
         h, g = self.attention(h, g, training=training, seeds=seeds["attention"], content_output=content_output,
                               **attention_inputs)
         if h is not None:
-            h = self.feed_forward(h, training=training, seeds=seeds["feed_forward"]["content"])
+            h = self.feed_forward(h, training=training, seeds=seeds["feed_forward"]["content"], normalize=output_norm)
         if g is not None:
-            g = self.feed_forward(g, training=training, seeds=seeds["feed_forward"]["query"])
+            g = self.feed_forward(g, training=training, seeds=seeds["feed_forward"]["query"], normalize=output_norm)
         return h, g
 
     def get_config(self) -> dict:

@@ -154,6 +154,14 @@ class XLNetNetwork(keras.Model):
             target_valid = tf.ones_like(target_positions, tf.float32)
         return target_positions, target_valid
 
+    def _cached_rows(self, layer_input: tf.Tensor, norm) -> tf.Tensor:
+        """The rows of a layer's input the memory keeps; ``norm`` (a LayerNormalization or None) is
+        still to be applied to ``layer_input`` (full remat), and only to those rows: it is per row."""
+        if norm is None:
+            return layer_input
+        rows = layer_input[:, :self.config.reuse_len] if self.config.reuse_len > 0 else layer_input
+        return tf.stop_gradient(norm(rows))
+
     def _cache(self, layer_input: tf.Tensor, mem: Optional[tf.Tensor]) -> tf.Tensor:
         """New memory of one layer: its input's first reuse_len positions after the old memory, last mem_len kept."""
         current = layer_input[:, :self.config.reuse_len] if self.config.reuse_len > 0 else layer_input
@@ -205,16 +213,23 @@ class XLNetNetwork(keras.Model):
         pos_emb = self.position_encoding(klen=klen, qlen=qlen, training=training)
 
         new_mems = [] if config.mem_len > 0 else None
+        # Under full remat the streams pass between blocks before the last LayerNorm, which the next
+        # block applies (XLNetBlock): a recomputed block then never runs its last matmul.
+        shifted = self.remat == "full"
+        norm = None
         for i, block in enumerate(self.blocks):
             mem = None if mems is None else mems[i]
             if new_mems is not None:
-                new_mems.append(self._cache(h, mem))
+                new_mems.append(self._cache(self._cached_rows(h, norm), mem))
             last = i == len(self.blocks) - 1
-            h, g = block(h, g, training=training, content_output=content_output or not last, pos_emb=pos_emb,
-                         mem=mem, content_mask=content_mask,
+            h, g = block(h, g, training=training, content_output=content_output or not last, input_norm=norm,
+                         output_norm=not shifted, pos_emb=pos_emb, mem=mem, content_mask=content_mask,
                          query_mask=query_mask, query_positions=target_positions, query_valid=target_valid,
                          content_segment_diff=content_segment_diff, query_segment_diff=query_segment_diff,
                          **self.attention_biases(layer_index=i))
+            norm = block.feed_forward.layer_norm if shifted else None
+        if norm is not None:
+            h, g = (None if stream is None else norm(stream) for stream in (h, g))
         if h is None:
             self.output_dropout.draw_seed(training)  # the seed a call on h draws: g's dropout bits stay the same
         else:

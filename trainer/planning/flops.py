@@ -37,8 +37,12 @@ def model_flops_per_step(n_layer, d_model, d_inner, seq_len, mem_len, num_predic
 def recomputed_flops_per_step(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, batch, bi_data=True,
                               remat="none", **_) -> float:
     """FLOPs the backward pass spends recomputing under ``remat``: each layer's attention core
-    (attention) or its whole forward pass (full)."""
+    (attention) or its forward pass but the feed-forward's second matmul, whose output no gradient
+    reads (full: XLNetBlock's ``output_norm``)."""
     if remat == "none":
         return 0.0
     layer = layer_forward_flops(d_model, d_inner, seq_len, seq_len, mem_len, batch, bi_data, num_predict)
-    return float(n_layer * (layer["attention"] if remat == "attention" else layer["attention"] + layer["rest"]))
+    if remat == "attention":
+        return float(n_layer * layer["attention"])
+    last_matmul = 2 * batch * (seq_len + num_predict) * d_inner * d_model
+    return float(n_layer * (layer["attention"] + layer["rest"] - last_matmul))

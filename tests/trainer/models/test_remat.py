@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+from typing import Callable
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 import xlnet_cli
 from tfrecords.manifest import load_manifest
@@ -333,3 +336,26 @@ def test_a_recomputed_dropout_builds_its_large_counter_when_its_input_is_there()
     # the recomputation, after the recomputed scores
     waiting = [op for op in large if waits_for_data(op)]
     assert len(waiting) == len(large) - len(waiting) == STEP_CONFIG.n_layer - 1
+
+
+def executed_op_names(step: Callable[[], tf.Tensor], workdir: str) -> list[str]:
+    """The names of the ops one call of ``step`` runs (one per run), read from the profiler's trace."""
+    step()
+    tf.profiler.experimental.start(workdir)
+    step().numpy()
+    tf.profiler.experimental.stop()
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(tf.io.gfile.GFile(tf.io.gfile.glob(f"{workdir}/plugins/profile/*/*.xplane.pb")[0], "rb").read())
+    return [plane.event_metadata[event.metadata_id].name
+            for plane in space.planes for line in plane.lines for event in line.events]
+
+
+def test_a_recomputed_layer_skips_its_last_matmul_which_no_gradient_reads(tmp_path):
+    names = executed_op_names(gradient_step("full"), str(tmp_path))
+
+    def forward_matmuls(dense: str) -> int:  # the gradient's matmuls are named .../Tensordot/MatMul/MatMul
+        return sum(1 for name in names if re.search(rf"/ff_\d+/{dense}(_\d+)?/Tensordot/MatMul:", "/" + name))
+
+    feed_forwards = 2 * (STEP_CONFIG.n_layer - 1) + 1  # per layer per stream; the last layer's query stream
+    assert forward_matmuls("layer_1") == 2 * feed_forwards  # the forward pass and the recomputation
+    assert forward_matmuls("layer_2") == feed_forwards  # the forward pass only
