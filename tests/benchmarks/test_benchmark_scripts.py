@@ -90,3 +90,15 @@ def test_memory_reports_each_remat_modes_step_cost_against_none_of_the_same_roun
     ratios = [lines[i + 1]["step_s"] / lines[i]["step_s"] for i in (0, 2)]
     assert summary["remat"] == "full" and summary["ratios"] == [round(r, 3) for r in ratios]
     assert summary["ratio_to_none_median"] == round(sum(ratios) / 2, 3)
+
+
+@pytest.mark.slow  # 40 s: the tiny preset's none and full controllers in one process
+def test_remat_step_cost_times_every_mode_in_each_round_and_divides_by_none_of_that_round(tmp_path):
+    rows = run_benchmark("remat_step_cost.py", "--case", "tiny", "--batch", "8", "--modes", "full",
+                         "--rounds", "3", "--workdir", str(tmp_path))
+    rounds, (summary,) = rows[:3], rows[3:]
+    assert [row["round"] for row in rounds] == [0, 1, 2]
+    assert all(list(row["step_s"]) == ["none", "full"] and min(row["step_s"].values()) > 0 for row in rounds)
+    ratios = [row["step_s"]["full"] / row["step_s"]["none"] for row in rounds]
+    assert summary["remat"] == "full" and summary["ratios"] == [round(r, 3) for r in ratios]
+    assert summary["ratio_to_none_median"] == round(sorted(ratios)[1], 3)

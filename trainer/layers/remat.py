@@ -65,7 +65,7 @@ same way from its differentiable inputs (the layer's input among them): TensorFl
 whatever is ready, and every layer's input-free work (the memory's key and value projections, the
 position keys, the dropout masks drawn from seeds) was built at the start of the step and kept until
 its layer ran, about twice what a layer keeps under ``full`` (measured). For the same reason a
-recomputed dropout builds a large element counter only once its input is there
+recomputed dropout builds its mask (one compiled call) only once its input is there
 (trainer/layers/dropout.py). XLA's OptimizationBarrier (TensorFlow 2.21 has it
 as the XlaOptimizationBarrier op, outside tf.raw_ops) does not do it on XLA:CPU: the CPU pipeline
 expands the barrier before its CSE pass, and the recomputation was merged back (measured).

@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 from trainer.layers import HashDropout, RelativePositionEncoding, mask_fill_value, rel_shift
+from trainer.layers.dropout import hashed_uniform_bits, keep_mask
 from trainer.layers.relative_position import gather_relative, relative_distances
 
 
@@ -66,6 +67,12 @@ def test_dropout_mask_is_the_same_under_xla():
     eager, compiled = HashDropout(0.3, seed=9), HashDropout(0.3, seed=9)
     np.testing.assert_array_equal(tf.function(lambda v: compiled(v, training=True), jit_compile=True)(x).numpy(),
                                   eager(x, training=True).numpy())
+
+
+def test_the_compiled_keep_mask_is_the_hash_computed_op_by_op():
+    seed = tf.constant([123456789, -42], tf.int64)
+    bits = hashed_uniform_bits(tf.TensorShape([8, 33, 7]), seed)  # eager, one TensorFlow op at a time
+    np.testing.assert_array_equal(keep_mask((8, 33, 7), seed, 0.1).numpy(), bits.numpy() >= int(0.1 * 2 ** 32))
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32])

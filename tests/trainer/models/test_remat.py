@@ -19,7 +19,6 @@ from tensorflow.tsl.profiler.protobuf import xplane_pb2
 import xlnet_cli
 from tfrecords.manifest import load_manifest
 from trainer.configs.overrides import resolve_configs
-from trainer.layers.dropout import GRAPPLER_FOLDS_BELOW_BYTES
 from trainer.models.config import model_preset, sequence_model_config
 from trainer.models.network import build_network
 from trainer.models.pretrainer import XLNetPretrainer
@@ -316,26 +315,21 @@ def test_a_step_leaves_no_tensor_of_the_attention_scores_size_behind(remat):
     kept = tf.config.experimental.get_memory_info("CPU:0")["current"] - before
     # Grappler folded dropout's zeros_like(x) and the zero tensor of its rewrite of the scores' add
     # chain into constants the function keeps for good: measured 50.4 (none) and 34.3 MB (full)
-    # kept here before; now what it folds of the smaller dropouts' element counters, once per shape
+    # kept here before; now what it folds of the smaller dropouts' element counters, once per shape:
+    # 10.4 to 11.3 MB measured alone, 13.3 MB once after other tests. One more tensor of the scores'
+    # size (12.6 MB) would exceed the bound.
     scores = 4 * SB * STEP_CONFIG.n_head * SL * (SL + STEP_CONFIG.mem_len)
-    assert kept < scores, kept
+    assert kept < 1.6 * scores, kept
 
 
-def waits_for_data(op: tf.Operation) -> bool:
-    """Whether ``op`` has a control input, itself or through its constant inputs (TensorFlow puts a
-    control edge only on the first ops a control_dependencies block creates)."""
-    return bool(op.control_inputs) or any(t.op.control_inputs for t in op.inputs)
-
-
-def test_a_recomputed_dropout_builds_its_large_counter_when_its_input_is_there():
+def test_a_recomputed_dropout_hashes_its_mask_in_one_compiled_call_once_its_input_is_there():
     graph = gradient_step("full").get_concrete_function().graph
-    large = [op for op in graph.get_operations() if op.type == "Range" and "hash_dropout" in op.name
-             and 4 * op.outputs[0].shape.num_elements() >= GRAPPLER_FOLDS_BELOW_BYTES]
-    # the content stream's attention probabilities of the layers but the last (12.6 MB each), once
-    # in the forward pass, free to start whenever (a plain call's graph is as before), and once in
-    # the recomputation, after the recomputed scores
-    waiting = [op for op in large if waits_for_data(op)]
-    assert len(waiting) == len(large) - len(waiting) == STEP_CONFIG.n_layer - 1
+    compiled = [op for op in graph.get_operations() if op.type == "PartitionedCall" and "hash_dropout" in op.name
+                and op.get_attr("_XlaMustCompile")]
+    # per layer 4 attention and 4 feed-forward dropouts, 2 each in the last layer (query stream only)
+    assert len(compiled) == 8 * (STEP_CONFIG.n_layer - 1) + 4
+    # a mask built at the backward pass's start would live until its layer's turn
+    assert all(op.control_inputs for op in compiled)
 
 
 def executed_op_names(step: Callable[[], tf.Tensor], workdir: str) -> list[str]:

@@ -1,0 +1,88 @@
+"""What each remat mode costs in step time, every mode side by side in one process.
+
+benchmarks/memory.py measures each mode in a process of its own, which its peak memory needs; its
+step times then differ by the process as much as by the mode (on this 2-core machine the same
+line measured 5.7 s and 6.8 s). Here one process builds the controller `xlnet train` or
+`xlnet finetune` would run (memory.py's cases: real data, real optimizer step) for every mode,
+compiles each with one step, runs one untimed round, then times one step of each mode in turn, round after round.
+Printed as JSON lines: one per round (each mode's step_s), then one per mode with the median over
+rounds of its step time divided by none's of the same round.
+
+    .venv/bin/python benchmarks/remat_step_cost.py --case base --batch 2 --rounds 5
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import memory  # noqa: E402  (benchmarks/memory.py: the cases and how a case's controller is built)
+from memory import MODES  # noqa: E402
+
+
+def time_modes(case: str, batch: int, modes: list[str], rounds: int, workdir: str) -> list[dict]:
+    """One row per round: the step time of every mode, timed one after the other."""
+    runs = {}
+    for mode in modes:
+        controller = memory.build(case, mode, batch, workdir)
+        iterator = iter(controller.train_dataset())
+        controller.run_steps(iterator, 1)  # traces and compiles
+        runs[mode] = (controller, iterator)
+    # After the other modes' controllers are built, a mode's next step took 3x its usual time
+    # (measured at Base, batch 2): one untimed round first.
+    for controller, iterator in runs.values():
+        controller.run_steps(iterator, 1)
+    rows = []
+    for round_ in range(rounds):
+        step_s = {}
+        for mode, (controller, iterator) in runs.items():
+            start = time.perf_counter()
+            controller.run_steps(iterator, 1)
+            step_s[mode] = round(time.perf_counter() - start, 3)
+        rows.append({"case": case, "batch": batch, "round": round_, "step_s": step_s})
+    return rows
+
+
+def summaries(rows: list[dict]) -> list[dict]:
+    """Each mode's step time over none's of the same round: the median over rounds."""
+    out = []
+    for mode in rows[0]["step_s"]:
+        if mode == "none":
+            continue
+        ratios = [row["step_s"][mode] / row["step_s"]["none"] for row in rows]
+        out.append({"summary": "remat_step_cost", "case": rows[0]["case"], "batch": rows[0]["batch"], "remat": mode,
+                    "rounds": len(ratios), "ratio_to_none_median": round(statistics.median(ratios), 3),
+                    "ratios": [round(r, 3) for r in ratios]})
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", default="base", choices=[name for name, case in memory.CASES.items()
+                                                           if set(MODES) <= set(case[4])])
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
+                        help="none is always measured: the others are compared with it")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-memory-benchmark"),
+                        help="where the preprocessed data and the model directories go")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    os.makedirs(args.workdir, exist_ok=True)
+    modes = ["none"] + [mode for mode in args.modes if mode != "none"]
+    rows = time_modes(args.case, args.batch, modes, args.rounds, args.workdir)
+    for row in rows + summaries(rows):
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
