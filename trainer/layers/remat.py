@@ -42,10 +42,10 @@ where listed, the dropped tensor.
 ``full``: per layer only its inputs, the content stream h [B, L, D] cd and the query stream g
   [B, P, D] cd (each layer's output is the next one's input; the network passes them before the
   last LayerNorm, which the next layer applies, so that a recomputation skips the layer's last
-  matmul: XLNetBlock), its biases and seg_embed, and its
-  eight dropout seeds [2] int64; shared by all layers: the position encoding [G, R, D] cd, the
-  masks and segment differences, the memory, the target positions and validity. During the
-  backward pass one layer's ``none`` set exists again, with its gradients (the largest transient).
+  matmul: XLNetBlock), its biases and seg_embed, and its eight dropout seeds [2] int64; shared by
+  all layers: the position encoding [G, R, D] cd, the masks and segment differences, the memory,
+  the target positions and validity. During the backward pass one layer's ``none`` set exists
+  again, with its gradients (the largest transient).
 
 Under XLA the compiler's buffer assignment decides what is live: it fuses elementwise chains and
 recomputes them inside fusions, so it keeps less than the lists above in every mode; the regions
