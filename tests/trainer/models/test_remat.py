@@ -322,8 +322,15 @@ def test_a_step_leaves_no_tensor_of_the_attention_scores_size_behind(remat):
     assert kept < 1.6 * scores, kept
 
 
+@functools.cache
+def full_step() -> tf.types.experimental.PolymorphicFunction:
+    """One ``gradient_step("full")`` for the tests that only read its graph or its ops (7 s to trace)."""
+    return gradient_step("full")
+
+
+@pytest.mark.xdist_group("full_step")
 def test_a_recomputed_dropout_hashes_its_mask_in_one_compiled_call_once_its_input_is_there():
-    graph = gradient_step("full").get_concrete_function().graph
+    graph = full_step().get_concrete_function().graph
     compiled = [op for op in graph.get_operations() if op.type == "PartitionedCall" and "hash_dropout" in op.name
                 and op.get_attr("_XlaMustCompile")]
     # per layer 4 attention and 4 feed-forward dropouts, 2 each in the last layer (query stream only)
@@ -344,8 +351,9 @@ def executed_op_names(step: Callable[[], tf.Tensor], workdir: str) -> list[str]:
             for plane in space.planes for line in plane.lines for event in line.events]
 
 
+@pytest.mark.xdist_group("full_step")
 def test_a_recomputed_layer_skips_its_last_matmul_which_no_gradient_reads(tmp_path):
-    names = executed_op_names(gradient_step("full"), str(tmp_path))
+    names = executed_op_names(full_step(), str(tmp_path))
 
     def forward_matmuls(dense: str) -> int:  # the gradient's matmuls are named .../Tensordot/MatMul/MatMul
         return sum(1 for name in names if re.search(rf"/ff_\d+/{dense}(_\d+)?/Tensordot/MatMul:", "/" + name))
