@@ -67,15 +67,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", default="base", choices=[name for name, case in memory.CASES.items()
                                                            if set(MODES) <= set(case[4])])
-    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=2, help="micro-batch per step")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES,
                         help="none is always measured: the others are compared with it")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds, one step of each mode per round")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-memory-benchmark"),
                         help="where the preprocessed data and the model directories go")
     args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    for flag, value in (("--batch", args.batch), ("--rounds", args.rounds)):
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
     os.makedirs(args.workdir, exist_ok=True)
     modes = ["none"] + [mode for mode in args.modes if mode != "none"]
     rows = time_modes(args.case, args.batch, modes, args.rounds, args.workdir)
