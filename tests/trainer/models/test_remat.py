@@ -126,7 +126,7 @@ def test_under_xla_pretraining_equals_none(remat):
     assert_same_step(step(pretraining_model, remat, jit_compile=True), reference_step(pretraining_model, True))
 
 
-@pytest.mark.parametrize("remat", MODES)
+@pytest.mark.parametrize("remat", ["full", pytest.param("attention", marks=pytest.mark.slow)])
 def test_mixed_bfloat16_gives_finite_gradients_close_to_none(remat):
     got = step(pretraining_model, remat, jit_compile=False, precision="mixed_bfloat16")
     want = reference_step(pretraining_model, False, "mixed_bfloat16")
@@ -307,7 +307,8 @@ def gradient_step(remat: str) -> tf.types.experimental.PolymorphicFunction:
     return gradients
 
 
-@pytest.mark.parametrize("remat", [pytest.param("none", marks=pytest.mark.slow), "full"])  # the same dropout and scores
+@pytest.mark.slow  # 8 to 14 s each
+@pytest.mark.parametrize("remat", ["none", "full"])
 def test_a_step_leaves_no_tensor_of_the_attention_scores_size_behind(remat):
     step = gradient_step(remat)
     before = tf.config.experimental.get_memory_info("CPU:0")["current"]
@@ -351,6 +352,7 @@ def executed_op_names(step: Callable[[], tf.Tensor], workdir: str) -> list[str]:
             for plane in space.planes for line in plane.lines for event in line.events]
 
 
+@pytest.mark.slow  # 5 to 13 s
 @pytest.mark.xdist_group("full_step")
 def test_a_recomputed_layer_skips_its_last_matmul_which_no_gradient_reads(tmp_path):
     names = executed_op_names(full_step(), str(tmp_path))
