@@ -4,9 +4,9 @@ benchmarks/memory.py measures each mode in a process of its own, which its peak 
 step times then differ by the process as much as by the mode (on this 2-core machine the same
 line measured 5.7 s and 6.8 s). Here one process builds the controller `xlnet train` or
 `xlnet finetune` would run (memory.py's cases: real data, real optimizer step) for every mode,
-compiles each with one step, runs one untimed round, then times one step of each mode in turn, round after round.
-Printed as JSON lines: one per round (each mode's step_s), then one per mode with the median over
-rounds of its step time divided by none's of the same round.
+compiles each with one step, runs one untimed round, then times one step of each mode in turn,
+round after round. Printed as JSON lines: one per round (each mode's step_s), then memory.py's
+`remat_step_cost` line per mode: the median over rounds of its step time over none's of the round.
 
     .venv/bin/python benchmarks/remat_step_cost.py --case base --batch 2 --rounds 5
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -50,19 +49,6 @@ def time_modes(case: str, batch: int, modes: list[str], rounds: int, workdir: st
     return rows
 
 
-def summaries(rows: list[dict]) -> list[dict]:
-    """Each mode's step time over none's of the same round: the median over rounds."""
-    out = []
-    for mode in rows[0]["step_s"]:
-        if mode == "none":
-            continue
-        ratios = [row["step_s"][mode] / row["step_s"]["none"] for row in rows]
-        out.append({"summary": "remat_step_cost", "case": rows[0]["case"], "batch": rows[0]["batch"], "remat": mode,
-                    "rounds": len(ratios), "ratio_to_none_median": round(statistics.median(ratios), 3),
-                    "ratios": [round(r, 3) for r in ratios]})
-    return out
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", default="base", choices=[name for name, case in memory.CASES.items()
@@ -80,7 +66,8 @@ def main() -> int:
     os.makedirs(args.workdir, exist_ok=True)
     modes = ["none"] + [mode for mode in args.modes if mode != "none"]
     rows = time_modes(args.case, args.batch, modes, args.rounds, args.workdir)
-    for row in rows + summaries(rows):
+    step_times = {(args.case, args.batch, mode): [row["step_s"][mode] for row in rows] for mode in modes}
+    for row in rows + memory.step_costs(step_times):
         print(json.dumps(row), flush=True)
     return 0
 

@@ -31,8 +31,12 @@ def keep_mask(shape: tuple[int, ...], seed: tf.Tensor, rate: float) -> tf.Tensor
     keeps, which the memory model's figures include (the tiny preset's ``attention`` peak fell
     below the model's 15% band); changing both is one change, not done here.
     """
-    threshold = tf.constant(min(int(rate * 2 ** 32), 2 ** 32 - 1), tf.uint32)
-    return hashed_uniform_bits(tf.TensorShape(shape), seed) >= threshold
+    return hashed_uniform_bits(tf.TensorShape(shape), seed) >= keep_threshold(rate)
+
+
+def keep_threshold(rate: float) -> tf.Tensor:
+    """The uint32 a hashed bit pattern must reach for dropout at ``rate`` to keep its element."""
+    return tf.constant(min(int(rate * 2 ** 32), 2 ** 32 - 1), tf.uint32)
 
 
 def hashed_uniform_bits(shape: tf.TensorShape, seed: tf.Tensor) -> tf.Tensor:
@@ -82,8 +86,7 @@ class HashDropout(keras.layers.Layer):
             with tf.control_dependencies([x]):
                 keep = keep_mask(tuple(shape.as_list()), seed, self.rate)
         else:
-            threshold = tf.constant(min(int(self.rate * 2 ** 32), 2 ** 32 - 1), tf.uint32)
-            keep = hashed_uniform_bits(shape, seed) >= threshold
+            keep = hashed_uniform_bits(shape, seed) >= keep_threshold(self.rate)
         # A scalar zero, not zeros_like(x): Grappler folds a static-shaped zeros_like into a constant
         # the step keeps for good ([B, N, Q, K] for the attention probabilities, measured).
         return tf.where(keep, x * tf.cast(1.0 / (1.0 - self.rate), x.dtype), tf.zeros([], x.dtype))
