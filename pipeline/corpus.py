@@ -34,6 +34,7 @@ from typing import Iterable, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from tfrecords.errors import UsageError
 
 INPUT_FORMATS = ("auto", "text", "jsonl")
 INPUT_FORMAT_HELP = ("text: one sentence per line, blank line between documents; jsonl: one JSON document "
@@ -43,7 +44,7 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 _READ_CHUNK = 1 << 20
 
 
-class CorpusError(ValueError):
+class CorpusError(UsageError):
     """A corpus input problem found before processing (bad glob, unreadable path)."""
 
 

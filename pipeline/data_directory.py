@@ -14,12 +14,13 @@ import uuid
 from apache_beam.io.filesystems import FileSystems
 
 from tfrecords.manifest import MANIFEST_NAME, Manifest, manifest_location, missing_manifest_error, parse_manifest
+from tfrecords.errors import UsageError
 
 # Names of what a run writes; anything else in the directory is left alone.
 OWN_PREFIXES = ("train-", "valid-", f".{MANIFEST_NAME}")
 
 
-class OutputError(ValueError):
+class OutputError(UsageError):
     """The output directory cannot be used as asked."""
 
 

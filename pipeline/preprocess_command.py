@@ -23,6 +23,7 @@ from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from pipeline.vocab import VocabError, load_vocab
 from tfrecords.manifest import MANIFEST_NAME, ManifestError
 from tfrecords.record_config import ConfigError
+from tfrecords.errors import DataError
 
 # xlnet_cli hands flags this command does not define to run() as args.runner_options.
 ACCEPTS_RUNNER_OPTIONS = True
@@ -153,7 +154,7 @@ COUNTER_KEYS = ("files", "lines", "documents", "tokens", "records", "masked_toke
 SKIPPED_KEYS = ("unreadable_files", "invalid_lines", "long_lines", "empty_files")
 
 
-class NoTrainingRecordsError(Exception):
+class NoTrainingRecordsError(DataError):
     """The run produced no training record: it wrote no manifest and its shards were removed.
     A data problem (exit status 3), not a usage error; ``metrics`` holds the run's counters."""
 

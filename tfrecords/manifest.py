@@ -38,13 +38,14 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 
 from tfrecords.schema import FORMAT_VERSION
+from tfrecords.errors import UsageError
 
 MANIFEST_NAME = "manifest.json"
 SPLITS = ("train", "valid")
 COUNT_KEYS = ("records", "tokens", "masked_tokens", "documents")
 
 
-class ManifestError(ValueError):
+class ManifestError(UsageError):
     """A missing, unreadable or inconsistent manifest; the message names the file."""
 
 

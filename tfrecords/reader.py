@@ -29,9 +29,10 @@ from tfrecords import schema
 from tfrecords.manifest import Manifest
 from tfrecords.record_config import RecordConfig
 from tfrecords.span_masking import SpanMasker
+from tfrecords.errors import UsageError
 
 
-class ManifestMismatchError(ValueError):
+class ManifestMismatchError(UsageError):
     """The data directory was written for a different configuration than the one training uses."""
 
 

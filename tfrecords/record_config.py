@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
+from tfrecords.errors import UsageError
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError):
     """An impossible preprocessing configuration; the message names the flag(s)."""
 
 

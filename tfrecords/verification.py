@@ -26,6 +26,7 @@ import numpy as np
 
 from tfrecords.manifest import Manifest, ShardEntry
 from tfrecords.schema import parse_records
+from tfrecords.errors import DataError
 
 # Records read and parsed per step: large enough that per-batch overhead is negligible.
 BATCH_RECORDS = 512
@@ -35,7 +36,7 @@ _TF_FUNCTION_NAME = re.compile(r"\{\{function_node [^}]*\}\}")
 _TF_OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\].*$")
 
 
-class DamagedDataError(Exception):
+class DamagedDataError(DataError):
     """Shard files that do not match their manifest (missing, or of another size): a data problem,
     not a usage error. The message names every such file and how to check the rest."""
 

@@ -13,11 +13,12 @@ import unicodedata
 from dataclasses import dataclass, fields
 
 import numpy as np
+from tfrecords.errors import UsageError
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's '▁'
 
 
-class VocabError(ValueError):
+class VocabError(UsageError):
     """A vocabulary that cannot be used (missing file, missing special symbol, bad settings)."""
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 from typing import Callable
+from tfrecords.errors import UsageError
 
 # TPU_ACCELERATOR_TYPE (set on Cloud TPU VMs, e.g. "v4-8", "v5litepod-16") -> the device table's row
 TPU_GENERATIONS = (("v5litepod", "tpu-v5e"), ("v5e", "tpu-v5e"), ("v5p", "tpu-v5p"), ("v4", "tpu-v4"),
                    ("v3", "tpu-v3"))
 
 
-class DoesNotFit(ValueError):
+class DoesNotFit(UsageError):
     """The plan predicts more memory than the device has (a usage error: exit 2)."""
 
 

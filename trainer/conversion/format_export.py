@@ -12,12 +12,13 @@ The SavedModel (trainer/serving/saved_model.py) stays the default format of `xln
 from __future__ import annotations
 
 from typing import Optional
+from tfrecords.errors import UsageError
 
 # What marks an output directory as already holding an export of each format.
 EXISTING = {"huggingface": "config.json", "tf1": "xlnet_model.ckpt.index"}
 
 
-class FormatExportError(ValueError):
+class FormatExportError(UsageError):
     """An --output that cannot take the export."""
 
 

@@ -43,6 +43,7 @@ from trainer.models.config import ModelConfig
 from trainer.models.heads import HeadSpec
 from trainer.models.network import XLNetNetwork
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
+from tfrecords.errors import UsageError
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -80,7 +81,7 @@ HEAD_PREFIXES = ("logits_proj.", "sequence_summary.", "start_logits.", "end_logi
 SUMMARY = {"summary_type": "last", "summary_use_proj": True, "summary_activation": "tanh"}
 
 
-class HuggingFaceFormatError(ValueError):
+class HuggingFaceFormatError(UsageError):
     """A Hugging Face directory, config or tensor set we cannot use; the message names the file or field."""
 
 

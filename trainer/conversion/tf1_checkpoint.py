@@ -14,6 +14,7 @@ import tensorflow as tf
 from trainer.models.config import ModelConfig
 from trainer.models.network import XLNetNetwork, build_network
 from trainer.runtime.storage import StorageError, read_json
+from tfrecords.errors import UsageError
 
 # xlnet_config.json key -> ModelConfig field (the release names the vocabulary size n_token).
 ORIGINAL_CONFIG_KEYS = {"n_layer": "n_layer", "d_model": "d_model", "n_head": "n_head", "d_head": "d_head",
@@ -21,7 +22,7 @@ ORIGINAL_CONFIG_KEYS = {"n_layer": "n_layer", "d_model": "d_model", "n_head": "n
                         "n_token": "vocab_size"}
 
 
-class CheckpointImportError(ValueError):
+class CheckpointImportError(UsageError):
     """An original checkpoint or config does not match what the network needs."""
 
 

@@ -28,6 +28,7 @@ from trainer.conversion.tf1_checkpoint import ORIGINAL_CONFIG_KEYS, CheckpointIm
 from trainer.models.heads import HeadSpec
 from trainer.models.network import XLNetNetwork
 from trainer.runtime.storage import write_bytes, write_json
+from tfrecords.errors import UsageError
 
 if TYPE_CHECKING:
     from trainer.models.question_answering import XLNetForQuestionAnswering
@@ -42,7 +43,7 @@ ORIGINAL_ACTIVATIONS = ("gelu", "relu")
 RUN_SQUAD_HEAD = HeadSpec("squad", start_n_top=5, end_n_top=5)
 
 
-class TF1FormatError(ValueError):
+class TF1FormatError(UsageError):
     """A model the original release layout cannot express; the message names the field."""
 
 

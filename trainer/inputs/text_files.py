@@ -23,6 +23,7 @@ import threading
 from typing import Any, Iterator
 
 import tensorflow as tf
+from tfrecords.errors import UsageError
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 _DELIMITERS = {"csv": ",", "tsv": "\t"}
@@ -32,7 +33,7 @@ _FIELD_SIZE_LIMIT_LOCK = threading.Lock()
 _LARGEST_FIELD_SIZE_LIMIT = 2**31 - 1  # the C long csv takes, on every platform
 
 
-class FinetuneDataError(ValueError):
+class FinetuneDataError(UsageError):
     """An input file that cannot be used as given; the message names the file and line."""
 
 

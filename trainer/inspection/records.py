@@ -24,12 +24,13 @@ from tfrecords.manifest import Manifest, ShardEntry, load_manifest, vocabulary_p
 from tfrecords.schema import SEG_A, parse_records
 from tfrecords.verification import DamagedDataError, error_text, record_checker
 from tfrecords.vocabulary import WORD_BOUNDARY, Vocab, parse_vocab
+from tfrecords.errors import UsageError
 
 OPEN_MARK, CLOSE_MARK = "[[", "]]"
 LABELS = {1: "B continues A", 0: "B is a random span"}
 
 
-class InspectionError(ValueError):
+class InspectionError(UsageError):
     """A request the data directory cannot answer (a split, stream or record it lacks); the message
     names the flag. Exit status 2."""
 

@@ -31,9 +31,10 @@ from trainer.configs.training import LoopConfig
 from trainer.runtime.distribution import is_chief, worker_info
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.optimization import build_optimizer, clip_by_global_norm
+from tfrecords.errors import DataError
 
 
-class TrainingStopped(RuntimeError):
+class TrainingStopped(DataError):
     """A run that cannot go on because of its data or its state (the commands exit with status 3);
     the checkpoints saved so far are kept."""
 

@@ -17,9 +17,10 @@ import os
 from typing import Any
 
 import tensorflow as tf
+from tfrecords.errors import UsageError
 
 
-class StorageError(ValueError):
+class StorageError(UsageError):
     """A file that cannot be read as expected; the message names it."""
 
 

@@ -65,6 +65,7 @@ from trainer.runtime.run_lock import process_alive
 from trainer.runtime.storage import write_bytes, write_json
 from trainer.serving.squad_answerer import SquadServingConfig, answer
 from trainer.serving.text_encoder import XLNetTextEncoder, question_with_option_graph
+from tfrecords.errors import UsageError
 
 EXPORT_FORMAT_VERSION = 1
 SIGNATURES = ("serving_default", "encode", "encode_text", "encode_text_pair", "predict_masked")
@@ -73,7 +74,7 @@ TASK_SIGNATURES = {"classification": ("classify", "classify_ids"), "regression":
 SMALLEST_LENGTH_BUCKET = 16
 
 
-class ExportError(ValueError):
+class ExportError(UsageError):
     """A model directory or export setting that cannot produce a SavedModel."""
 
 
