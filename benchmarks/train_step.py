@@ -115,10 +115,10 @@ def time_query_rows(steps: int) -> list[dict]:
     def targets_only(q):
         rows = tf.gather(q, positions, axis=2, batch_dims=1)
         return layer._attend(rows, keys, values, k_r, positions, L, tf.gather(segments, positions, batch_dims=1),
-                             tf.gather(mask, positions, batch_dims=1), biases, False)
+                             tf.gather(mask, positions, batch_dims=1), biases, seed=None, training=False)
 
     def all_positions(q):
-        out = layer._attend(q, keys, values, k_r, None, L, segments, mask, biases, False)
+        out = layer._attend(q, keys, values, k_r, None, L, segments, mask, biases, seed=None, training=False)
         return tf.gather(out, positions, axis=2, batch_dims=1)
 
     results = []
