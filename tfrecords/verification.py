@@ -18,7 +18,6 @@ functions (the rule of tfrecords/), so that importing this module stays cheap.
 from __future__ import annotations
 
 import dataclasses
-import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
@@ -27,13 +26,11 @@ import numpy as np
 from tfrecords.manifest import Manifest, ShardEntry
 from tfrecords.schema import parse_records
 from tfrecords.errors import DataError
+from tfrecords.tensorflow_errors import error_text
 
 # Records read and parsed per step: large enough that per-batch overhead is negligible.
 BATCH_RECORDS = 512
 DEFAULT_THREADS = 8
-# What TensorFlow wraps around an error's message: "{{function_node ...}} ... [Op:IteratorGetNext] name:".
-_TF_FUNCTION_NAME = re.compile(r"\{\{function_node [^}]*\}\}")
-_TF_OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\].*$")
 
 
 class DamagedDataError(DataError):
@@ -204,13 +201,6 @@ def _scan_one_by_one(dataset, position: int, check: Checker) -> tuple[int, BadRe
         if bad is not None:
             return position, bad
         position += 1
-
-
-def error_text(error) -> str:
-    """TensorFlow's error in one line: its kind and its message without the op and function names."""
-    lines = (getattr(error, "message", "") or str(error)).strip().splitlines()
-    message = _TF_FUNCTION_NAME.sub("", _TF_OP_SUFFIX.sub("", lines[0] if lines else ""))
-    return f"{type(error).__name__}: {message.strip()}"
 
 
 def record_checker(shard: ShardEntry, seq_len: int, vocab_size: int | None) -> Checker:

@@ -22,7 +22,8 @@ import numpy as np
 
 from tfrecords.manifest import Manifest, ShardEntry, load_manifest, vocabulary_path
 from tfrecords.schema import SEG_A, parse_records
-from tfrecords.verification import DamagedDataError, error_text, record_checker
+from tfrecords.tensorflow_errors import error_text
+from tfrecords.verification import DamagedDataError, record_checker
 from tfrecords.vocabulary import WORD_BOUNDARY, Vocab, parse_vocab
 from tfrecords.errors import UsageError
 

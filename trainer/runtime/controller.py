@@ -371,7 +371,7 @@ class Controller:
     def _input_error(self, step: int, error: tf.errors.OpError) -> str:
         """What to tell when the training input cannot be read: what TensorFlow said, where the task
         finds the damage, and what is kept."""
-        from tfrecords.verification import error_text
+        from tfrecords.tensorflow_errors import error_text
 
         said = error_text(error)
         self.log(f"the training input could not be read after step {step} ({said}); locating the damage")
