@@ -114,7 +114,7 @@ def task_files(task: str, workdir: Path) -> list[str]:
         return ["--train", str(ROTTEN / "train.tsv"), "--eval", str(ROTTEN / "dev.tsv")]
     from bundled_data import wikipedia_documents
 
-    from trainer.inputs.squad_cloze import held_out_cloze
+    from tests.support.squad_cloze import held_out_cloze
 
     train_set, dev_set = held_out_cloze(wikipedia_documents(10000), held_out_from=9000, train_paragraphs=20000,
                                         eval_paragraphs=300)
@@ -129,7 +129,7 @@ def trivial_baselines(dev: Path) -> list[dict]:
     its first 1 or 2 words, or 1 or 2 words at a seeded random place."""
     from trainer.evaluation.squad_official import squad_evaluate
     from trainer.inputs.squad import read_squad
-    from trainer.inputs.squad_cloze import SHORT_CLOZE, trivial_answers
+    from tests.support.squad_cloze import SHORT_CLOZE, trivial_answers
 
     dataset, gold = json.loads(dev.read_text()), read_squad(str(dev)).gold_answers()
     rows = []

@@ -123,7 +123,7 @@ def normalize_text_graph(texts, uncased: bool):
 # Offset tracking: the same normalisation, each normalised character keeping the span of original
 # characters it came from (extractive QA maps answers back to the original text). Python for the
 # SQuAD features (trainer/inputs/squad.py), TensorFlow for the served ``answer`` signature
-# (trainer/serving/squad_answerer.py). The graph version works on a batch of texts as flat arrays
+# (trainer/serving/answer_signature.py). The graph version works on a batch of texts as flat arrays
 # with a row (text) id per element.
 # ----------------------------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ in training; the ``*_ids`` variants take ids like ``encode`` (any length up to `
 * extractive QA (squad): ``answer``: ``question``, ``context`` string [batch] -> ``answer`` string,
   ``char_start``, ``char_end`` int32 (code points of the original context), ``score``,
   ``no_answer_probability`` float32 [batch]; windows, spans and decoding in the graph
-  (trainer/serving/squad_answerer.py).
+  (trainer/serving/answer_signature.py).
 
 The masked prediction is XLNet's permutation-LM inference: every mask is a target of the query
 stream, and the permutation mask lets every position see every non-mask token but no mask
@@ -63,7 +63,7 @@ from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.restore import checkpoint_to_read, open_model_directory, restore_model
 from trainer.runtime.run_lock import process_alive
 from trainer.runtime.storage import write_bytes, write_json
-from trainer.serving.squad_answerer import SquadServingConfig, answer
+from trainer.serving.answer_signature import SquadServingConfig, answer
 from trainer.serving.text_encoder import XLNetTextEncoder, question_with_option_graph
 from tfrecords.errors import UsageError
 
@@ -343,7 +343,7 @@ class XLNetServingModule(tf.Module):
 
     def _answer(self, question, context) -> dict[str, tf.Tensor]:
         """question, context string [batch] -> ``answer`` string, ``char_start``, ``char_end`` int32,
-        ``score``, ``no_answer_probability`` float32 [batch] (trainer/serving/squad_answerer.py)."""
+        ``score``, ``no_answer_probability`` float32 [batch] (trainer/serving/answer_signature.py)."""
         return answer(question, context, encoder=self.encoder, encode=self.encode, head=self.head, config=self.squad)
 
 

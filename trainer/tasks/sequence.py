@@ -1,4 +1,4 @@
-"""The fine-tuning task: classification, regression or multiple choice on labeled text files.
+"""The sequence task (SequenceTask): classification, regression or multiple choice on labeled text files.
 
 What it adds to the controller (trainer/runtime/controller.py): the XLNet network with a sequence head
 (trainer/models/sequence_model.py) as the model, the labeled examples encoded by the serving encoder
@@ -115,7 +115,7 @@ def _check_same_layout(train: Examples, other: Examples) -> None:
             f"unlike the training file {first.path}")
 
 
-class FinetuningTask(HeadTask):
+class SequenceTask(HeadTask):
     """Fine-tunes ``model_config``'s network on ``data`` (a controller Task).
 
     Step-log metric: ``accuracy`` for classification and multiple choice (none for regression).

@@ -4,7 +4,7 @@ What it adds to the controller (trainer/runtime/controller.py): XLNet's SQuAD he
 (trainer/models/question_answering.py) as the model, the windowed features of trainer/inputs/squad.py as the
 input (in the seeded, resumable order every fine-tuning task uses), the original's loss, and the
 official evaluation (trainer/evaluation/squad_official.py) of the n-best answers over every window
-(trainer/evaluation/squad_answers.py) on the whole eval file.
+(trainer/evaluation/squad_postprocessing.py) on the whole eval file.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.configs.finetuning import FinetuneConfig
-from trainer.evaluation.squad_answers import AnswerPrediction, evaluate_predictions, predict_answers
+from trainer.evaluation.squad_postprocessing import AnswerPrediction, evaluate_predictions, predict_answers
 from trainer.inputs.batching import batched_rows
 from trainer.inputs.squad import SquadData, SquadFeatures, SquadTokenizer, build_features, read_squad
 from trainer.models.config import ModelConfig

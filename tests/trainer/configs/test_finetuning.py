@@ -9,7 +9,7 @@ import pytest
 
 import xlnet_cli
 from trainer.configs.finetuning import SQUAD_MAX_SEQ_LENGTH, FinetuneConfig, finetune_preset, squad_length_problems
-from trainer.serving.squad_answerer import SquadServingConfig
+from trainer.serving.answer_signature import SquadServingConfig
 
 from support.bundled_data import REPO
 

@@ -131,7 +131,7 @@ def test_squad_model_round_trips_run_squads_head(tmp_path, vocab, capsys):
     for name, variable in expected.items():
         np.testing.assert_array_equal(actual[name].numpy(), variable.numpy(), err_msg=name)
     # what `xlnet export` reads of a squad directory (finetune_config.json and a checkpoint with
-    # ``head``) is all there; tests/trainer/serving/test_squad_answerer.py exports such a directory
+    # ``head``) is all there; tests/trainer/serving/test_answer_signature.py exports such a directory
 
 
 def test_checkpoint_with_part_of_run_squads_head_is_refused(tmp_path, vocab):

@@ -3,7 +3,7 @@
 Everything here is TensorFlow and tensorflow_text ops, so the SavedModel needs no project code.
 It computes, per (question, context) pair of a batch, what the Python pipeline computes
 (trainer/inputs/squad.py's build_features(training=False) + XLNetForQuestionAnswering's beam +
-trainer/evaluation/squad_answers.py's predict_answers):
+trainer/evaluation/squad_postprocessing.py's predict_answers):
 
 1. The context is normalised CHARACTER BY CHARACTER, each normalised character keeping the span
    of original characters it came from (tfrecords/text_normalization.py's normalized_char_origins_graph, the graph twin of

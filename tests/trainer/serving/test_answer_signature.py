@@ -1,6 +1,6 @@
 """`xlnet export` of a fine-tuned SQuAD model: the in-graph ``answer`` signature, served in a fresh
 process, equals the Python pipeline (inputs.squad.build_features + the head's beam +
-squad_answers.predict_answers)."""
+squad_postprocessing.predict_answers)."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,7 +17,7 @@ import tensorflow as tf
 import xlnet_cli
 from tfrecords.text_normalization import normalize_text, normalized_char_origins, normalized_char_origins_graph
 from trainer.configs.finetuning import FinetuneConfig
-from trainer.evaluation.squad_answers import predict_answers
+from trainer.evaluation.squad_postprocessing import predict_answers
 from trainer.inputs.squad import (
     SquadExample,
     SquadTokenizer,
@@ -30,7 +30,7 @@ from trainer.models.config import model_preset, sequence_model_config
 from trainer.models.network import build_network
 from trainer.models.question_answering import XLNetForQuestionAnswering
 from trainer.runtime.model_dir import ModelDirectory
-from trainer.serving.squad_answerer import SquadServingConfig, context_pieces_graph, max_context_owner, window_starts
+from trainer.serving.answer_signature import SquadServingConfig, context_pieces_graph, max_context_owner, window_starts
 from trainer.serving.text_encoder import XLNetTextEncoder
 
 from support.bundled_data import WIKI_QA

@@ -40,7 +40,7 @@ def paragraphs(documents: Sequence[Sequence[str]], sentences: int) -> list[list[
     return [list(document[n:n + sentences]) for document in documents for n in range(0, len(document), sentences)]
 
 
-# The short cloze of the learnability test (tests/trainer/inputs/test_squad_cloze.py) and of
+# The short cloze of the learnability test (tests/support/test_squad_cloze.py) and of
 # `benchmarks/finetune.py --task squad`: one or two blanked words, five words each side of the
 # blank, in paragraphs of two sentences, so that question and paragraph fit a 96-piece window.
 SHORT_CLOZE = dict(max_span_words=2, question_words=5)

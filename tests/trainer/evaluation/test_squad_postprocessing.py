@@ -1,4 +1,4 @@
-"""SQuAD post-processing (trainer/evaluation/squad_answers.py): beams over windows -> answers as spans of
+"""SQuAD post-processing (trainer/evaluation/squad_postprocessing.py): beams over windows -> answers as spans of
 the original text, on features of the bundled set data/squad/wiki_qa_v2.json."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from trainer.evaluation.squad_answers import evaluate_predictions, no_answer_scores, predict_answers, predictions_json
+from trainer.evaluation.squad_postprocessing import evaluate_predictions, no_answer_scores, predict_answers, predictions_json
 from trainer.inputs.squad import build_features
 
 from support.squad_settings import ANSWERS, SQUAD, WINDOWS, windows

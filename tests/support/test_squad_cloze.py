@@ -1,4 +1,4 @@
-"""The generated cloze QA set (trainer/inputs/squad_cloze.py) on the bundled Wikipedia text, its trivial
+"""The generated cloze QA set (tests/support/squad_cloze.py) on the bundled Wikipedia text, its trivial
 baselines, and the proof that the SQuAD head learns span extraction from it."""
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ import pytest
 
 from trainer.evaluation.squad_official import squad_evaluate
 from trainer.inputs.squad import read_squad
-from trainer.inputs.squad_cloze import FUNCTION_WORDS, cloze_squad, held_out_cloze, paragraphs, trivial_answers
 
-from support.bundled_data import read_corpus_documents
+from support.bundled_data import REPO, WIKI_SUMMARIES as WIKI, read_corpus_documents
+from support.squad_cloze import FUNCTION_WORDS, cloze_squad, held_out_cloze, paragraphs, trivial_answers
 
-REPO = Path(__file__).resolve().parents[3]
-WIKI = REPO / "data" / "corpus" / "wiki_summaries_en.txt.gz"
 WORD = re.compile(r"[^\W_]+(?:['\-.][^\W_]+)*")  # what the generator counts as a word
 
 
@@ -86,7 +84,7 @@ def test_paragraphs_cut_documents_into_consecutive_runs_of_sentences():
 
 
 # ------------------------------------------------------------------------------ learnability
-# trainer.inputs.squad_cloze.SHORT_CLOZE, which one 96-piece window holds; a 3-layer model from
+# support.squad_cloze.SHORT_CLOZE, which one 96-piece window holds; a 3-layer model from
 # random weights, without dropout (with it, the same run learns about three times slower). Its
 # exact match leaves the baselines' level after 250-500 steps, as the model learns to find the
 # question's words in the context. Measured (2026-11-23): exact 37.3 / F1 48.9 at step 1000,
