@@ -19,7 +19,6 @@ records before it.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -29,6 +28,7 @@ from tfrecords import schema
 from tfrecords.manifest import Manifest
 from tfrecords.record_config import RecordConfig
 from tfrecords.span_masking import SpanMasker
+from tfrecords.vocabulary import is_tokenised_with, vocabulary_sha256
 from tfrecords.errors import UsageError
 
 
@@ -56,12 +56,10 @@ class SlotStart:
 
 
 def file_sha256(path: str) -> str:
-    """Hex SHA-256 of a file (the manifest's vocabulary checksum)."""
-    digest = hashlib.sha256()
+    """The vocabulary checksum (tfrecords.vocabulary.vocabulary_sha256) of the SentencePiece model
+    file at ``path``, read through tf.io.gfile."""
     with tf.io.gfile.GFile(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return vocabulary_sha256(handle.read())
 
 
 def validate_manifest(manifest: Manifest, *, seq_len: int, reuse_len: int, bi_data: bool,
@@ -80,7 +78,7 @@ def validate_manifest(manifest: Manifest, *, seq_len: int, reuse_len: int, bi_da
     if config.get("num_predict") is not None and config["num_predict"] > num_predict:
         problems.append(f"num_predict: data masks up to {config['num_predict']} targets per record, training "
                         f"predicts {num_predict} (train.num_predict)")
-    if vocab_sha256 is not None and vocab.get("sha256") != vocab_sha256:
+    if vocab_sha256 is not None and not is_tokenised_with(vocab, vocab_sha256):
         problems.append(f"vocabulary checksum: data was tokenised with sha256 {vocab.get('sha256')}, the "
                         f"SentencePiece model used for training has {vocab_sha256}")
     if problems:

@@ -17,6 +17,16 @@ class ConfigError(UsageError):
     """An impossible preprocessing configuration; the message names the flag(s)."""
 
 
+def undivided_parts(seq_len: int, reuse_len: int, perm_size: int) -> list[tuple[str, int]]:
+    """The parts of a record that ``perm_size`` (>= 1) does not split into whole permutation blocks,
+    as (name, length): the memory-reuse context (``reuse_len``) and the A/B part
+    (``seq_len - reuse_len``), in that order; empty when both split. A permutation block never
+    straddles the two parts, so the data (``xlnet preprocess``), the training configuration and the
+    on-device permutation builder (trainer/models/permutation.py) all refuse a non-empty answer."""
+    parts = (("reuse_len", reuse_len), ("seq_len - reuse_len", seq_len - reuse_len))
+    return [(name, length) for name, length in parts if length % perm_size]
+
+
 @dataclass(frozen=True)
 class RecordConfig:
     """Shape of the records and of their span masks."""
@@ -60,7 +70,7 @@ class RecordConfig:
         perm = self.effective_perm_size
         if perm < 1:
             raise ConfigError(f"--perm-size must be positive, got {perm}")
-        if self.reuse_len % perm or (self.seq_len - self.reuse_len) % perm:
+        if undivided_parts(self.seq_len, self.reuse_len, perm):
             raise ConfigError(
                 f"--perm-size {perm} must divide both --reuse-len {self.reuse_len} and "
                 f"seq_len - reuse_len = {self.seq_len - self.reuse_len} (permutation blocks cannot straddle parts)")

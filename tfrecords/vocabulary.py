@@ -2,15 +2,18 @@
 
 A vocabulary is a SentencePiece model proto. ``parse_vocab`` checks that it is one and that
 it has every XLNet special symbol (``SpecialIds.from_processor`` reads their ids from the
-model; nobody hard-codes the numbers) and records its size and SHA-256. Reading the bytes is
-each side's own business: the pipeline reads through Beam's FileSystems (pipeline/vocab.py),
-the trainer through tf.io.gfile (trainer/runtime/model_dir.py).
+model; nobody hard-codes the numbers) and records its size and SHA-256 (``vocabulary_sha256``,
+the checksum a manifest records; ``is_tokenised_with`` the one check of a vocabulary against it).
+Reading the bytes is each side's own business: the pipeline reads through Beam's FileSystems
+(pipeline/vocab.py), the trainer through tf.io.gfile (trainer/runtime/model_dir.py,
+tfrecords/reader.py's ``file_sha256``).
 """
 from __future__ import annotations
 
 import hashlib
 import unicodedata
 from dataclasses import dataclass, fields
+from typing import Any, Mapping
 
 import numpy as np
 from tfrecords.errors import UsageError
@@ -62,6 +65,19 @@ class SpecialIds:
         return cls(**{f.name: int(values[f.name]) for f in fields(cls)})
 
 
+def vocabulary_sha256(model_proto: bytes) -> str:
+    """The vocabulary's checksum, as a manifest records it (``vocab.sha256``): the hex SHA-256 of
+    the SentencePiece model's serialised bytes (the file's bytes)."""
+    return hashlib.sha256(model_proto).hexdigest()
+
+
+def is_tokenised_with(manifest_vocab: Mapping[str, Any], sha256: str) -> bool:
+    """True when the records of a manifest whose ``vocab`` entry is ``manifest_vocab`` were tokenised
+    with the vocabulary of checksum ``sha256``: only then do their ids mean its pieces. A manifest
+    that records no checksum matches no vocabulary."""
+    return manifest_vocab.get("sha256") == sha256
+
+
 def is_word_start_piece(piece: str) -> bool:
     """A piece starts a word when it begins with '▁', '<' (special symbols) or punctuation."""
     if not piece:
@@ -103,7 +119,7 @@ def parse_vocab(model_proto: bytes, path: str, expected_sha256: str | None = Non
     import sentencepiece as spm
 
     source = source or repr(path)
-    digest = hashlib.sha256(model_proto).hexdigest()
+    digest = vocabulary_sha256(model_proto)
     if expected_sha256 is not None and digest != expected_sha256:
         raise VocabError(f"{source} changed during the run: sha256 {digest}, expected {expected_sha256}")
     processor = spm.SentencePieceProcessor()

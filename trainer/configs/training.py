@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from tfrecords.errors import UsageError
+from tfrecords.record_config import undivided_parts
 from trainer.models.config import MODEL_PRESETS, JsonConfig, ModelConfig, named_preset
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -70,7 +72,7 @@ class LoopConfig(JsonConfig):
     def __post_init__(self) -> None:
         problems = self.problems()
         if problems:
-            raise ValueError(f"invalid {self.CONFIG_KIND} config: " + "; ".join(problems))
+            raise UsageError(f"invalid {self.CONFIG_KIND} config: " + "; ".join(problems))
 
     def problems(self) -> list[str]:
         """Every invalid field value, described (subclasses add their own)."""
@@ -130,17 +132,17 @@ class TrainConfig(LoopConfig):
         return problems
 
     def check_model(self, model: ModelConfig) -> None:
-        """Raises ValueError naming every inconsistency between this and the model config."""
+        """Raises UsageError (a ValueError) naming every inconsistency between this and the model config."""
         problems = []
         if not 0 < model.reuse_len < self.seq_len:
             problems.append(f"model.reuse_len ({model.reuse_len}) must be in (0, train.seq_len={self.seq_len})")
-        elif model.reuse_len % self.perm_size or (self.seq_len - model.reuse_len) % self.perm_size:
+        elif undivided_parts(self.seq_len, model.reuse_len, self.perm_size):
             problems.append(f"train.perm_size ({self.perm_size}) must divide model.reuse_len ({model.reuse_len}) "
                             f"and seq_len - reuse_len ({self.seq_len - model.reuse_len})")
         if model.bi_data and (self.train_batch_size % 2 or self.eval_batch_size % 2):
             problems.append("bi_data needs even train_batch_size and eval_batch_size (forward + backward halves)")
         if problems:
-            raise ValueError("training config does not fit the model config: " + "; ".join(problems))
+            raise UsageError("training config does not fit the model config: " + "; ".join(problems))
 
 
 # Same names as MODEL_PRESETS. tiny matches the bundled corpus (seq_len 128, reuse_len 64,

@@ -24,7 +24,7 @@ from tfrecords.manifest import Manifest, ShardEntry, load_manifest, vocabulary_p
 from tfrecords.schema import SEG_A, parse_records
 from tfrecords.tensorflow_errors import error_text
 from tfrecords.verification import DamagedDataError, record_checker
-from tfrecords.vocabulary import WORD_BOUNDARY, Vocab, parse_vocab
+from tfrecords.vocabulary import WORD_BOUNDARY, Vocab, is_tokenised_with, parse_vocab
 from tfrecords.errors import UsageError
 
 OPEN_MARK, CLOSE_MARK = "[[", "]]"
@@ -55,10 +55,10 @@ class DataDirectory:
         vocab_file = vocabulary_path(manifest)
         with tf.io.gfile.GFile(vocab_file, "rb") as handle:
             vocab = parse_vocab(handle.read(), vocab_file)
-        expected = manifest.vocab.get("sha256")
-        if expected and vocab.sha256 != expected:
+        if not is_tokenised_with(manifest.vocab, vocab.sha256):
             raise DamagedDataError(f"{vocab_file} has sha256 {vocab.sha256}, but the data in {manifest.directory} "
-                                   f"was tokenised with sha256 {expected}: the records cannot be decoded with it")
+                                   f"was tokenised with sha256 {manifest.vocab.get('sha256')}: the records cannot "
+                                   "be decoded with it")
         processor = vocab.processor()
         pieces = tuple(processor.id_to_piece(i) for i in range(vocab.vocab_size))
         symbols = np.array([processor.is_control(i) or processor.is_unknown(i) or

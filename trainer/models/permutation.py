@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfrecords.record_config import undivided_parts
 from trainer.layers.counter_hash import GOLDEN_32, mix32
 
 
@@ -26,9 +27,10 @@ def check_permutation_shapes(seq_len: int, reuse_len: int, perm_size: int) -> No
         raise ValueError(f"perm_size must be positive, got {perm_size}")
     if not 0 <= reuse_len < seq_len:
         raise ValueError(f"reuse_len must be in [0, seq_len={seq_len}), got {reuse_len}")
-    for name, length in (("reuse_len", reuse_len), ("seq_len - reuse_len", seq_len - reuse_len)):
-        if length % perm_size:
-            raise ValueError(f"perm_size={perm_size} must divide {name}={length} (each part is permuted in blocks)")
+    undivided = undivided_parts(seq_len, reuse_len, perm_size)
+    if undivided:
+        name, length = undivided[0]
+        raise ValueError(f"perm_size={perm_size} must divide {name}={length} (each part is permuted in blocks)")
 
 
 def _offset_orders(perm_seed: tf.Tensor, num_parts: int, perm_size: int) -> tf.Tensor:
