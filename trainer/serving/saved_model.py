@@ -4,6 +4,8 @@ Layout written by :func:`export_saved_model` (TF Serving's numbered versions)::
 
     OUTPUT/<version>/saved_model.pb, variables/, assets/{spiece.model, model_config.json, export_config.json}
 
+(a version appears whole or not at all: trainer/serving/publishing.py stages and publishes it).
+
 Signatures (every sequence is left-padded with ``<cls>`` last, see trainer/serving/text_encoder.py for
 the layout):
 
@@ -47,11 +49,6 @@ import dataclasses
 import functools
 import os
 import posixpath
-import re
-import shutil
-import socket
-import tempfile
-import uuid
 from typing import Any
 
 import tensorflow as tf
@@ -61,9 +58,10 @@ from trainer.models.question_answering import XLNetForQuestionAnswering
 from trainer.models.sequence_model import XLNetForSequenceTask
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.restore import checkpoint_to_read, open_model_directory, restore_model
-from trainer.runtime.run_lock import process_alive
 from trainer.runtime.storage import write_bytes, write_json
 from trainer.serving.answer_signature import SquadServingConfig, answer
+from trainer.serving.publishing import next_version, publish_version
+from trainer.serving.publishing import abandon_export  # noqa: F401  TEMPORARY (issue 28): until trainer/commands/export.py imports it from trainer.serving.publishing
 from trainer.serving.text_encoder import XLNetTextEncoder, question_with_option_graph
 from tfrecords.errors import UsageError
 
@@ -356,21 +354,13 @@ def mask_positions(is_masked: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
     return positions.to_tensor(default_value=-1, shape=tf.stack([batch_size, rows]))
 
 
-def next_version(output: str | os.PathLike) -> int:
-    """One more than the highest numbered version directory in ``output`` (1 when there is none)."""
-    output = os.fspath(output)
-    names = [name.rstrip("/") for name in tf.io.gfile.listdir(output)] if tf.io.gfile.isdir(output) else []
-    versions = [int(name) for name in names if name.isdigit() and tf.io.gfile.isdir(posixpath.join(output, name))]
-    return max(versions, default=0) + 1
-
-
 def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: str | os.PathLike, config: ExportConfig,
                        version: int | None = None, checkpoint: str | None = None) -> str:
     """Exports ``model_dir``'s checkpoint as ``output/<version>/`` and returns that directory.
 
     Both paths may be local or gs://. ``version`` defaults to one more than the highest existing
     numbered version (1 for a new output); an existing version is never overwritten. A half-written
-    SavedModel never appears under a version number (see ``_publish``).
+    SavedModel never appears under a version number (trainer/serving/publishing.py).
     """
     directory = open_model_directory(model_dir)
     checkpoint = checkpoint_to_read(directory, checkpoint)
@@ -389,123 +379,16 @@ def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: st
     restored = restore_model(directory, checkpoint)
     head, network = restored.head, restored.network
     encoder = XLNetTextEncoder(directory.sp_model_proto, directory.special_ids, config.max_length, config.uncased)
-    staging = _staging_directory(output, version)
-    _RUNNING_EXPORT.update(staging=staging, target=target, publishing=False)
-    try:
+
+    def write(staging: str) -> str:
         assets = _write_assets(posixpath.join(staging, "asset_sources"), directory, checkpoint, config, version)
         module = XLNetServingModule(network, encoder, config.top_k, assets, head=head, labels=directory.labels,
                                     text_pair=bool(finetuned and finetuned.text_pair), squad=squad)
         saved = posixpath.join(staging, "saved_model")
         tf.saved_model.save(module, saved, signatures=module.signatures())
-        _RUNNING_EXPORT["publishing"] = True
-        _publish(saved, target)
-    finally:
-        tf.io.gfile.rmtree(staging)
-        _RUNNING_EXPORT.pop("staging")
-    return target
+        return saved
 
-
-# The export this process is running (at most one: the command's), for abandon_export.
-_RUNNING_EXPORT: dict[str, Any] = {}
-
-
-def abandon_export() -> str | None:
-    """For the handler of a signal that ends the process: removes what this process's export has
-    written, and returns the path of its version if that was already complete (else None).
-
-    A handler runs wherever the main thread was, possibly inside TensorFlow, so only local file
-    calls are made, but while a version is copied to an object store (the main thread is then in
-    ``_publish``'s loop). A staging directory this leaves (an export stopped before recording
-    it) is removed by the next export, its process being gone.
-    """
-    running = dict(_RUNNING_EXPORT)
-    staging, target = running.get("staging"), running.get("target")
-    complete = None
-    if target is not None and not _is_object_store(target):
-        if os.path.exists(os.path.join(target, "saved_model.pb")):
-            complete = target  # a local version appears whole, by one rename
-    elif running.get("publishing"):
-        if tf.io.gfile.exists(posixpath.join(target, "saved_model.pb")):
-            complete = target  # copied last, in one upload
-        elif tf.io.gfile.exists(target):
-            tf.io.gfile.rmtree(target)
-    if staging is not None:
-        shutil.rmtree(staging, ignore_errors=True)
-    return complete
-
-
-def _is_object_store(path: str) -> bool:
-    return "://" in path
-
-
-# Staging directories are named <prefix><version>-<host>-<pid>-<random>: host and pid tell a later
-# export whether the process writing one is still alive (remove_stale_staging).
-STAGING_PREFIX = ".export-"  # inside a local --output
-LOCAL_STAGING_PREFIX = "xlnet-export-"  # in the local temporary directory, for an object-store --output
-_STAGING_OWNER = re.compile(r"\d+-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{12}")
-
-
-def _staging_directory(output: str, version: int) -> str:
-    """Creates the directory the SavedModel is written to before it is published: inside ``output``
-    on a local disk (same filesystem, so the final rename is atomic), in the local temporary
-    directory for an object store (which has no directory rename; TensorFlow's would not survive a
-    transient error). Staging directories that killed exports left there are removed first."""
-    if _is_object_store(output):
-        parent, prefix = tempfile.gettempdir(), LOCAL_STAGING_PREFIX
-    else:
-        parent, prefix = output, STAGING_PREFIX
-    remove_stale_staging(parent, prefix)
-    staging = posixpath.join(parent, f"{prefix}{version}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-    if _is_object_store(output):
-        os.mkdir(staging, 0o700)  # private, as tempfile.mkdtemp would make it: the weights are in there
-    else:
-        tf.io.gfile.makedirs(staging)
-    return staging
-
-
-def remove_stale_staging(parent: str, prefix: str = STAGING_PREFIX) -> list[str]:
-    """Removes the staging directories in ``parent`` whose export ran on this host and is no longer
-    running (killed by a signal that cannot be caught, such as SIGKILL); returns their paths.
-
-    Those of other hosts, of live processes and with names of another form are kept: their
-    owner may still be writing them.
-    """
-    if not tf.io.gfile.isdir(parent):
-        return []
-    host = socket.gethostname()
-    removed = []
-    for name in sorted(entry.rstrip("/") for entry in tf.io.gfile.listdir(parent)):
-        owner = _STAGING_OWNER.fullmatch(name[len(prefix):]) if name.startswith(prefix) else None
-        if owner is None or owner["host"] != host or process_alive(int(owner["pid"])):
-            continue
-        try:
-            tf.io.gfile.rmtree(posixpath.join(parent, name))
-        except tf.errors.OpError:
-            continue  # another export is removing it too; a leftover never blocks an export
-        removed.append(posixpath.join(parent, name))
-    return removed
-
-
-def _publish(saved: str, target: str) -> None:
-    """Moves a finished SavedModel to ``target``: one rename on a local disk; on an object store a
-    copy file by file (single-object writes, which TensorFlow's GCS layer retries), saved_model.pb
-    last, so a server polling for versions never finds the graph before its variables."""
-    if not _is_object_store(target):
-        tf.io.gfile.rename(saved, target)
-        return
-    files = [posixpath.join(root, name) for root, _, names in tf.io.gfile.walk(saved) for name in names]
-    graph = posixpath.join(saved, "saved_model.pb")
-    try:
-        for source in sorted(files, key=lambda path: path == graph):
-            destination = posixpath.join(target, posixpath.relpath(source, saved))
-            tf.io.gfile.makedirs(posixpath.dirname(destination))
-            tf.io.gfile.copy(source, destination)
-    except BaseException:
-        # A copy cut short (an error, KeyboardInterrupt) publishes nothing: the version's files
-        # copied so far go (the export checked that ``target`` was new).
-        if tf.io.gfile.exists(target):
-            tf.io.gfile.rmtree(target)
-        raise
+    return publish_version(output, version, write)
 
 
 def _write_assets(directory: str, source: ModelDirectory, checkpoint: str, config: ExportConfig,

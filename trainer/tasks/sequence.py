@@ -196,3 +196,6 @@ class SequenceTask(HeadTask):
                      "probabilities": [float(p) for p in row]}
             rows.append(entry)
         return rows
+
+
+FinetuningTask = SequenceTask  # TEMPORARY (issue 28): until trainer/commands/finetune.py says SequenceTask

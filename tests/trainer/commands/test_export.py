@@ -2,12 +2,9 @@
 SIGKILL during a real export in a subprocess."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -15,11 +12,11 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
-from trainer.serving.saved_model import LOCAL_STAGING_PREFIX, STAGING_PREFIX
+from trainer.serving.publishing import LOCAL_STAGING_PREFIX, STAGING_PREFIX
 
 from support.interop_models import tiny_config, write_model_dir
+from support.processes import start, wait_for
 
-REPO = Path(__file__).resolve().parents[3]
 MAX_LENGTH = 16  # one length bucket: the quickest export
 
 
@@ -31,10 +28,9 @@ def model_dir(tmp_path_factory, vocab) -> Path:
 
 
 def start_export(model_dir: Path, output: Path | str) -> subprocess.Popen:
-    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    return subprocess.Popen([sys.executable, "xlnet_cli.py", "export", "--model-dir", str(model_dir),
-                             "--output", str(output), "--max-length", str(MAX_LENGTH)],
-                            cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """A real export in a child process, TensorFlow's logs left on (stderr apart from stdout)."""
+    return start(["xlnet_cli.py", "export", "--model-dir", str(model_dir), "--output", str(output),
+                  "--max-length", str(MAX_LENGTH)], env={"TF_CPP_MIN_LOG_LEVEL": None}, stderr=subprocess.PIPE)
 
 
 def staging_directories(output: Path) -> list[Path]:
@@ -48,15 +44,7 @@ def local_staging_directories(process: subprocess.Popen) -> list[Path]:
 
 def wait_for_staging(process: subprocess.Popen, find: Callable[[], list[Path]], timeout: float = 120.0) -> Path:
     """The export's staging directory, as soon as it exists (polled, the export still running)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = find()
-        if found:
-            return found[0]
-        assert process.poll() is None, f"the export ended before staging: {process.communicate()}"
-        time.sleep(0.01)
-    process.kill()
-    pytest.fail(f"no staging directory after {timeout}s")
+    return wait_for(find, process, timeout=timeout, interval=0.01, what="staging")[0]
 
 
 def versions(output: Path) -> list[str]:

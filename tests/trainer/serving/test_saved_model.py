@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,16 +17,8 @@ import xlnet_cli
 from trainer.models.config import model_preset
 from trainer.models.network import build_network
 from trainer.runtime.restore import RestoreError
-from trainer.serving.saved_model import (
-    ExportConfig,
-    ExportError,
-    XLNetServingModule,
-    abandon_export,
-    export_saved_model,
-    length_buckets,
-    next_version,
-    remove_stale_staging,
-)
+from trainer.serving.publishing import abandon_export
+from trainer.serving.saved_model import ExportConfig, ExportError, XLNetServingModule, export_saved_model, length_buckets
 from trainer.serving.text_encoder import XLNetTextEncoder
 
 from support.bundled_data import corpus_lines
@@ -122,28 +112,6 @@ def test_export_writes_numbered_version_with_vocabulary_and_configs(export_base,
 def test_export_has_the_documented_signatures(loaded):
     assert set(loaded.signatures) == {"serving_default", "encode", "encode_text", "encode_text_pair",
                                       "predict_masked"}
-
-
-def test_next_version_follows_the_highest_numbered_directory(tmp_path):
-    assert next_version(tmp_path / "missing") == 1
-    for name in ("1", "7", "notes"):
-        (tmp_path / name).mkdir()
-    assert next_version(tmp_path) == 8
-
-
-def test_only_staging_directories_of_dead_exports_on_this_host_are_removed(tmp_path):
-    finished = subprocess.Popen([sys.executable, "-c", "pass"])
-    finished.wait()  # its pid now names no running process
-    host = socket.gethostname()
-    names = {"dead": f".export-3-{host}-{finished.pid}-0123456789ab",
-             "live": f".export-3-{host}-{os.getpid()}-0123456789ab",
-             "other host": f".export-3-elsewhere.example-{finished.pid}-0123456789ab",
-             "unrecognised": ".export-3-0123456789ab"}
-    for name in names.values():
-        (tmp_path / name / "saved_model").mkdir(parents=True)
-    assert remove_stale_staging(str(tmp_path)) == [f"{tmp_path}/{names['dead']}"]
-    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
-        names[kind] for kind in ("live", "other host", "unrecognised"))
 
 
 @pytest.mark.slow  # 18 s: a whole export; the interrupted-export tests of the command cover the handler
