@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,9 +24,8 @@ from pipeline.preprocess_config import PreprocessConfig
 from tfrecords.manifest import load_manifest
 from trainer.runtime.model_dir import ModelDirectory
 
-from support.bundled_data import TINY_DATA
-
-REPO = Path(__file__).resolve().parents[1]
+from support.bundled_data import REPO, TINY_DATA
+from support.processes import output_of, signal_and_wait, start, wait_for
 # The tiny preset made smaller still (as in tests/trainer/tasks/test_pretraining.py), so a step takes milliseconds.
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32",
          "train_batch_size=4", "eval_batch_size=4", "steps_per_loop=2", "eval_steps=2", "warmup_steps=2"]
@@ -174,26 +171,13 @@ KILLED = ["train_steps=40", "checkpoint_every=8", "steps_per_loop=4", "warmup_st
 
 def start_training(args: list[str]) -> subprocess.Popen:
     """`python -m trainer.task` in a child process that talks to the emulator (os.environ holds its settings)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "trainer.task"] + args[1:], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return start(["-m", "trainer.task", *args[1:]])
 
 
 def finish(process: subprocess.Popen, timeout: float = 600) -> str:
-    output = process.communicate(timeout=timeout)[0]
+    (output,) = output_of(process, timeout=timeout)
     assert process.returncode == 0, output[-3000:]
     return output
-
-
-def wait_for(condition, process: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while not condition():
-        if process.poll() is not None:
-            raise AssertionError("training ended before the condition held:\n" + process.stdout.read()[-3000:])
-        if time.time() > deadline:
-            process.kill()
-            raise AssertionError("timed out waiting for training")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -213,9 +197,9 @@ def test_a_killed_run_resumes_from_the_bucket_with_the_same_losses(bucket_data, 
     log = posixpath.join(model_dir, "train_steps.jsonl")
     process = start_training(train_args(data, model_dir, *KILLED, small=False))
     wait_for(lambda: tf.io.gfile.exists(posixpath.join(model_dir, "checkpoints", "ckpt-8.index"))
-             and tf.io.gfile.exists(log) and len(ModelDirectory(model_dir).step_losses()) >= 12, process)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+             and tf.io.gfile.exists(log) and len(ModelDirectory(model_dir).step_losses()) >= 12, process,
+             timeout=300, what="step 12 and its checkpoint 8")
+    signal_and_wait(process)  # SIGKILL
     assert tf.train.latest_checkpoint(posixpath.join(model_dir, "checkpoints")) is not None
     output = finish(start_training(train_args(data, model_dir, *KILLED, small=False)))
     assert f"resumed from {model_dir}/checkpoints/ckpt-" in output

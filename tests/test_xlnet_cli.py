@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,8 @@ import pytest
 import xlnet_cli
 from pipeline.preprocess_command import add_arguments as preprocess_arguments
 from pipeline.preprocess_command import config_from_args
+
+from support.processes import start, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRED = ["--input", "corpus.txt", "--output", "out", "--vocab", "spiece.model"]
@@ -99,18 +100,14 @@ def test_python_m_trainer_task_is_xlnet_train_under_its_own_name():
 
 
 def test_ctrl_c_while_tensorflow_loads_ends_quietly_with_status_130(tmp_path):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
     # As from a shell: Ctrl-C's default disposition (a test runner's worker may ignore SIGINT, and a
     # child inherits that, so Python would never raise KeyboardInterrupt).
-    process = subprocess.Popen([sys.executable, str(REPO / "xlnet_cli.py"), "export", "--model-dir", "m",
-                                "--output", str(tmp_path)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = start(["xlnet_cli.py", "export", "--model-dir", "m", "--output", str(tmp_path)],
+                    stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # SIGINT once TensorFlow's library is mapped into the process: its import goes on for seconds after
-    maps, deadline = Path(f"/proc/{process.pid}/maps"), time.time() + 60
-    while "libtensorflow" not in maps.read_text():
-        assert process.poll() is None and time.time() < deadline, "the command ended before importing TensorFlow"
-        time.sleep(0.005)
+    maps = Path(f"/proc/{process.pid}/maps")
+    wait_for(lambda: "libtensorflow" in maps.read_text(), process, timeout=60, interval=0.005,
+             what="importing TensorFlow")
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err[-2000:]

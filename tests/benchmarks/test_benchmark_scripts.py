@@ -102,3 +102,71 @@ def test_remat_step_cost_times_every_mode_in_each_round_and_divides_by_none_of_t
     ratios = [row["step_s"]["full"] / row["step_s"]["none"] for row in rounds]
     assert summary["remat"] == "full" and summary["ratios"] == [round(r, 3) for r in ratios]
     assert summary["ratio_to_none_median"] == round(sorted(ratios)[1], 3)
+
+
+@pytest.mark.slow  # 35 s: the peer's shapes (6 layers, d_model 512), one timed step, no peer
+def test_train_step_times_query_rows_and_one_mode_of_ours_without_the_peer():
+    targets, all_positions, ours = run_benchmark("train_step.py", "--modes", "fp32:eager", "--no-peer",
+                                                 "--steps", "1")
+
+    assert [(row["measure"], row["rows"]) for row in (targets, all_positions)] == [
+        ("query_stream_attention_fwd_bwd_one_layer", "targets"),
+        ("query_stream_attention_fwd_bwd_one_layer", "all_positions")]
+    assert targets["ms"] > 0 and all_positions["ms"] > 0
+    assert (ours["impl"], ours["precision"], ours["jit"]) == ("ours", "fp32", False)
+    assert (ours["n_layer"], ours["d_model"], ours["seq_len"], ours["batch"]) == (6, 512, 256, 8)
+    assert ours["step_s"] > 0 and ours["loss"] > 0 and 0 < ours["mfu"]
+    assert ours["tokens_per_s"] == pytest.approx(8 * 256 / ours["step_s"], rel=1e-3)
+    assert "speedup_vs_peer_raw" not in ours  # the peer is off
+
+
+@pytest.mark.slow  # the bundled corpus preprocessed once (the vocabulary copied in), then one step per loop
+def test_train_benchmark_reports_the_loop_the_bare_step_and_the_reader_of_the_tiny_shape(tmp_path, spm_model):
+    shutil.copy(spm_model, tmp_path / "spiece.model")  # the benchmark trains a vocabulary only when none is there
+    rows = run_benchmark("train.py", "--shapes", "tiny", "--steps", "1", "--repeats", "1",
+                         "--workdir", str(tmp_path))
+
+    assert [row["benchmark"] for row in rows] == ["matmul_peak", "train_loop", "bare_train_step",
+                                                  "input_pipeline", "reader_overhead"]
+    peak, loop, bare, reader, overhead = rows
+    assert all(row["shape"] == "tiny" for row in rows)
+    assert peak["flops_per_sec"] > 0 and loop["tokens_per_sec"] > 0 and bare["tokens_per_sec"] > 0
+    assert (loop["seq_len"], loop["steps"], loop["repeats"]) == (128, 1, 1)
+    assert reader["examples_per_sec"] > 0
+    assert overhead["reader_cost"] < 1 and overhead["input_headroom"] > 0
+
+
+def write_tiny_model_dir(path: Path, spm_model: str) -> Path:
+    """A model directory holding the tiny preset with random (seeded) weights, as `xlnet export` reads one."""
+    import sentencepiece as spm
+    import tensorflow as tf
+
+    from pipeline.vocab import load_vocab
+    from trainer.models.config import model_preset
+    from trainer.models.network import build_network
+
+    path.mkdir(parents=True)
+    shutil.copy(spm_model, path / "spiece.model")
+    (path / "special_ids.json").write_text(json.dumps(load_vocab(spm_model).special_ids.to_dict()))
+    config = model_preset("tiny").replace(vocab_size=spm.SentencePieceProcessor(model_file=spm_model).vocab_size())
+    (path / "model_config.json").write_text(json.dumps(config.to_dict()))
+    tf.keras.utils.set_random_seed(1)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=build_network(config)), str(path / "checkpoints"), 1).save()
+    return path
+
+
+@pytest.mark.slow  # an `xlnet export` of the tiny preset, then two timed batches of each signature
+def test_serving_benchmark_times_each_signature_and_python_sentencepiece_on_one_batch_size(tmp_path, spm_model):
+    model_dir = write_tiny_model_dir(tmp_path / "model", spm_model)
+    export = subprocess.run([sys.executable, str(REPO / "xlnet_cli.py"), "export", "--model-dir", str(model_dir),
+                             "--output", str(tmp_path / "serving"), "--max-length", "32"],
+                            cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert export.returncode == 0, export.stderr[-4000:]
+    rows = run_benchmark("serving.py", "--export-dir", str(tmp_path / "serving" / "1"), "--batch-size", "4",
+                         "--repeats", "2")
+
+    assert [row["signature"] for row in rows] == ["encode", "encode_text", "predict_masked", "python_sentencepiece"]
+    for row in rows:
+        assert (row["benchmark"], row["batch_size"], row["max_length"], row["d_model"]) == ("serving", 4, 32, 128)
+        assert row["median_batch_seconds"] > 0
+        assert row["sentences_per_second"] == pytest.approx(4 / row["median_batch_seconds"], rel=0.01)

@@ -6,8 +6,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -16,17 +14,10 @@ import xlnet_cli
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.run_lock import RunLock, RunLockError
 
-from support.bundled_data import REPO
+from support.processes import exited_pid, start, wait_for
 
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=4",
          "eval_batch_size=4", "steps_per_loop=2", "eval_steps=2", "warmup_steps=2", "eval_every=0"]
-
-
-def dead_pid() -> int:
-    """The pid of a process that has exited (and been reaped)."""
-    process = subprocess.Popen([sys.executable, "-c", "pass"])
-    process.wait()
-    return process.pid
 
 
 def write_lock(directory: ModelDirectory, **record) -> None:
@@ -48,7 +39,7 @@ def test_a_second_lock_on_the_directory_is_refused_naming_the_owner(tmp_path):
 
 def test_the_lock_of_a_process_gone_from_this_host_is_taken_over_with_a_warning(tmp_path):
     directory = ModelDirectory(str(tmp_path))
-    pid = dead_pid()
+    pid = exited_pid()
     write_lock(directory, pid=pid)
     said = []
     with RunLock(directory, log=said.append):
@@ -70,10 +61,14 @@ def test_another_hosts_lock_is_kept_while_its_heartbeat_is_fresh_and_taken_over_
 
 def test_the_heartbeat_is_refreshed_while_the_lock_is_held(tmp_path):
     directory = ModelDirectory(str(tmp_path))
+    heartbeat = lambda: json.loads((tmp_path / RunLock.FILE).read_text())["heartbeat"]
     with RunLock(directory, heartbeat_seconds=0.1) as lock:
-        first = json.loads((tmp_path / RunLock.FILE).read_text())["heartbeat"]
-        time.sleep(0.5)
-        assert json.loads((tmp_path / RunLock.FILE).read_text())["heartbeat"] > first == lock.record["started"]
+        first = heartbeat()
+        assert first == lock.record["started"]
+        deadline = time.monotonic() + 30  # a refresh is due every 0.1 s; the deadline only bounds a failure
+        while heartbeat() <= first:
+            assert time.monotonic() < deadline, "the heartbeat was not refreshed in 30 s"
+            time.sleep(0.02)
 
 
 def test_on_gcs_a_second_lock_is_refused_too(gcs_prefix):
@@ -87,14 +82,9 @@ def test_a_second_xlnet_train_on_a_directory_in_use_exits_2_and_names_the_first(
     model_dir = tmp_path / "model"
     args = ["train", "--data", tiny_data_dir, "--model-dir", str(model_dir), "--preset", "tiny"]
     args += [arg for item in SMALL + ["train_steps=100000", "checkpoint_every=100000"] for arg in ("--set", item)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    first = subprocess.Popen([sys.executable, str(REPO / "xlnet_cli.py"), *args], cwd=REPO, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = start(["xlnet_cli.py", *args])
     try:
-        deadline = time.time() + 240
-        while not (model_dir / ModelDirectory.STEP_LOG).exists():  # it holds the lock and trains
-            assert first.poll() is None and time.time() < deadline, first.stdout.read() if first.poll() else "slow"
-            time.sleep(0.2)
+        wait_for((model_dir / ModelDirectory.STEP_LOG).exists, first, what="its first step")  # it holds the lock
         assert xlnet_cli.main(args) == 2
         err = capsys.readouterr().err
         assert f"is in use by another run: host {socket.gethostname()}, pid {first.pid}" in err

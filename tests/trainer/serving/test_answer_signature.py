@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from trainer.serving.answer_signature import SquadServingConfig, context_pieces_
 from trainer.serving.text_encoder import XLNetTextEncoder
 
 from support.bundled_data import WIKI_QA
+from support.processes import start, stopped
 
 SETTINGS = dict(max_seq_length=64, doc_stride=32, max_query_length=16)
 FINETUNE = FinetuneConfig(task="squad", max_answer_length=12, n_best=5, start_n_top=4, end_n_top=3, **SETTINGS)
@@ -113,12 +113,8 @@ def fresh_process(exported) -> subprocess.Popen:
     the in-process tests do."""
     pairs = examples()
     request = [str(exported[0]), [e.question for e in pairs], [e.context for e in pairs]]
-    process = subprocess.Popen([sys.executable, "-c", FRESH, json.dumps(request)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd="/")
-    yield process
-    if process.poll() is None:
-        process.kill()
-        process.communicate()
+    with stopped(start(["-c", FRESH, json.dumps(request)], stderr=subprocess.PIPE, cwd="/")) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

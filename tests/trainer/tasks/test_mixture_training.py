@@ -3,12 +3,7 @@ the saved mixture and the errors of the command line (the reader itself: tests/t
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,13 +11,13 @@ import tensorflow as tf
 
 import xlnet_cli
 from support.distribution import assert_two_replicas_step_as_one_device
+from support.processes import signal_and_wait, start, wait_for
 from tfrecords.manifest import load_manifest
 from tfrecords.mixture import MixtureSource
 from trainer.configs.overrides import resolve_configs
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.tasks.pretraining import pretraining_controller
 
-REPO = Path(__file__).resolve().parents[3]
 # One xdist worker runs every test of the mixture directories (make test: --dist loadgroup), so that
 # they are preprocessed once.
 pytestmark = pytest.mark.xdist_group("mixture")
@@ -125,16 +120,11 @@ def test_sigkill_then_rerun_of_a_mixture_gives_the_same_per_step_losses(mixture_
     model_dir = tmp_path / "killed"
     args = command(mixture_dirs, model_dir, ("wiki-a", "bible"), "1,3", "train_steps=6", "checkpoint_every=2",
                    "eval_every=0", "steps_per_loop=1")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    process = subprocess.Popen([sys.executable, str(REPO / "xlnet_cli.py"), *args], cwd=REPO, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = start(["xlnet_cli.py", *args])
     step_log = model_dir / ModelDirectory.STEP_LOG
-    deadline = time.time() + 240
-    while not (step_log.exists() and len(step_log.read_text().splitlines()) >= 3) and time.time() < deadline:
-        assert process.poll() is None, "training ended before it could be killed"
-        time.sleep(0.1)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    wait_for(lambda: step_log.exists() and len(step_log.read_text().splitlines()) >= 3, process, interval=0.1,
+             what="step 3")
+    signal_and_wait(process)  # SIGKILL
     assert xlnet_cli.main(args) == 0
     straight = {row["step"]: row["loss"] for row in ModelDirectory(str(mixed_run)).step_rows()}
     assert ModelDirectory(str(model_dir)).step_losses() == pytest.approx(straight, rel=1e-5)

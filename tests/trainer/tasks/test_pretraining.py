@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +20,8 @@ from trainer.runtime.controller import Controller, TrainingDivergedError
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.tasks.pretraining import STEP_LOG, pretraining_controller
 
-REPO = Path(__file__).resolve().parents[3]
+from support.processes import output_of, signal_and_wait, start, wait_for
+
 # The tiny preset made smaller still, so a step takes milliseconds on two CPU cores.
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32",
          "train_batch_size=4", "eval_batch_size=4", "steps_per_loop=2", "eval_steps=2", "warmup_steps=2"]
@@ -50,20 +48,8 @@ def train_command(data_dir, model_dir, *overrides: str) -> list[str]:
 
 
 def run_subprocess_training(args: list[str]) -> subprocess.Popen:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "trainer.task"] + args[1:], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_for(predicate, process: subprocess.Popen, timeout: float = 240.0) -> None:
-    deadline = time.time() + timeout
-    while not predicate():
-        if process.poll() is not None:
-            raise AssertionError(f"training exited early ({process.returncode}):\n{process.stdout.read()}")
-        if time.time() > deadline:
-            process.kill()
-            raise AssertionError("training did not reach the expected point in time")
-        time.sleep(0.2)
+    """The `xlnet train` command ``args`` as `python -m trainer.task` in a child process."""
+    return start(["-m", "trainer.task", *args[1:]])
 
 
 # ---------------------------------------------------------------------------------- the loop
@@ -127,9 +113,8 @@ def test_sigkill_then_restart_gives_the_same_per_step_losses(tiny_data_dir, stra
     process = run_subprocess_training(train_command(tiny_data_dir, model_dir, *STRAIGHT))
     log = model_dir / STEP_LOG
     wait_for(lambda: (model_dir / "checkpoints" / "ckpt-4.index").exists() and log.exists()
-             and len(log.read_text().splitlines()) >= 6, process)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+             and len(log.read_text().splitlines()) >= 6, process, what="step 6")
+    signal_and_wait(process, signal.SIGKILL)
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")) is not None
     assert xlnet_cli.main(train_command(tiny_data_dir, model_dir, *STRAIGHT)) == 0
     expected, resumed = ModelDirectory(straight_run).step_losses(), ModelDirectory(model_dir).step_losses()
@@ -145,7 +130,7 @@ def test_deterministic_runs_log_byte_identical_losses(tiny_data_dir, tmp_path):
     logs = []
     for name in ("first", "second"):
         process = run_subprocess_training(train_command(tiny_data_dir, tmp_path / name, *settings))
-        output = process.communicate(timeout=300)[0]
+        (output,) = output_of(process, timeout=300)
         assert process.returncode == 0, output
         logs.append((tmp_path / name / STEP_LOG).read_bytes())
     assert logs[0].count(b"\n") == 40
@@ -157,9 +142,8 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tiny_data_dir, tmp_path):
     process = run_subprocess_training(train_command(tiny_data_dir, model_dir, "train_steps=100000",
                                                     "checkpoint_every=100000", "eval_every=0"))
     log = model_dir / STEP_LOG
-    wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= 2, process)
-    process.send_signal(signal.SIGTERM)
-    output, _ = process.communicate(timeout=120)
+    wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= 2, process, what="step 2")
+    output = signal_and_wait(process, signal.SIGTERM, timeout=120)
     assert process.returncode == 0, output
     assert '"stopped": "preempted"' in output
     saved = tf.train.latest_checkpoint(str(model_dir / "checkpoints"))

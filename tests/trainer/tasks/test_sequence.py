@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +17,9 @@ from trainer.evaluation import metrics
 from trainer.inputs import batching, sequence_examples
 from trainer.runtime.model_dir import ModelDirectory
 
-REPO = Path(__file__).resolve().parents[3]
-ROTTEN = REPO / "data" / "finetune" / "rotten_tomatoes"
+from support.bundled_data import REPO, ROTTEN
+from support.processes import output_of, signal_and_wait, start, start_as_two_workers, wait_for
+
 # A small network so that a step takes milliseconds on two CPU cores.
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "max_seq_length=48",
          "train_batch_size=16", "eval_batch_size=64", "steps_per_loop=2", "warmup_steps=2", "learning_rate=1e-3"]
@@ -220,18 +219,11 @@ def test_sigkill_then_restart_gives_the_same_per_step_losses(spm_model, tmp_path
     straight = tmp_path / "straight"
     assert xlnet_cli.main(finetune_args(straight, spm_model, *settings)) == 0
     killed = tmp_path / "killed"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    process = subprocess.Popen([sys.executable, "-m", "xlnet_cli"] + finetune_args(killed, spm_model, *settings),
-                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = start(["-m", "xlnet_cli"] + finetune_args(killed, spm_model, *settings))
     log = killed / ModelDirectory.STEP_LOG
-    deadline = time.time() + 300
-    while not ((killed / "checkpoints" / "ckpt-4.index").exists() and log.exists()
-               and len(log.read_text().splitlines()) >= 6):
-        assert process.poll() is None, process.stdout.read()
-        assert time.time() < deadline, "the run did not reach step 6"
-        time.sleep(0.1)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    wait_for(lambda: (killed / "checkpoints" / "ckpt-4.index").exists() and log.exists()
+             and len(log.read_text().splitlines()) >= 6, process, timeout=300, interval=0.1, what="step 6")
+    signal_and_wait(process)  # SIGKILL
     assert xlnet_cli.main(finetune_args(killed, spm_model, *settings)) == 0
     expected, resumed = ModelDirectory(straight).step_losses(), ModelDirectory(killed).step_losses()
     assert sorted(resumed) == list(range(1, 13))
@@ -341,13 +333,11 @@ def test_finetuning_into_a_pretrained_model_directory_is_refused(classifier, spm
 
 @pytest.mark.slow
 def test_two_worker_processes_finetune_in_lockstep_and_the_chief_writes_the_results(spm_model, tmp_path):
-    from test_distributed import outputs_of, start_as_two_workers
-
     model_dir = tmp_path / "model"
-    processes = start_as_two_workers([sys.executable, "-m", "xlnet_cli"] + finetune_args(
+    processes = start_as_two_workers(["-m", "xlnet_cli"] + finetune_args(
         model_dir, spm_model, "train_steps=4", "checkpoint_every=4", "eval_every=2", "dropout=0", "dropatt=0",
         extra=["--strategy", "multi-worker", "--test", str(ROTTEN / "dev.tsv")]))
-    outputs = outputs_of(processes, timeout=600)
+    outputs = output_of(*processes, timeout=600)
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output
     chief, other = (ModelDirectory(path).step_losses() for path in (model_dir, model_dir / "workers"
