@@ -11,7 +11,7 @@ by a resumed run and by `xlnet export`. Layout::
                                        (from the data's manifest; an imported release does not say)
               checkpoints/             tf.train.CheckpointManager checkpoints (damaged/: ones that could
                                        not be read on a resume, set aside)
-              tensorboard/{train,eval} summaries
+              tensorboard/{train,eval} summaries (read back and rewritten by trainer/runtime/event_files.py)
               train_steps.jsonl        one JSON line per optimizer step: step, loss, accuracy, grad_norm
               run.lock                 the run writing the directory (trainer/runtime/run_lock.py)
               train_config.step-N.json the settings a resume at step N replaced (finetune_config too)
@@ -32,12 +32,13 @@ import functools
 import json
 import os
 import posixpath
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 import tensorflow as tf
 
 from trainer.models.config import ModelConfig
 from trainer.models.heads import HeadSpec
+from trainer.runtime import event_files
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
 
 
@@ -205,19 +206,12 @@ class ModelDirectory:
     def scalars(self, name: str, tag: str) -> dict[int, float]:
         """step -> value of the scalar ``tag`` in the TensorBoard events of writer ``name`` ("train"
         or "eval"), whether written as a tensor (tf.summary) or as a simple value."""
-        return dict(sorted((step, value) for step, found, value in self._scalar_events(name) if found == tag))
+        events = event_files.scalar_events(self.tensorboard(name))
+        return dict(sorted((step, value) for step, found, value in events if found == tag))
 
     def scalar_tags(self, name: str) -> set[str]:
         """The scalar tags writer ``name`` ("train" or "eval") has written."""
-        return {tag for _, tag, _ in self._scalar_events(name)}
-
-    def _scalar_events(self, name: str) -> Iterator[tuple[int, str, float]]:
-        for path in sorted(tf.io.gfile.glob(posixpath.join(self.tensorboard(name), "events.out.tfevents.*"))):
-            for record in tf.data.TFRecordDataset(path):
-                event = tf.compat.v1.Event.FromString(record.numpy())
-                for value in event.summary.value:
-                    number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
-                    yield int(event.step), value.tag, number
+        return {tag for _, tag, _ in event_files.scalar_events(self.tensorboard(name))}
 
     # ------------------------------------------------------------------------ resumes
     def forget_steps_after(self, step: int) -> int:
@@ -230,8 +224,7 @@ class ModelDirectory:
         if len(kept) != len(rows):
             self._replace(self.step_log, "".join(json.dumps(row) + "\n" for row in kept).encode("utf-8"))
         for name in ("train", "eval"):
-            for path in tf.io.gfile.glob(posixpath.join(self.tensorboard(name), "events.out.tfevents.*")):
-                _drop_events_after(path, step)
+            event_files.forget_events_after(self.tensorboard(name), step)
         return len(rows) - len(kept)
 
     def set_aside_checkpoint(self, prefix: str) -> str:
@@ -337,26 +330,3 @@ class ModelDirectory:
         text = "".join(json.dumps(dict(row)) + "\n" for row in rows)
         with tf.io.gfile.GFile(self.step_log, "a") as handle:
             handle.write(text)
-
-
-def _drop_events_after(path: str, step: int) -> None:
-    """Rewrites one TensorBoard event file without its events of steps after ``step`` (left as it
-    is when it has none). A file cut short by a killed run keeps the events before the cut."""
-    kept, dropped = [], 0
-    try:
-        for record in tf.data.TFRecordDataset(path):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            if event.HasField("summary") and event.step > step:
-                dropped += 1
-            else:
-                kept.append(record.numpy())
-    except tf.errors.DataLossError:
-        dropped += 1  # the torn last record of a killed writer
-    if not dropped:
-        return
-    # not named *tfevents*: a rewrite cut short must not be read as another event file
-    temporary = posixpath.join(posixpath.dirname(path), ".rewrite-" + posixpath.basename(path).replace("tfevents", "tmp"))
-    with tf.io.TFRecordWriter(temporary) as writer:
-        for record in kept:
-            writer.write(record)
-    tf.io.gfile.rename(temporary, path, overwrite=True)
