@@ -2,7 +2,8 @@
 
 * ``CORPUS_DIR``: the bundled pretraining corpus (gzip, XLNet corpus format: one sentence per
   line, documents separated by a blank line); ``WIKI_SUMMARIES`` is its Wikipedia file.
-* ``WIKI_QA``: the bundled SQuAD 2.0-format set; ``ROTTEN``: the Rotten Tomatoes splits.
+* ``WIKI_QA``: the bundled SQuAD 2.0-format set; ``ROTTEN``: the Rotten Tomatoes splits. Tests
+  import these paths from here (``WIKI_SUMMARIES as WIKI`` where a test says WIKI), never rebuild them.
 * ``TINY_DATA``: the preprocessing settings of the ``tiny_data_dir`` fixture (tests/conftest.py).
 """
 from __future__ import annotations

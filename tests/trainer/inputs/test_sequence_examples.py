@@ -29,9 +29,8 @@ from trainer.inputs.sequence_examples import (
 )
 from trainer.serving.text_encoder import XLNetTextEncoder
 
-REPO = Path(__file__).resolve().parents[3]
-ROTTEN = REPO / "data" / "finetune" / "rotten_tomatoes"
-WIKI = REPO / "data" / "corpus" / "wiki_summaries_en.txt.gz"
+from support.bundled_data import ROTTEN, WIKI_SUMMARIES as WIKI
+
 MAX_LENGTH = 32
 
 

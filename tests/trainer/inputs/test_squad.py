@@ -26,11 +26,8 @@ from trainer.inputs.squad import (
 )
 from trainer.serving.text_encoder import XLNetTextEncoder
 
-from support.bundled_data import WIKI_QA, read_corpus_documents
+from support.bundled_data import WIKI_QA, WIKI_SUMMARIES as WIKI, read_corpus_documents
 from support.squad_settings import WINDOWS, windows
-
-REPO = Path(__file__).resolve().parents[3]
-WIKI = REPO / "data" / "corpus" / "wiki_summaries_en.txt.gz"
 
 
 def write_squad(path: Path, paragraphs: list[dict]) -> str:

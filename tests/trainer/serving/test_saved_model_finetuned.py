@@ -21,7 +21,8 @@ from trainer.runtime.model_dir import ModelDirectory
 from trainer.serving import text_encoder
 from trainer.serving.text_encoder import XLNetTextEncoder
 
-ROTTEN = Path(__file__).resolve().parents[3] / "data" / "finetune" / "rotten_tomatoes"
+from support.bundled_data import ROTTEN
+
 MAX_SEQ_LENGTH = 24  # two length buckets: 16 and 24
 LABELS = ("fresh", "rotten", "mixed")
 
