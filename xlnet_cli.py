@@ -1,6 +1,7 @@
 """The `xlnet` command: one subcommand per job, each implemented in its own module.
 
-Every subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+Every subcommand module exposes ``add_arguments(parser)`` and ``run(args)``, which returns 0 or
+raises; ``run_subcommand`` turns the two kinds of error (tfrecords/errors.py) into exit codes.
 Modules are imported only when their subcommand runs, so `xlnet vocab --help` does not
 pay for importing TensorFlow.
 """
@@ -8,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from tfrecords.errors import EXIT_DATA, EXIT_OK, EXIT_USAGE
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -26,20 +30,24 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("trainer.commands.inspect", "decode a data directory's records as the model sees them, its "
                 "statistics (--stats), the trainer's permutations (--permutation), or verify it (--verify)"),
 }
-# Said under every subcommand's --help; trainer/commands/__init__.py names the codes for the code.
-EXIT_STATUS = ("exit status: 0 done (or preempted, with a checkpoint saved); 2 usage or bad input (a flag, file "
-               "or setting, named); 3 a data or state problem (damaged data, a diverged run, no readable "
-               "checkpoint, a corpus too short for any record)")
+# Said under every --help; the codes themselves are tfrecords/errors.py's.
+EXIT_STATUS = (f"exit status: {EXIT_OK} done (or preempted, with a checkpoint saved); {EXIT_USAGE} usage or bad "
+               f"input (a flag, file or setting, named); {EXIT_DATA} a data or state problem (damaged data, a "
+               "diverged run, no readable checkpoint, a corpus too short for any record)")
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
 # Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/commands/tensorflow_startup.py).
 TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "inspect", "plan")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows every flag's default in --help, except where there is none to show."""
+    """Shows a flag's default in --help one way, ``(default: X)``, where there is one to show and
+    the help text does not already say it (a default that depends on something else)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.required or action.default is None or action.default is argparse.SUPPRESS:
-            return action.help or ""
+        help_text = action.help or ""
+        if (action.required or action.default in (None, argparse.SUPPRESS, [], ()) or "default" in help_text
+                or isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))):
+            return help_text
         return super()._get_help_string(action)
 
 
@@ -50,28 +58,51 @@ def _load(name: str):
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="xlnet", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="xlnet", description=__doc__.splitlines()[0], epilog=EXIT_STATUS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
-    if not argv or argv[0] not in SUBCOMMANDS:
-        parser.parse_args(argv or ["--help"])
-        return 2
+    if not argv:  # no command: usage on standard error, as for any usage error
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if argv[0] not in SUBCOMMANDS:
+        parser.parse_args(argv)  # --help exits 0; an unknown command exits 2 naming it
+        return EXIT_USAGE
     return run_subcommand(argv[0], argv[1:])
 
 
 def run_subcommand(name: str, argv: list[str], prog: str | None = None) -> int:
     """Parses ``argv`` with subcommand ``name``'s flags and runs it; ``prog`` names it in usage
-    lines (``python -m trainer.task`` runs `xlnet train` under its own name). Ctrl-C before a
-    command handles it itself (while TensorFlow loads, say) ends quietly with status 130."""
+    lines (``python -m trainer.task`` runs `xlnet train` under its own name).
+
+    The one place where how a command ended becomes its exit status: 0 when ``run()`` returns; a
+    UsageError (2) or DataError (3), tfrecords/errors.py, as one line ``xlnet NAME: error: MESSAGE``
+    on standard error; Ctrl-C before a command handles it itself (while TensorFlow loads, say) ends
+    quietly with 130; a reader that closes the pipe early (``xlnet plan | head``) ends it with
+    141, as a process killed by SIGPIPE. Anything else is a bug and keeps its traceback."""
+    from tfrecords.errors import exit_code
+
     try:
         return _run_subcommand(name, argv, prog)
     except KeyboardInterrupt:
         print(f"xlnet {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that flush cannot fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except Exception as error:  # ours are mapped below; anything else is a bug and re-raised
+        code = exit_code(error)
+        if code is None:
+            raise
+        sys.stdout.flush()
+        print(f"xlnet {name}: error: {error}", file=sys.stderr, flush=True)
+        return code
 
 
 def _run_subcommand(name: str, argv: list[str], prog: str | None) -> int:
+    from tfrecords.errors import UsageError
+
     if name in TENSORFLOW_SUBCOMMANDS:
         from trainer.commands.tensorflow_startup import import_tensorflow_quietly
 
@@ -81,10 +112,8 @@ def _run_subcommand(name: str, argv: list[str], prog: str | None) -> int:
     except ModuleNotFoundError as error:
         if (error.name or "").split(".")[0] != "apache_beam":
             raise
-        print(f"xlnet {name}: error: needs Apache Beam, which this installation lacks; install the pipeline "
-              "extra: pip install \"xlnet-pretrain[pipeline]\" (training, import and export do not need it)",
-              file=sys.stderr)
-        return 2
+        raise UsageError("needs Apache Beam, which this installation lacks; install the pipeline extra: "
+                         "pip install \"xlnet-pretrain[pipeline]\" (training, import and export do not need it)") from None
     sub_parser = argparse.ArgumentParser(prog=prog or f"xlnet {name}", description=SUBCOMMANDS[name][1],
                                          epilog=EXIT_STATUS, formatter_class=HelpFormatter)
     module.add_arguments(sub_parser)
@@ -93,7 +122,10 @@ def _run_subcommand(name: str, argv: list[str], prog: str | None) -> int:
         args, args.runner_options = sub_parser.parse_known_args(argv)
     else:
         args = sub_parser.parse_args(argv)
-    return int(module.run(args) or 0)
+    status = module.run(args)
+    if status not in (None, 0):  # run() returns 0 or raises: a status is decided here only
+        raise TypeError(f"xlnet {name}: run() returned {status!r}; it must return 0 or raise")
+    return 0
 
 
 if __name__ == "__main__":

@@ -67,32 +67,23 @@ def data_dir(workdir: str, seq_len: int) -> str:
 
 
 def build(case: str, mode: str, batch: int, workdir: str):
-    """The controller `xlnet train` / `xlnet finetune` would run for this case."""
-    import xlnet_cli
-    from trainer.commands import finetune, train
+    """The controller `xlnet train` / `xlnet finetune` would run for this case (trainer/launch/)."""
+    from trainer.launch.finetuning_run import FinetuneSettings, FinetuningRun, build_finetuning
+    from trainer.launch.pretraining_run import PretrainingRun, build_pretraining
 
     kind, preset, sets, _, _ = CASES[case]
-    sets = [*sets, f"remat={mode}", f"train_batch_size={batch}", "steps_per_loop=1", "train_steps=100",
-            "eval_every=0", "checkpoint_every=100"]
+    sets = (*sets, f"remat={mode}", f"train_batch_size={batch}", "steps_per_loop=1", "train_steps=100",
+            "eval_every=0", "checkpoint_every=100")
     out = tempfile.mkdtemp(dir=workdir)
-    flags = [item for s in sets for item in ("--set", s)]
     if kind == "pretraining":
         data = data_dir(workdir, 128 if preset == "tiny" else 512)
-        sets_eval = ["--set", f"eval_batch_size={batch}"]
-        args = _parse(xlnet_cli, train, ["--data", data, "--model-dir", out, "--preset", preset, *flags, *sets_eval])
-        return train._build_trainer(args)
+        return build_pretraining(PretrainingRun(data=(data,), model_dir=out, preset=preset,
+                                                overrides=(*sets, f"eval_batch_size={batch}")))
     vocab = str(Path(data_dir(workdir, 128)).parent / "spiece.model")
-    files = (["--train", str(ROTTEN / "train.tsv"), "--eval", str(ROTTEN / "dev.tsv")] if kind == "classification"
-             else ["--train", str(WIKI_QA), "--eval", str(WIKI_QA)])
-    args = _parse(xlnet_cli, finetune, ["--task", kind, *files, "--vocab", vocab, "--preset", preset,
-                                        "--max-seq-length", "512", "--model-dir", out, *flags])
-    return finetune.build_controller(args)
-
-
-def _parse(xlnet_cli, module, argv):
-    parser = argparse.ArgumentParser(formatter_class=xlnet_cli.HelpFormatter)
-    module.add_arguments(parser)
-    return parser.parse_args(argv)
+    train, evaluate = ((str(ROTTEN / "train.tsv"), str(ROTTEN / "dev.tsv")) if kind == "classification"
+                       else (str(WIKI_QA), str(WIKI_QA)))
+    settings = FinetuneSettings(task=kind, preset=preset, overrides=sets, max_seq_length=512)
+    return build_finetuning(FinetuningRun(settings, train=train, eval=evaluate, model_dir=out, vocab=vocab))
 
 
 def measure(case: str, mode: str, batch: int, workdir: str, timed_steps: int = 1) -> dict:

@@ -51,15 +51,11 @@ def make_trainer(data_dir: str, model_dir: str, settings: list[str], init_checkp
     """A pretraining controller of the tiny preset with these overrides on the prepared data."""
     import tensorflow as tf
 
-    from tfrecords.manifest import load_manifest
-    from trainer.configs.overrides import resolve_configs
-    from trainer.tasks.pretraining import pretraining_controller
+    from trainer.launch.pretraining_run import PretrainingRun, build_pretraining
 
-    manifest = load_manifest(data_dir)
-    model, train, _ = resolve_configs("tiny", None, settings)
-    model = model.replace(vocab_size=int(manifest.vocab["vocab_size"]))
-    return pretraining_controller(model, train, manifest=manifest, model_dir=model_dir, strategy=tf.distribute.get_strategy(),
-                   init_checkpoint=init_checkpoint, log=lambda line: None)
+    run = PretrainingRun(data=(data_dir,), model_dir=model_dir, preset="tiny", overrides=tuple(settings),
+                         init_checkpoint=init_checkpoint)
+    return build_pretraining(run, strategy=tf.distribute.get_strategy(), log=lambda line: None)
 
 
 def loss_by_position(trainer, steps: int) -> dict:

@@ -68,16 +68,13 @@ def measure(shape: str, data_dir: str, workdir: str, steps: int, repeats: int) -
     import tensorflow as tf
     from train_step import matmul_peak, model_flops_per_step
 
-    from tfrecords.manifest import load_manifest
-    from trainer.configs.overrides import resolve_configs
-    from trainer.tasks.pretraining import pretraining_controller
+    from trainer.launch.pretraining_run import PretrainingRun, build_pretraining
 
-    manifest = load_manifest(data_dir)
-    model, train, _ = resolve_configs("tiny", None, SHAPES[shape] + ["train_steps=1000000", "eval_every=0",
-                                                                     "checkpoint_every=1000000"])
-    model = model.replace(vocab_size=int(manifest.vocab["vocab_size"]))
-    trainer = pretraining_controller(model, train, manifest=manifest, model_dir=tempfile.mkdtemp(dir=workdir),
-                      strategy=tf.distribute.get_strategy(), log=lambda line: None)
+    settings = (*SHAPES[shape], "train_steps=1000000", "eval_every=0", "checkpoint_every=1000000")
+    trainer = build_pretraining(PretrainingRun(data=(data_dir,), model_dir=tempfile.mkdtemp(dir=workdir),
+                                               preset="tiny", overrides=settings),
+                                strategy=tf.distribute.get_strategy(), log=lambda line: None)
+    model, train = trainer.task.model_config, trainer.config
     loop_iterator, bare_iterator = iter(trainer.train_dataset()), constant_iterator(trainer)
     trainer.run_steps(loop_iterator, 1)  # trace and compile both paths once
     trainer.run_steps(bare_iterator, 1)

@@ -13,15 +13,14 @@ import argparse
 import logging
 import os
 import re
-import sys
 import time
 
-from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, CorpusError, expand_inputs
-from pipeline.data_directory import (OutputError, has_manifest, is_local_path, prepare_output, read_manifest,
+from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, expand_inputs
+from pipeline.data_directory import (has_manifest, is_local_path, prepare_output, read_manifest,
                                      remove_run_files)
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
-from pipeline.vocab import VocabError, load_vocab
-from tfrecords.manifest import MANIFEST_NAME, ManifestError
+from pipeline.vocab import load_vocab
+from tfrecords.manifest import MANIFEST_NAME
 from tfrecords.record_config import ConfigError
 from tfrecords.errors import DataError
 
@@ -287,15 +286,11 @@ def run(args: argparse.Namespace) -> int:
     configure_logging()
     start = time.time()
     config = config_from_args(args)
-    try:
+    try:  # bad flags, vocabulary, corpus or output: a UsageError (exit 2)
         manifest, metrics = preprocess(config, args.runner, args.workers, getattr(args, "runner_options", []),
                                        args.overwrite)
-    except (ConfigError, VocabError, CorpusError, OutputError, ManifestError) as error:
-        print(f"xlnet preprocess: error: {error}", file=sys.stderr)
-        return 2
-    except NoTrainingRecordsError as error:
+    except NoTrainingRecordsError as error:  # a DataError (exit 3), after the counters that explain it
         print(f"preprocessing failed after {time.time() - start:.1f} s\n" + "\n".join(counter_lines(error.metrics)))
-        print(f"xlnet preprocess: error: {error}", file=sys.stderr)
-        return 3
+        raise
     print(summary(manifest, metrics, time.time() - start))
     return 0

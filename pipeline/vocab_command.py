@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 
-from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, CorpusError
-from pipeline.vocab import VocabConfig, VocabError, train_vocab
+from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS
+from pipeline.vocab import VocabConfig, train_vocab
 
 _LOG = logging.getLogger("xlnet.vocab")
 
@@ -44,11 +43,7 @@ def config_from_args(args: argparse.Namespace) -> VocabConfig:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     start = time.time()
-    try:
-        vocab = train_vocab(config_from_args(args))
-    except (VocabError, CorpusError) as error:
-        print(f"xlnet vocab: error: {error}", file=sys.stderr)
-        return 2
+    vocab = train_vocab(config_from_args(args))  # a VocabError or CorpusError is a usage error (exit 2)
     _LOG.info("wrote %s (%d pieces, sha256 %s) in %.1f s; special ids %s",
               vocab.path, vocab.vocab_size, vocab.sha256[:12], time.time() - start, vocab.special_ids.to_dict())
     return 0

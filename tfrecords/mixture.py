@@ -30,6 +30,7 @@ import math
 import posixpath
 import threading
 from typing import Iterator, Mapping, Sequence
+from tfrecords.errors import UsageError
 
 import numpy as np
 import tensorflow as tf
@@ -81,7 +82,7 @@ def parse_weights(text: str | None, count: int, flag: str = "--mixture-weights")
     if text is None:
         if count == 1:
             return (1.0,)
-        raise ValueError(f"{count} --data directories need {flag} W1,...,W{count} (one positive weight per "
+        raise UsageError(f"{count} --data directories need {flag} W1,...,W{count} (one positive weight per "
                          "directory, in the same order), e.g. --mixture-weights " + ",".join(["1"] * count))
     items = [item.strip() for item in text.split(",")]
     weights = []
@@ -89,12 +90,12 @@ def parse_weights(text: str | None, count: int, flag: str = "--mixture-weights")
         try:
             weight = float(item)
         except ValueError:
-            raise ValueError(f"{flag} {text}: {item!r} is not a number") from None
+            raise UsageError(f"{flag} {text}: {item!r} is not a number") from None
         if not math.isfinite(weight) or weight <= 0:
-            raise ValueError(f"{flag} {text}: every weight must be a positive number, got {item}")
+            raise UsageError(f"{flag} {text}: every weight must be a positive number, got {item}")
         weights.append(weight)
     if len(weights) != count:
-        raise ValueError(f"{flag} {text}: {len(weights)} weight(s) for {count} --data director"
+        raise UsageError(f"{flag} {text}: {len(weights)} weight(s) for {count} --data director"
                          f"{'y' if count == 1 else 'ies'}; give one weight per --data, in the same order")
     total = sum(weights)
     return tuple(weight / total for weight in weights)
@@ -113,7 +114,7 @@ def check_distinct(names: Sequence[str], flag: str = "--data") -> None:
     for name in names:
         key = same_directory_key(name)
         if key in seen:
-            raise ValueError(f"{flag} {name}: the same data directory is given twice ({seen[key]} and {name})")
+            raise UsageError(f"{flag} {name}: the same data directory is given twice ({seen[key]} and {name})")
         seen[key] = name
 
 
@@ -162,7 +163,7 @@ class MixtureSchedule:
     def __init__(self, streams: Sequence[Sequence[tuple[int, int]]], weights: Sequence[float], rows: int,
                  seed: int):
         if not all(streams):
-            raise ValueError("every source of a mixture needs at least one non-empty stream")
+            raise UsageError("every source of a mixture needs at least one non-empty stream")
         self.streams, self.weights, self.rows, self.seed = [list(s) for s in streams], list(weights), rows, seed
         self._queues: list[list[tuple[int, int, int]]] = [[] for _ in streams]  # (stream, records, epoch), reversed
         self._epochs = [-1] * len(streams)
@@ -249,13 +250,13 @@ class MixtureReader:
     def _check_reversed_copies(self) -> None:
         for source, segments, num_streams in zip(self.sources, self.segments, self.num_streams):
             if not any(s < num_streams for s in segments):
-                raise ValueError(f"--data {source.name}: its {self.split} split has no records")
+                raise UsageError(f"--data {source.name}: its {self.split} split has no records")
             if not self.bi_data:
                 continue
             for stream_id, segment in segments.items():
                 partner = segments.get(stream_id + num_streams) if stream_id < num_streams else True
                 if partner is None or (partner is not True and partner.records != segment.records):
-                    raise ValueError(f"--data {source.name}: bi_data: the reversed copy of stream {stream_id} is "
+                    raise UsageError(f"--data {source.name}: bi_data: the reversed copy of stream {stream_id} is "
                                      "missing or of another length in the manifest")
 
     def per_replica_batch_size(self, num_replicas: int) -> int:

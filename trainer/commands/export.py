@@ -10,8 +10,7 @@ import threading
 import time
 from typing import Iterator
 
-from trainer.commands import EXIT_USAGE
-from trainer.serving.saved_model import ExportConfig, ExportError, abandon_export, signature_names
+from trainer.serving.saved_model import ExportConfig, abandon_export, signature_names
 
 # An export stopped by SIGINT or SIGTERM exits with 128 + the signal's number (130, 143), the
 # status a shell gives a command the signal killed.
@@ -93,31 +92,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exports and prints where the output went; returns 2 with a message on bad input. SIGINT
+    """Exports and prints where the output went; bad input raises a UsageError (exit 2). SIGINT
     and SIGTERM end it with 128 + the signal's number and one line (exit_quietly_on_signals)."""
     with exit_quietly_on_signals(args):
         return _run_format_export(args) if args.format != "savedmodel" else _run_savedmodel_export(args)
 
 
 def _run_savedmodel_export(args: argparse.Namespace) -> int:
-    """`xlnet export` (the SavedModel): prints where it went; 2 with a message on bad input."""
+    """`xlnet export` (the SavedModel): prints where it went."""
     from trainer.runtime.restore import open_model_directory, resolve_uncased
-    from trainer.runtime.storage import StorageError
     from trainer.serving.saved_model import default_max_length, export_saved_model
 
     started = time.time()
-    try:
-        model_dir = open_model_directory(args.model_dir)  # read once, for the casing and the export
-        uncased, why = resolve_uncased(model_dir, args.uncased)
-        config = ExportConfig(max_length=args.max_length or default_max_length(model_dir), top_k=args.top_k,
-                              uncased=uncased)
-        print(f"exporting {args.model_dir} (max_length={config.max_length}, top_k={config.top_k}, "
-              f"{'uncased' if uncased else 'cased'} text: {why})", flush=True)
-        target = export_saved_model(model_dir, args.output, config, version=args.version,
-                                    checkpoint=args.checkpoint)
-    except (ExportError, StorageError) as error:
-        print(f"xlnet export: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    model_dir = open_model_directory(args.model_dir)  # read once, for the casing and the export
+    uncased, why = resolve_uncased(model_dir, args.uncased)
+    config = ExportConfig(max_length=args.max_length or default_max_length(model_dir), top_k=args.top_k,
+                          uncased=uncased)
+    print(f"exporting {args.model_dir} (max_length={config.max_length}, top_k={config.top_k}, "
+          f"{'uncased' if uncased else 'cased'} text: {why})", flush=True)
+    target = export_saved_model(model_dir, args.output, config, version=args.version, checkpoint=args.checkpoint)
     task = model_dir.finetune_config.task if model_dir.finetune_config else None
     print(f"SavedModel written to {target} in {time.time() - started:.1f}s; "
           f"signatures: {', '.join(signature_names(task))}", flush=True)
@@ -125,19 +118,12 @@ def _run_savedmodel_export(args: argparse.Namespace) -> int:
 
 
 def _run_format_export(args: argparse.Namespace) -> int:
-    """`xlnet export --format huggingface|tf1`: prints where the files went; 2 with a message on bad input."""
-    from trainer.conversion.format_export import FormatExportError, export_format
-    from trainer.conversion.huggingface_format import HuggingFaceFormatError
-    from trainer.conversion.tf1_format import TF1FormatError
-    from trainer.runtime.storage import StorageError
+    """`xlnet export --format huggingface|tf1`: prints where the files went."""
+    from trainer.conversion.format_export import export_format
 
     started = time.time()
-    try:
-        files, note = export_format(args.model_dir, args.output, args.format, checkpoint=args.checkpoint,
-                                    uncased=args.uncased)
-    except (FormatExportError, HuggingFaceFormatError, TF1FormatError, StorageError) as error:
-        print(f"xlnet export: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    files, note = export_format(args.model_dir, args.output, args.format, checkpoint=args.checkpoint,
+                                uncased=args.uncased)
     print(f"{args.format} export of {args.model_dir} written to {args.output} in {time.time() - started:.1f}s: "
           f"{', '.join(name.rsplit('/', 1)[-1] for name in files)}; {note}", flush=True)
     return 0

@@ -14,9 +14,8 @@ Every path may be local or gs://.
 from __future__ import annotations
 
 import argparse
-import sys
 
-from trainer.commands import EXIT_USAGE
+from tfrecords.errors import UsageError
 from trainer.models.config import ModelConfig
 
 DEFAULTS = ModelConfig()
@@ -36,11 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # None = not given: the value the source records (a Hugging Face export of ours records all
     # of them), else the ModelConfig default shown.
     parser.add_argument("--mem-len", type=int, default=None,
-                        help=f"Transformer-XL memory length for further training (default {DEFAULTS.mem_len})")
+                        help=f"Transformer-XL memory length for further training (default: {DEFAULTS.mem_len})")
     parser.add_argument("--reuse-len", type=int, default=None,
-                        help=f"positions of each segment cached as memory (default {DEFAULTS.reuse_len})")
+                        help=f"positions of each segment cached as memory (default: {DEFAULTS.reuse_len})")
     parser.add_argument("--bi-data", action=argparse.BooleanOptionalAction, default=None,
-                        help=f"bidirectional data pipeline for further pretraining (default {DEFAULTS.bi_data})")
+                        help=f"bidirectional data pipeline for further pretraining (default: {DEFAULTS.bi_data})")
     parser.add_argument("--clamp-len", type=int, default=None,
                         help=f"clip relative distances to this length (-1: no clipping; default: config.json's "
                              f"clamp_len, else {DEFAULTS.clamp_len})")
@@ -52,38 +51,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Imports and prints where the model directory went; returns 2 with a message on bad input."""
-    from tfrecords.vocabulary import VocabError
+    """Imports and prints where the model directory went; bad input raises a UsageError (exit 2)."""
     from trainer.conversion.format_import import import_huggingface_to_model_dir, import_to_model_dir
-    from trainer.conversion.huggingface_format import HuggingFaceFormatError
-    from trainer.conversion.tf1_checkpoint import CheckpointImportError
     from trainer.runtime.model_dir import ModelDirectory
-    from trainer.runtime.storage import StorageError
 
     original = {"--checkpoint": args.checkpoint, "--config": args.config, "--spm": args.spm}
     given = [flag for flag, value in original.items() if value is not None]
     if args.huggingface is not None and given:
-        print(f"xlnet import-checkpoint: error: --huggingface reads one directory; drop {', '.join(given)}",
-              file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(f"--huggingface reads one directory; drop {', '.join(given)}")
     if args.huggingface is None and len(given) < len(original):
         missing = [flag for flag in original if flag not in given]
-        print(f"xlnet import-checkpoint: error: an original release needs {', '.join(missing)} as well "
-              "(or pass --huggingface DIR)", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(f"an original release needs {', '.join(missing)} as well (or pass --huggingface DIR)")
     flags = dict(mem_len=args.mem_len, reuse_len=args.reuse_len, bi_data=args.bi_data, clamp_len=args.clamp_len,
                  dropout=args.dropout, dropatt=args.dropatt)
-    try:
-        if args.huggingface is not None:
-            source = args.huggingface
-            written = import_huggingface_to_model_dir(source, args.output, **flags)
-        else:
-            source = args.checkpoint
-            overrides = {name: value for name, value in flags.items() if value is not None}
-            written = import_to_model_dir(args.checkpoint, args.config, args.spm, args.output, **overrides)
-    except (CheckpointImportError, HuggingFaceFormatError, VocabError, StorageError) as error:
-        print(f"xlnet import-checkpoint: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    if args.huggingface is not None:
+        source = args.huggingface
+        written = import_huggingface_to_model_dir(source, args.output, **flags)
+    else:
+        source = args.checkpoint
+        overrides = {name: value for name, value in flags.items() if value is not None}
+        written = import_to_model_dir(args.checkpoint, args.config, args.spm, args.output, **overrides)
     head = ModelDirectory(args.output).head_spec
     if head is not None and args.huggingface is None:
         print(f"imported the squad head of {source} (run_squad.py's start_logits, end_logits, answer_class; "

@@ -20,9 +20,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import sys
 
-from trainer.commands import EXIT_DATA, EXIT_USAGE
+from tfrecords.errors import UsageError
 
 DEFAULT_RECORDS = 2
 
@@ -48,12 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="read every record of every shard and check it against manifest.json: CRCs, record "
                             "counts, stream layout, file sizes, token ids; names each damaged file and its first "
                             "bad record")
-    parser.add_argument("--split", default="train", choices=SPLITS, help="split to decode (default train)")
+    parser.add_argument("--split", default="train", choices=SPLITS, help="split to decode")
     parser.add_argument("--stream", type=int, metavar="S",
                         help="stream to decode (default: the split's first with records); with --permutation, "
                              "the batch rows reading it")
     parser.add_argument("--records", type=int, default=DEFAULT_RECORDS, metavar="N",
-                        help=f"records (batch rows with --permutation) to show (default {DEFAULT_RECORDS})")
+                        help="records (batch rows with --permutation) to show")
     parser.add_argument("--format", default="text", choices=("text", "json"),
                         help="text, or JSON (one object per record, one for --stats)")
     parser.add_argument("--plot", metavar="FILE.png", help="with --stats: draw the statistics into this PNG "
@@ -69,13 +68,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs the chosen mode; returns 0 (done, intact), 2 (usage, no manifest) or 3 (damaged data)."""
+    """Runs the chosen mode; 0 when done (for --verify: every shard intact). A usage problem or a
+    DATA_DIR without a readable manifest raises a UsageError (exit 2), damaged data a DataError (3)."""
     problem = _usage_problem(args)
     if problem:
-        return _fail(problem, EXIT_USAGE)
+        raise UsageError(problem)
     if args.verify:
-        return _verify(args.data_dir, args.threads)
-    return _inspect(args)
+        _verify(args.data_dir, args.threads)
+    else:
+        _inspect(args)
+    return 0
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
@@ -90,33 +92,24 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"xlnet inspect: error: {message}", file=sys.stderr)
-    return code
-
-
-def _inspect(args: argparse.Namespace) -> int:
+def _inspect(args: argparse.Namespace) -> None:
     import tensorflow as tf
 
     from tfrecords.manifest import ManifestError
+    from tfrecords.tensorflow_errors import error_text
     from tfrecords.verification import DamagedDataError
     from tfrecords.vocabulary import VocabError
-    from trainer.inspection.records import InspectionError
 
     try:
         for block in _outputs(args):
             print(block, flush=True)
     except (ManifestError, VocabError) as error:
-        return _fail(f"DATA_DIR {args.data_dir}: {error}", EXIT_USAGE)
-    except InspectionError as error:
-        return _fail(str(error), EXIT_USAGE)
+        raise UsageError(f"DATA_DIR {args.data_dir}: {error}") from None
     except DamagedDataError as error:
-        return _fail(f"damaged data: {error}; `xlnet inspect {args.data_dir} --verify` checks every shard", EXIT_DATA)
+        raise DamagedDataError(f"damaged data: {error}; `xlnet inspect {args.data_dir} --verify` checks every "
+                               "shard") from None
     except tf.errors.OpError as error:  # the filesystem refused, e.g. no access
-        from tfrecords.verification import error_text
-
-        return _fail(f"DATA_DIR {args.data_dir}: {error_text(error)}", EXIT_USAGE)
-    return 0
+        raise UsageError(f"DATA_DIR {args.data_dir}: {error_text(error)}") from None
 
 
 def _outputs(args: argparse.Namespace):
@@ -143,15 +136,10 @@ def _record_views(data, args: argparse.Namespace) -> list:
 
 
 def _permutation_views(data, args: argparse.Namespace) -> list:
-    from trainer.commands.training_command import read_config_file
-    from trainer.configs.overrides import resolve_configs
     from trainer.inspection.permutations import step_views
-    from trainer.inspection.records import InspectionError
+    from trainer.launch.pretraining_run import pretraining_configs
 
-    try:
-        model, train, _ = resolve_configs(args.preset, read_config_file(args.config), args.overrides)
-    except ValueError as error:
-        raise InspectionError(str(error)) from None
+    model, train, _ = pretraining_configs(args.preset, args.config, args.overrides)
     return step_views(data, model, train, args.split, args.permutation, args.records, args.stream)
 
 
@@ -171,20 +159,21 @@ def _stats(data, args: argparse.Namespace):
             yield f"plot written to {args.plot}"
 
 
-def _verify(data_dir: str, threads: int) -> int:
+def _verify(data_dir: str, threads: int) -> None:
     import tensorflow as tf
 
     from tfrecords.manifest import ManifestError, load_manifest
-    from tfrecords.verification import verify_data_directory
+    from tfrecords.verification import DamagedDataError, verify_data_directory
 
     try:
         manifest = load_manifest(data_dir)
     except (ManifestError, tf.errors.OpError) as error:  # OpError: the filesystem refused, e.g. no access
-        return _fail(f"DATA_DIR {data_dir}: {error}", EXIT_USAGE)
+        raise UsageError(f"DATA_DIR {data_dir}: {error}") from None
     report = verify_data_directory(manifest, threads)
     for note in report.notes:
         print(f"note: {note}")
     for shard in report.damaged:
         print(shard.describe())
     print(report.summary(), flush=True)
-    return EXIT_DATA if report.damaged else 0
+    if report.damaged:
+        raise DamagedDataError(f"{len(report.damaged)} damaged shard file(s) in {data_dir}, named above")

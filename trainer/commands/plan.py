@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from trainer.commands import EXIT_USAGE
-from trainer.models.heads import TASKS
+from tfrecords.errors import UsageError
+from trainer.models.head_spec import TASKS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,23 +44,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Prints the plan; 0, or EXIT_USAGE on bad input or when nothing fits."""
+    """Prints the plan; 0, or a UsageError (exit 2) on bad input or when nothing fits (after the plan,
+    which shows the numbers)."""
     from trainer.planning.devices import format_bytes
-    from trainer.planning.plan import render_text
+    from trainer.planning.plan import USABLE_FRACTION, render_text
 
-    try:
-        plan = plan_of(args)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"xlnet plan: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    print(json.dumps(plan.to_dict(), indent=2) if args.output_format == "json" else render_text(plan))
+    plan = plan_of(args)
+    print(json.dumps(plan.to_dict(), indent=2) if args.output_format == "json" else render_text(plan), flush=True)
     if plan.nothing_fits:
         smallest = plan.workload.breakdown(plan.workload.batch_step, "full", accumulation_steps=2).total
-        print(f"xlnet plan: error: nothing fits: even a micro-batch of {plan.workload.batch_step} with remat full "
-              f"needs {format_bytes(smallest)} per replica, more than {format_bytes(plan.budget_bytes)} "
-              f"(95% of {format_bytes(plan.memory_bytes)}); use a device with more memory or a smaller model",
-              file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(f"nothing fits: even a micro-batch of {plan.workload.batch_step} with remat full needs "
+                         f"{format_bytes(smallest)} per replica, more than {format_bytes(plan.budget_bytes)} "
+                         f"({USABLE_FRACTION:.0%} of {format_bytes(plan.memory_bytes)}); use a device with more "
+                         "memory or a smaller model")
     return 0
 
 
@@ -71,7 +66,7 @@ def plan_of(args: argparse.Namespace):
     from trainer.planning.plan import Workload, make_plan
 
     if args.replicas < 1:
-        raise ValueError(f"--replicas must be at least 1, got {args.replicas}")
+        raise UsageError(f"--replicas must be at least 1, got {args.replicas}")
     memory = parse_memory_size(args.device_memory) if args.device_memory else None
     device = device_named(args.device) if args.device else None
     model, config = resolve(args)
@@ -79,9 +74,11 @@ def plan_of(args: argparse.Namespace):
 
 
 def resolve(args: argparse.Namespace):
-    """(ModelConfig, TrainConfig) without --task, (ModelConfig, FinetuneConfig) with it."""
-    from trainer.commands.training_command import read_config_file
-    from trainer.configs.overrides import resolve_configs
+    """(ModelConfig, TrainConfig) without --task, (ModelConfig, FinetuneConfig) with it: through the
+    same functions `xlnet train` and `xlnet finetune` resolve with (trainer/launch/)."""
+    from trainer.commands.finetune import finetune_settings
+    from trainer.launch.finetuning_run import finetuning_configs
+    from trainer.launch.pretraining_run import pretraining_configs
     from trainer.models.config import model_preset
 
     base_model = None
@@ -93,13 +90,9 @@ def resolve(args: argparse.Namespace):
         base_model = init.model_config
     if args.task is None:
         if args.max_seq_length is not None:
-            raise ValueError("--max-seq-length is a fine-tuning flag: give --task too (pretraining: --set seq_len=N)")
-        model, train, _ = resolve_configs(args.preset or "tiny", read_config_file(args.config), args.overrides,
-                                          base_model)
+            raise UsageError("--max-seq-length is a fine-tuning flag: give --task too (pretraining: --set seq_len=N)")
+        model, train, _ = pretraining_configs(args.preset or "tiny", args.config, args.overrides, base_model)
         return model, train
-    from trainer.commands.finetune import SQUAD_FLAGS, _resolve_configs
-
-    flags = argparse.Namespace(**vars(args), **{name: None for name in SQUAD_FLAGS if not hasattr(args, name)})
     preset = args.preset or ("tiny" if base_model is None else None)
-    vocab_size = model_preset(preset or "base").vocab_size
-    return _resolve_configs(flags, {"model": base_model, "vocab_size": vocab_size}, preset=preset)
+    return finetuning_configs(finetune_settings(args), base_model, model_preset(preset or "base").vocab_size,
+                              preset=preset)

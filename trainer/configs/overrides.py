@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from typing import Any, Iterable, Mapping
+from tfrecords.errors import UsageError
 
 from trainer.configs.training import TrainConfig, train_preset
 from trainer.models.config import JsonConfig, ModelConfig, model_preset
@@ -40,11 +41,11 @@ def _convert(text: str, kind: type, key: str) -> Any:
             return True
         if lowered in ("0", "false", "no", "off"):
             return False
-        raise ValueError(f"--set {key}={text}: expected true or false")
+        raise UsageError(f"--set {key}={text}: expected true or false")
     try:
         return kind(text)
     except ValueError:
-        raise ValueError(f"--set {key}={text}: expected {_EXPECTED.get(kind, kind.__name__)}") from None
+        raise UsageError(f"--set {key}={text}: expected {_EXPECTED.get(kind, kind.__name__)}") from None
 
 
 def parse_overrides(items: Iterable[str], config_class: type = None,
@@ -59,7 +60,7 @@ def parse_overrides(items: Iterable[str], config_class: type = None,
     other_changes: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise ValueError(f"--set {item!r}: expected key=value")
+            raise UsageError(f"--set {item!r}: expected key=value")
         key, value = item.split("=", 1)
         scope, _, name = key.strip().rpartition(".")
         if scope == "model" or (not scope and name in model_types and name not in other_types):
@@ -71,10 +72,10 @@ def parse_overrides(items: Iterable[str], config_class: type = None,
                 raise _unknown_key(key, f"{kind} has no field {name!r}", model_types, other_types, scope_name)
             flags = getattr(config_class, "FLAG_ONLY", {}).get(name)
             if flags:
-                raise ValueError(f"--set {key}: {name} is set with {flags}, not --set")
+                raise UsageError(f"--set {key}: {name} is set with {flags}, not --set")
             other_changes[name] = _convert(value, other_types[name], key)
         elif not scope and name in model_types and name in other_types:
-            raise ValueError(f"--set {key}: ambiguous, write model.{name} or {scope_name}.{name}")
+            raise UsageError(f"--set {key}: ambiguous, write model.{name} or {scope_name}.{name}")
         else:
             raise _unknown_key(key, f"no such field in ModelConfig or {kind} (use model.NAME or {scope_name}.NAME)",
                                model_types, other_types, scope_name)
@@ -82,7 +83,7 @@ def parse_overrides(items: Iterable[str], config_class: type = None,
 
 
 def _unknown_key(key: str, problem: str, model_fields: Iterable[str], other_fields: Iterable[str],
-                 scope_name: str) -> ValueError:
+                 scope_name: str) -> UsageError:
     """The error for a ``--set`` key no configuration has, with the nearest field names of either
     configuration, scoped (``model.NAME``) when the key was."""
     key = key.strip()
@@ -93,18 +94,18 @@ def _unknown_key(key: str, problem: str, model_fields: Iterable[str], other_fiel
     if scope:
         close = [f"{'model' if field in model_fields else scope_name}.{field}" for field in close]
     suggestion = f"; did you mean {' or '.join([', '.join(close[:-1]), close[-1]] if len(close) > 1 else close)}?"
-    return ValueError(f"--set {key}: {problem}{suggestion if close else ''}")
+    return UsageError(f"--set {key}: {problem}{suggestion if close else ''}")
 
 
 def config_file_sections(values: Any, source: str, scope_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The (model, ``scope_name``) sections of a ``--config`` file's JSON value ``{"model": {...},
     "<scope_name>": {...}}``; ``source`` names the file in errors."""
     if not isinstance(values, dict) or set(values) - {"model", scope_name}:
-        raise ValueError(f"--config {source}: expected a JSON object with keys 'model' and/or '{scope_name}'")
+        raise UsageError(f"--config {source}: expected a JSON object with keys 'model' and/or '{scope_name}'")
     sections = dict(values.get("model", {})), dict(values.get(scope_name, {}))
     for name, section in zip(("model", scope_name), sections):
         if not isinstance(section, dict):
-            raise ValueError(f"--config {source}: {name!r} must be a JSON object")
+            raise UsageError(f"--config {source}: {name!r} must be a JSON object")
     return sections
 
 

@@ -7,6 +7,7 @@ one static shape (:func:`batched_rows`), as a TPU wants one compiled program per
 from __future__ import annotations
 
 from typing import Any, Callable
+from tfrecords.errors import UsageError
 
 import numpy as np
 import tensorflow as tf
@@ -55,7 +56,7 @@ def training_dataset(columns: dict[str, np.ndarray], encode: Callable[[dict[str,
     pipeline_id = input_context.input_pipeline_id if input_context else 0
     batch, remainder = divmod(global_batch_size, num_replicas)
     if remainder or batch == 0:
-        raise ValueError(f"train_batch_size {global_batch_size} cannot be split over {num_replicas} replicas")
+        raise UsageError(f"train_batch_size {global_batch_size} cannot be split over {num_replicas} replicas")
     local = num_replicas // pipelines
     tables = {name: tf.constant(values) for name, values in columns.items()}
     target_tables = tf.nest.map_structure(tf.constant, targets)

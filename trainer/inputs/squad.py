@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from typing import Iterator, Sequence
+from tfrecords.errors import UsageError
 
 import numpy as np
 
@@ -352,9 +353,9 @@ def build_features(examples: Sequence[SquadExample], tokenizer: SquadTokenizer, 
     """
     problems = squad_length_problems(max_seq_length, max_query_length)
     if problems or max_query_length < 1:
-        raise ValueError("; ".join(problems) or f"max_query_length must be at least 1, got {max_query_length}")
+        raise UsageError("; ".join(problems) or f"max_query_length must be at least 1, got {max_query_length}")
     if doc_stride < 1:
-        raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
+        raise UsageError(f"doc_stride must be at least 1, got {doc_stride}")
     special = tokenizer.special_ids
     rows: dict[str, list] = {name: [] for name in (
         "input_ids", "segment_ids", "input_mask", "p_mask", "start_positions", "end_positions", "is_impossible",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping
+from tfrecords.errors import UsageError
 
 FF_ACTIVATIONS = ("gelu", "gelu_exact", "relu")  # trainer/layers/feed_forward.py ACTIVATIONS
 
@@ -24,7 +25,7 @@ class JsonConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown {cls.CONFIG_KIND} config keys: {', '.join(unknown)}")
+            raise UsageError(f"unknown {cls.CONFIG_KIND} config keys: {', '.join(unknown)}")
         return cls(**values)
 
     def replace(self, **changes: Any):
@@ -75,7 +76,7 @@ class ModelConfig(JsonConfig):
         if self.mem_len < 0 or self.reuse_len < 0:
             problems.append("mem_len and reuse_len must be >= 0")
         if problems:
-            raise ValueError("invalid model config: " + "; ".join(problems))
+            raise UsageError("invalid model config: " + "; ".join(problems))
 
 
 
@@ -106,7 +107,7 @@ def named_preset(presets: Mapping[str, Any], name: str) -> Any:
     try:
         return presets[name]
     except KeyError:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(presets)}") from None
+        raise UsageError(f"unknown preset {name!r}; choose one of {', '.join(presets)}") from None
 
 
 def model_preset(name: str) -> ModelConfig:

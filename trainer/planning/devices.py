@@ -13,6 +13,7 @@ import dataclasses
 import os
 import re
 import time
+from tfrecords.errors import UsageError
 
 GIB = 1024 ** 3
 GB = 1000 ** 3
@@ -77,7 +78,7 @@ def device_named(name: str) -> Device:
     if key == CPU:
         return this_cpu()
     if key not in DEVICES:
-        raise ValueError(f"--device {name!r}: unknown device; choose one of {', '.join(DEVICE_NAMES)} "
+        raise UsageError(f"--device {name!r}: unknown device; choose one of {', '.join(DEVICE_NAMES)} "
                          "(or give --device-memory SIZE)")
     return DEVICES[key]
 
@@ -108,6 +109,37 @@ def measured_matmul_peak(dtype_name: str, size: int = 1024, repeats: int = 5) ->
     return 2.0 * size ** 3 / best
 
 
+# TPU_ACCELERATOR_TYPE (set on Cloud TPU VMs, e.g. "v4-8", "v5litepod-16") -> the device table's row
+TPU_GENERATIONS = (("v5litepod", "tpu-v5e"), ("v5e", "tpu-v5e"), ("v5p", "tpu-v5p"), ("v4", "tpu-v4"),
+                   ("v3", "tpu-v3"))
+
+
+def reported_memory(strategy) -> tuple[int | None, str]:
+    """(bytes per replica, where the figure comes from) of a tf.distribute strategy's devices, (None,
+    "") when they report nothing (CPUs): a TPU's by its generation (TPU_ACCELERATOR_TYPE), a GPU's
+    as TensorFlow reports it."""
+    import tensorflow as tf
+
+    try:
+        devices = list(strategy.extended.worker_devices)
+    except (AttributeError, RuntimeError, ValueError):  # the default strategy: the first GPU if any
+        devices = [device.name for device in tf.config.list_logical_devices()[-1:]]
+    kind = devices[0].split("device:")[-1].split(":")[0].upper() if devices else "CPU"
+    if kind == "TPU" or "TPU" in type(strategy).__name__:
+        accelerator = os.environ.get("TPU_ACCELERATOR_TYPE", "")
+        for prefix, name in TPU_GENERATIONS:
+            if accelerator.startswith(prefix):
+                return DEVICES[name].memory_bytes, f"{name}, TPU_ACCELERATOR_TYPE {accelerator}"
+        return None, ""
+    if kind == "GPU" and tf.config.list_physical_devices("GPU"):
+        from tensorflow.python.client import device_lib
+
+        limits = [d.memory_limit for d in device_lib.list_local_devices() if d.device_type == "GPU"]
+        if limits:
+            return int(min(limits)), "the GPU as TensorFlow reports it"
+    return None, ""
+
+
 _UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": GB, "tb": 1000 ** 4,
           "kib": 1024, "mib": 1024 ** 2, "gib": GIB, "tib": 1024 ** 4}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
@@ -119,7 +151,7 @@ def parse_memory_size(text: str, flag: str = "--device-memory") -> int:
     match = _SIZE.match(str(text))
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS or float(match.group(1)) <= 0:
-        raise ValueError(f"{flag} {text!r}: expected a size such as 16GiB, 80GB or 512MiB "
+        raise UsageError(f"{flag} {text!r}: expected a size such as 16GiB, 80GB or 512MiB "
                          f"(units: {', '.join(u for u in _UNITS if u)}; a bare number is bytes)")
     return int(float(match.group(1)) * _UNITS[unit])
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Mapping
+from tfrecords.errors import UsageError
 
 from trainer.configs.training import REMAT_MODES
 from trainer.models.config import ModelConfig
@@ -257,7 +258,7 @@ def memory_state_bytes(model: ModelConfig, shape: StepShape) -> int:
 def memory_breakdown(model: ModelConfig, shape: StepShape, remat: str = "none") -> MemoryBreakdown:
     """The predicted memory of one replica's step with ``shape`` under ``remat``."""
     if remat not in REMAT_MODES:
-        raise ValueError(f"remat must be one of {', '.join(REMAT_MODES)}, got {remat!r}")
+        raise UsageError(f"remat must be one of {', '.join(REMAT_MODES)}, got {remat!r}")
     _, trained = parameter_counts(model, shape.head, shape.num_labels)
     per_layer = layer_activations(model, shape)
     activations = ((model.n_layer - 1) * per_layer[remat] + layer_activations(model, shape, last=True)[remat]

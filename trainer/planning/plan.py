@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
+from tfrecords.errors import UsageError
 
 from trainer.configs.training import REMAT_MODES, LoopConfig, TrainConfig
 from trainer.models.config import ModelConfig
@@ -236,9 +237,9 @@ def make_plan(workload: Workload, device: Device | None = None, memory_bytes: in
     """The plan of ``workload``: on ``device``, whose memory ``memory_bytes`` replaces when given (a
     device that reports nothing, or a budget of one's own)."""
     if not 0 < mfu <= 1:
-        raise ValueError(f"--mfu must be in (0, 1], got {mfu}")
+        raise UsageError(f"--mfu must be in (0, 1], got {mfu}")
     if workload.replicas < 1:
-        raise ValueError(f"--replicas must be at least 1, got {workload.replicas}")
+        raise UsageError(f"--replicas must be at least 1, got {workload.replicas}")
     memory = memory_bytes if memory_bytes is not None else (device.memory_bytes if device else None)
     budget = None if memory is None else int(memory * USABLE_FRACTION)
     max_batch, choices = {}, {}

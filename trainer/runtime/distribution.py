@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from tfrecords.errors import UsageError
 
 import tensorflow as tf
 
@@ -21,7 +22,7 @@ def create_strategy(name: str = "auto", tpu: str | None = None) -> tf.distribute
     grpc:// address, or 'local' on a TPU VM) through TPUClusterResolver.
     """
     if name not in STRATEGIES:
-        raise ValueError(f"--strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
+        raise UsageError(f"--strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
     if name == "auto":
         name = _auto_strategy_name(tpu)
         log.info("--strategy auto chose %s", name)
@@ -29,13 +30,13 @@ def create_strategy(name: str = "auto", tpu: str | None = None) -> tf.distribute
         return _tpu_strategy(tpu)
     if name == "multi-worker":
         if not os.environ.get("TF_CONFIG"):
-            raise ValueError("--strategy multi-worker needs the TF_CONFIG environment variable "
+            raise UsageError("--strategy multi-worker needs the TF_CONFIG environment variable "
                              "(cluster: {worker: [host:port, ...]}, task: {type: worker, index: i})")
         return tf.distribute.MultiWorkerMirroredStrategy()
     gpus = tf.config.list_logical_devices("GPU")
     if name == "gpu":
         if not gpus:
-            raise ValueError("--strategy gpu: TensorFlow sees no GPU on this machine")
+            raise UsageError("--strategy gpu: TensorFlow sees no GPU on this machine")
         return tf.distribute.OneDeviceStrategy(gpus[0].name)
     if name == "mirrored":
         return tf.distribute.MirroredStrategy()
@@ -61,7 +62,7 @@ def _tpu_strategy(tpu: str | None) -> tf.distribute.Strategy:
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, tf.errors.OpError, RuntimeError) as error:
-        raise ValueError(f"--tpu {tpu or '(none)'}: cannot reach the TPU ({error}); pass the TPU name, "
+        raise UsageError(f"--tpu {tpu or '(none)'}: cannot reach the TPU ({error}); pass the TPU name, "
                          "a grpc:// address, or 'local' on a TPU VM") from None
     return tf.distribute.TPUStrategy(resolver)
 

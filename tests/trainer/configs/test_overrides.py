@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from trainer.commands.training_command import read_config_file
+from trainer.launch.run_setup import read_config_file
 from trainer.configs.finetuning import FinetuneConfig
 from trainer.configs.overrides import parse_overrides, resolve_configs
 from trainer.configs.training import TrainConfig, train_preset

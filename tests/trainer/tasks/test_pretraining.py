@@ -209,12 +209,13 @@ def test_gradient_accumulation_sums_micro_steps_before_one_update(tiny_data_dir,
 def test_init_checkpoint_starts_from_another_model_directory(tiny_data_dir, straight_run, tmp_path):
     source = straight_run
     from trainer.commands import train as task
+    from trainer.launch.pretraining_run import build_pretraining
 
     parser = __import__("argparse").ArgumentParser()
     task.add_arguments(parser)
     args = parser.parse_args(train_command(tiny_data_dir, tmp_path / "target", "train_steps=2")[1:]
                              + ["--init-checkpoint", str(source)])
-    trainer = task._build_trainer(args)
+    trainer = build_pretraining(task.pretraining_run(args))
     assert int(trainer.step.numpy()) == 0
     saved = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(source / "checkpoints")))
     key = next(name for name, _ in tf.train.list_variables(str(source / "checkpoints"))

@@ -12,7 +12,8 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
-from trainer.commands.finetune import add_arguments, build_controller
+from trainer.commands.finetune import add_arguments, finetuning_run
+from trainer.launch.finetuning_run import build_finetuning
 from trainer.evaluation import metrics
 from trainer.inputs import batching, sequence_examples
 from trainer.runtime.model_dir import ModelDirectory
@@ -187,7 +188,7 @@ def test_init_checkpoint_starts_from_the_pretrained_network(classifier, tmp_path
     args = parser.parse_args(finetune_args(tmp_path / "out", "unused", "train_steps=2")[1:]
                              + ["--init-checkpoint", str(source)])
     args.vocab = None
-    controller = build_controller(args)
+    controller = build_finetuning(finetuning_run(args))
     latest = tf.train.latest_checkpoint(str(source / "checkpoints"))
     key = next(name for name, _ in tf.train.list_variables(latest) if name.startswith("model/word_embedding"))
     np.testing.assert_array_equal(controller.network.word_embedding.embeddings.numpy(),
@@ -201,7 +202,7 @@ def test_layer_decay_gives_lower_blocks_smaller_learning_rates(spm_model, tmp_pa
     add_arguments(parser)
     args = parser.parse_args(finetune_args(tmp_path / "decay", spm_model, "train_steps=2", "layer_decay_rate=0.5",
                                            "n_layer=3")[1:])
-    controller = build_controller(args)
+    controller = build_finetuning(finetuning_run(args))
     factors = dict(zip((id(v) for v in controller.variables), controller.optimizer.learning_rate_multipliers))
     network = controller.network
     for layer, block in enumerate(network.blocks):
@@ -311,7 +312,7 @@ def test_two_mirrored_replicas_compute_the_gradients_of_one_device(spm_model, tm
     for name, strategy in (("cpu", tf.distribute.OneDeviceStrategy("/cpu:0")), ("mirrored", mirrored_strategy)):
         args = parser.parse_args(finetune_args(tmp_path / name, spm_model, "train_steps=2", "dropout=0",
                                                "dropatt=0", "train_batch_size=8")[1:])
-        controller = build_controller(args, strategy)
+        controller = build_finetuning(finetuning_run(args), strategy=strategy)
         assert controller.strategy.num_replicas_in_sync == (2 if name == "mirrored" else 1)
         results[name] = controller.gradients(iter(controller.train_dataset()))
     (grads_one, loss_one), (grads_two, loss_two) = results["cpu"], results["mirrored"]

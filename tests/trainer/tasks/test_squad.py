@@ -82,13 +82,14 @@ def test_the_model_directory_records_the_squad_settings(answered):
 
 
 def test_squad_defaults_to_the_original_sequence_length(tmp_path, spm_model):
-    from trainer.commands.finetune import _resolve_configs, add_arguments
+    from trainer.commands.finetune import add_arguments, finetune_settings
+    from trainer.launch.finetuning_run import finetuning_configs
 
     parser = __import__("argparse").ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--task", "squad", "--train", "x", "--eval", "x", "--vocab", spm_model, "--preset",
                               "tiny", "--model-dir", str(tmp_path)])
-    _, config = _resolve_configs(args, {"model": None, "vocab_size": 8000})
+    _, config = finetuning_configs(finetune_settings(args), vocab_size=8000)
     assert (config.max_seq_length, config.doc_stride, config.max_query_length) == (512, 128, 64)
 
 

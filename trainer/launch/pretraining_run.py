@@ -1,0 +1,194 @@
+"""A pretraining run (`xlnet train`): its settings, its configurations resolved against its data
+directories, and its controller built.
+
+Resolution order: preset (or ``--init-checkpoint``'s architecture) -> ``--config`` -> ``--set``; then
+the data's vocabulary size replaces the preset's (a preset's size is a default, the data's a fact),
+and every manifest is checked against the result before anything is built.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from typing import Callable, Iterable
+
+from tfrecords.errors import UsageError
+from trainer.launch.run_setup import console_log
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingRun:
+    """What `xlnet train` is asked to do: one field per flag (paths local or gs://)."""
+
+    data: tuple[str, ...]  # --data: one directory, or several for a mixture
+    model_dir: str
+    preset: str = "tiny"
+    mixture_weights: str | None = None  # "W1,W2,...", one per --data
+    eval_data: tuple[str, ...] = ()  # directories only evaluated on (their valid split)
+    config_file: str | None = None
+    overrides: tuple[str, ...] = ()  # --set KEY=VALUE items
+    init_checkpoint: str | None = None  # a model directory whose weights start the run
+    strategy: str = "auto"
+    tpu: str | None = None
+    device_memory: str | None = None  # e.g. "16GiB": the fit check's memory per replica
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedPretraining:
+    """A run's configurations and the data they were checked against."""
+
+    model: object  # ModelConfig
+    train: object  # TrainConfig
+    manifests: tuple  # of --data, in order
+    eval_manifests: tuple  # of --eval-data, in order
+    weights: tuple[float, ...]  # normalised mixture weights of --data
+    vocab_path: str  # the SentencePiece model the run uses
+
+    def mixture(self, run: PretrainingRun) -> list:
+        """The MixtureSources of a mixture run; empty for one directory."""
+        from tfrecords.mixture import MixtureSource
+
+        if len(run.data) == 1:
+            return []
+        return [MixtureSource(data, manifest, weight)
+                for data, manifest, weight in zip(run.data, self.manifests, self.weights)]
+
+    def eval_sources(self, run: PretrainingRun) -> list:
+        from tfrecords.mixture import MixtureSource
+
+        return [MixtureSource(data, manifest, 1.0) for data, manifest in zip(run.eval_data, self.eval_manifests)]
+
+
+def pretraining_configs(preset: str, config_file: str | None = None, overrides: Iterable[str] = (),
+                        base_model=None):
+    """(ModelConfig, TrainConfig, model keys set explicitly): preset -> ``--config`` -> ``--set``, with
+    ``base_model`` (an ``--init-checkpoint``'s architecture) in place of the preset's model. What
+    `xlnet plan` and `xlnet inspect --permutation` resolve without data."""
+    from trainer.configs.overrides import resolve_configs
+    from trainer.launch.run_setup import read_config_file
+
+    return resolve_configs(preset, read_config_file(config_file), list(overrides), base_model)
+
+
+def with_data_vocab_size(model, manifest, explicit: set[str]):
+    """``model`` with the data's vocabulary size, unless ``--config``/``--set`` gave one: a preset's
+    size is a default, the data's is a fact."""
+    data_vocab_size = int(manifest.vocab["vocab_size"])
+    if "vocab_size" in explicit or model.vocab_size == data_vocab_size:
+        return model
+    return model.replace(vocab_size=data_vocab_size)
+
+
+def resolve_pretraining(run: PretrainingRun) -> ResolvedPretraining:
+    """The run's configurations, with every data directory checked before anything is built: each
+    named once, every shard there with its recorded size, all of them compatible, and every
+    manifest agreeing with the resolved configurations. Raises UsageError or DamagedDataError."""
+    from tfrecords.manifest import load_manifest, manifest_location, vocabulary_path
+    from tfrecords.mixture import check_compatible, check_distinct, parse_weights
+    from tfrecords.reader import file_sha256, validate_manifest
+    from trainer.runtime.model_dir import ModelDirectory
+
+    if not run.data:
+        raise UsageError("--data: give at least one data directory")
+    data, eval_data = list(run.data), list(run.eval_data)
+    check_distinct(data)
+    check_distinct(data + eval_data, "--eval-data")
+    weights = parse_weights(run.mixture_weights, len(data))
+    manifests = [load_manifest(each) for each in data]
+    eval_manifests = [load_manifest(each) for each in eval_data]
+    named = list(zip(data + eval_data, manifests + eval_manifests))
+    for each, manifest in named:
+        _check_shard_files(manifest, each)
+    check_compatible(named)
+    init = ModelDirectory(run.init_checkpoint) if run.init_checkpoint else None
+    if init is not None:
+        init.require("--init-checkpoint", (ModelDirectory.MODEL_CONFIG, ModelDirectory.VOCAB))
+    base_model = init.model_config if init is not None else None
+    model, train, explicit = pretraining_configs(run.preset, run.config_file, run.overrides, base_model)
+    if len(data) > 1:
+        train = train.replace(mixture=tuple(zip(data, weights)))
+    if base_model is None:
+        model = with_data_vocab_size(model, manifests[0], explicit)
+    vocab_path = init.join(ModelDirectory.VOCAB) if init is not None else vocabulary_path(manifests[0])
+    vocab_sha256 = file_sha256(vocab_path)
+    for each, manifest in named:
+        validate_manifest(manifest, seq_len=train.seq_len, reuse_len=model.reuse_len, bi_data=model.bi_data,
+                          num_predict=train.num_predict, vocab_size=model.vocab_size, vocab_sha256=vocab_sha256,
+                          source=manifest_location(each)[0])
+    return ResolvedPretraining(model, train, tuple(manifests), tuple(eval_manifests), weights, vocab_path)
+
+
+def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = None, strategy=None,
+                      log: Callable[[str], None] = console_log):
+    """The pretraining Controller of ``run``: configurations resolved and checked against the data,
+    the strategy made (or ``strategy``), the fit check passed, the model directory prepared. With
+    ``held``, the chief first takes the model directory's run lock, released when ``held`` closes."""
+    from trainer.launch.fit_check import fit_to_device
+    from trainer.launch.run_setup import hold_run_lock, start_run
+    from trainer.runtime.distribution import is_chief
+    from trainer.runtime.model_dir import ModelDirectory
+    from trainer.tasks.pretraining import pretraining_controller
+
+    resolved = resolve_pretraining(run)
+    model, manifest = resolved.model, resolved.manifests[0]
+    strategy = start_run(resolved.train, run.strategy, run.tpu, strategy)
+    train = fit_to_device("xlnet train", model, resolved.train, strategy, run.device_memory, log)
+    after_first_save = None
+    if is_chief(strategy):
+        model_dir = ModelDirectory(run.model_dir)
+        hold_run_lock(held, model_dir, strategy, log)
+        after_first_save = _prepare_model_dir(model_dir, model, train, manifest.special_ids, resolved.vocab_path,
+                                              uncased=bool(manifest.config.get("uncased", False)), log=log)
+    return pretraining_controller(model, train, manifest=manifest, model_dir=run.model_dir, strategy=strategy,
+                                  init_checkpoint=run.init_checkpoint, log=log, after_first_save=after_first_save,
+                                  mixture=resolved.mixture(run), eval_sources=resolved.eval_sources(run))
+
+
+def _check_shard_files(manifest, data: str) -> None:
+    """Every shard the manifest lists is there with its recorded size, before anything is built: a
+    truncated or missing shard would otherwise surface only when the reader reaches it, hours in.
+    Raises DamagedDataError; no record is read (`xlnet inspect --verify` reads them all)."""
+    from tfrecords.verification import check_shard_files
+
+    if not check_shard_files(manifest):
+        print(f"xlnet train: note: {data}'s manifest records no shard sizes (written before they were "
+              f"recorded): only checked that every shard exists; `xlnet inspect {data} --verify` checks every "
+              "record", file=sys.stderr, flush=True)
+
+
+def _prepare_model_dir(model_dir, model, train, special_ids: dict, vocab_path: str, uncased: bool,
+                       log: Callable[[str], None]):
+    """Writes the resolved configs, spiece.model and special_ids.json into the model directory.
+
+    An existing model directory must hold the same architecture: resuming with another one
+    would silently restore mismatched weights. Changed training settings are allowed and logged;
+    train_config.json then changes only once the run has saved a checkpoint with them (a run that
+    fails before leaves the settings of its checkpoints): the returned function, for the controller.
+    """
+    from trainer.launch.run_setup import settings_replacement
+
+    model_dir.check_same_model(model)
+    _check_same_mixture(model_dir, train)
+    model_dir.write_model_files(model, special_ids, vocab_path, uncased=uncased)
+    return settings_replacement(model_dir, model_dir.TRAIN_CONFIG, train, log)
+
+
+def _check_same_mixture(model_dir, train) -> None:
+    """Refuses to resume a run on another mixture: the reader replays the saved mixture's schedule to
+    find where each row stopped, so other directories or weights would read other batches."""
+    if not model_dir.has(model_dir.TRAIN_CONFIG):
+        return
+    from trainer.runtime.storage import read_json
+
+    saved_mixture = read_json(model_dir.join(model_dir.TRAIN_CONFIG)).get("mixture", ())
+    saved = tuple((str(name), float(weight)) for name, weight in saved_mixture)
+    if saved == train.mixture:
+        return
+
+    def shown(mixture) -> str:
+        return ", ".join(f"{name} ({weight:.4g})" for name, weight in mixture) or "one --data directory"
+
+    raise UsageError(f"{model_dir.join(model_dir.TRAIN_CONFIG)} trained on {shown(saved)}; this command gives "
+                     f"{shown(train.mixture)}. A resumed run must read the same mixture (same --data directories "
+                     "in the same order, same --mixture-weights); to train on another one, start a new model "
+                     "directory with --init-checkpoint")
