@@ -9,6 +9,11 @@
 * ``tiny_data_dir``: ``corpus_sample`` preprocessed by the real Beam pipeline
   (FnApiRunner, 1 worker) with seq_len 128, reuse_len 64, num_predict 21, bi_data on,
   16 streams, 4 train shards + 2 valid shards, valid fraction 0.1.
+* ``small_data_dir``: no Beam needed: a copy of the committed data directory
+  ``support.bundled_data.SMALL_DATA_DIR`` (the first 60 Wikipedia summaries, vocabulary of 1000
+  pieces beside the manifest, seq_len 64, reuse_len 32, num_predict 10, 4 streams, 2 train shards +
+  1 valid shard; settings ``SMALL_DATA``), its manifest completed with each shard's size as
+  `xlnet preprocess` records it today. For tests whose data only has to be real and small.
 * ``wiki_qa``: the bundled SQuAD 2.0-format set data/squad/wiki_qa_v2.json, read by
   ``trainer.inputs.squad.read_squad``; ``squad_tokenizer`` is the cased SquadTokenizer of ``vocab``.
 """
@@ -18,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from support.bundled_data import CORPUS_DIR, TINY_DATA, WIKI_QA, read_corpus_documents
+from support.bundled_data import CORPUS_DIR, SMALL_DATA_DIR, TINY_DATA, WIKI_QA, read_corpus_documents
 
 SAMPLE_DOCUMENTS_PER_FILE = {"wiki_summaries_en.txt.gz": 400, "kjv_bible.txt.gz": 40}
 
@@ -79,6 +84,21 @@ def tiny_data_dir(tmp_path_factory, corpus_sample, spm_model) -> str:
     output = tmp_path_factory.mktemp("tiny_data") / "data"
     config = PreprocessConfig(inputs=(corpus_sample,), output=str(output), vocab=spm_model, **TINY_DATA)
     preprocess(config, runner="FnApiRunner", workers=1)
+    return str(output)
+
+
+@pytest.fixture(scope="session")
+def small_data_dir(tmp_path_factory) -> str:
+    import json
+    import shutil
+
+    output = tmp_path_factory.mktemp("small_data") / "data"
+    shutil.copytree(SMALL_DATA_DIR, output)
+    manifest = json.loads((output / "manifest.json").read_text())
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            shard["bytes"] = (output / shard["file"]).stat().st_size
+    (output / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return str(output)
 
 
