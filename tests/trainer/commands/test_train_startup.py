@@ -11,6 +11,8 @@ import pytest
 import xlnet_cli
 from tfrecords.manifest import load_manifest
 
+from support.bundled_data import SMALL_DATA_TRAINING
+
 # The tiny preset made smaller still (as in tests/trainer/tasks/test_pretraining.py).
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32",
          "train_batch_size=4", "eval_batch_size=4", "steps_per_loop=2", "eval_steps=2", "warmup_steps=2",
@@ -18,14 +20,14 @@ SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem
 
 
 @pytest.fixture
-def data_copy(tiny_data_dir, tmp_path) -> Path:
-    """A copy of the session's tiny data directory that a test may damage."""
-    return Path(shutil.copytree(tiny_data_dir, tmp_path / "data"))
+def data_copy(small_data_dir, tmp_path) -> Path:
+    """A copy of the session's small data directory (no Beam needed) that a test may damage."""
+    return Path(shutil.copytree(small_data_dir, tmp_path / "data"))
 
 
 def train(data: Path, model_dir: Path, capsys, *overrides: str) -> tuple[int, str]:
     args = ["train", "--data", str(data), "--model-dir", str(model_dir), "--preset", "tiny"]
-    for item in SMALL + list(overrides):
+    for item in SMALL + SMALL_DATA_TRAINING + list(overrides):
         args += ["--set", item]
     code = xlnet_cli.main(args)
     err = capsys.readouterr().err
@@ -64,8 +66,8 @@ def test_an_older_manifest_without_sizes_gets_a_note_and_the_existence_check(dat
     (data_copy / "manifest.json").write_text(json.dumps(values))
     # seq_len differs from the data's: the run stops at the next check, after the note, before training
     code, err = train(data_copy, tmp_path / "model", capsys, "seq_len=256")
-    assert code == 2 and "seq_len: data has 128, training uses 256" in err
+    assert code == 2 and "seq_len: data has 64, training uses 256" in err
     assert f"xlnet train: note: {data_copy}'s manifest records no shard sizes" in err
-    (data_copy / "valid-00001-of-00002.tfrecord").unlink()
+    (data_copy / "valid-00000-of-00001.tfrecord").unlink()
     code, err = train(data_copy, tmp_path / "model", capsys)
-    assert code == 3 and "valid-00001-of-00002.tfrecord: listed in the manifest, found no such file" in err
+    assert code == 3 and "valid-00000-of-00001.tfrecord: listed in the manifest, found no such file" in err

@@ -14,6 +14,7 @@ import xlnet_cli
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.run_lock import RunLock, RunLockError
 
+from support.bundled_data import SMALL_DATA_TRAINING
 from support.processes import exited_pid, start, wait_for
 
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=4",
@@ -78,10 +79,11 @@ def test_on_gcs_a_second_lock_is_refused_too(gcs_prefix):
             RunLock(directory).acquire()
 
 
-def test_a_second_xlnet_train_on_a_directory_in_use_exits_2_and_names_the_first(tiny_data_dir, tmp_path, capsys):
+def test_a_second_xlnet_train_on_a_directory_in_use_exits_2_and_names_the_first(small_data_dir, tmp_path, capsys):
     model_dir = tmp_path / "model"
-    args = ["train", "--data", tiny_data_dir, "--model-dir", str(model_dir), "--preset", "tiny"]
-    args += [arg for item in SMALL + ["train_steps=100000", "checkpoint_every=100000"] for arg in ("--set", item)]
+    args = ["train", "--data", small_data_dir, "--model-dir", str(model_dir), "--preset", "tiny"]
+    settings = SMALL + SMALL_DATA_TRAINING + ["train_steps=100000", "checkpoint_every=100000"]
+    args += [arg for item in settings for arg in ("--set", item)]
     first = start(["xlnet_cli.py", *args])
     try:
         wait_for((model_dir / ModelDirectory.STEP_LOG).exists, first, what="its first step")  # it holds the lock
