@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Mapping
 
 import pytest
 
@@ -39,7 +40,8 @@ def imported_trainer_subpackages(path: Path) -> set[str]:
 
 
 # What each subpackage of trainer/ may import besides itself (and tfrecords/). The commands are
-# at the top; below them inspection (which reads data as the pretraining task does), tasks, then serving and conversion, runtime, inputs and evaluation,
+# at the top; below them inspection (which reads data as the pretraining task does), tasks, evaluation,
+# inputs (which encodes text with the serving encoder), then serving and conversion, runtime and planning,
 # configs, models, layers.
 ALLOWED = {
     "layers": set(),
@@ -53,8 +55,10 @@ ALLOWED = {
     "tasks": {"inputs", "evaluation", "runtime", "serving", "configs", "models", "layers"},
     "inspection": {"tasks", "configs", "models"},
     "planning": {"configs", "models", "layers"},  # the memory / time model of a configuration on a device
-    "commands": {"inspection", "planning", "tasks", "inputs", "evaluation", "runtime", "serving", "conversion",
-                 "configs", "models", "layers"},
+    # a run's settings resolved and its controller built, once, for every command and benchmark
+    "launch": {"planning", "tasks", "inputs", "evaluation", "runtime", "serving", "configs", "models", "layers"},
+    "commands": {"launch", "inspection", "planning", "tasks", "inputs", "evaluation", "runtime", "serving",
+                 "conversion", "configs", "models", "layers"},
 }
 
 
@@ -113,6 +117,94 @@ def importers(package: str, forbidden: set[str]) -> dict[str, set[str]]:
     return found
 
 
+def project_modules() -> dict[str, Path]:
+    """Every module of pipeline/, tfrecords/ and trainer/ by dotted name (a package by its __init__.py)."""
+    found = {}
+    for package in ("pipeline", "tfrecords", "trainer"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported_project_modules(name: str, path: Path, known: Mapping[str, Path]) -> set[str]:
+    """The modules of ``known`` that module ``name`` imports, wherever the import statement is (at module
+    level, in a function, under TYPE_CHECKING), relative imports resolved: ``from a.b import c`` is the
+    module a.b.c when there is one, else a.b; an attribute path falls back to the module holding it."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]) if node.level else node.module
+            base = base.rstrip(".")
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                imported.add(target)
+    return imported
+
+
+def import_cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            for successor in successors:
+                if successor not in index:
+                    index[successor] = low[successor] = len(index)
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(sorted(graph[successor]))))
+                    break
+                if successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        cycles.append(sorted(component))
+    return cycles
+
+
+def test_the_cycle_finder_finds_a_cycle_through_three_modules_and_nothing_else():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_itself_back_through_others():
+    """No import cycles in pipeline/, tfrecords/ or trainer/, counting the imports inside functions:
+    a function-level import that closes a cycle is a cycle waiting for the function to move."""
+    known = project_modules()
+    graph = {name: imported_project_modules(name, path, known) for name, path in known.items()}
+    assert import_cycles(graph) == []
+
+
 def test_the_contract_package_imports_neither_the_pipeline_nor_the_trainer_nor_beam():
     assert importers("tfrecords", {"pipeline", "trainer", "apache_beam"}) == {}
 
@@ -164,11 +256,14 @@ def run_without_beam(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow  # 40 s; the fast tests above import every training and serving module without Beam
-def test_train_and_export_run_where_apache_beam_is_not_installed(tmp_path, tiny_data_dir):
+def test_train_and_export_run_where_apache_beam_is_not_installed(tmp_path, small_data_dir):
+    from support.bundled_data import SMALL_DATA_TRAINING  # the data directory's shapes; it needs no Beam either
+
     model = str(tmp_path / "model")
     small = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=4",
              "eval_batch_size=4", "train_steps=2", "steps_per_loop=2", "checkpoint_every=2", "eval_every=0"]
-    trained = run_without_beam(tmp_path, "train", "--data", tiny_data_dir, "--model-dir", model,
+    small += SMALL_DATA_TRAINING
+    trained = run_without_beam(tmp_path, "train", "--data", small_data_dir, "--model-dir", model,
                                *[arg for item in small for arg in ("--set", item)])
     assert trained.returncode == 0, trained.stderr[-3000:]
     exported = run_without_beam(tmp_path, "export", "--model-dir", model, "--output", str(tmp_path / "serving"))

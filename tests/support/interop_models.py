@@ -9,7 +9,8 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.models.config import ModelConfig, sequence_model_config
-from trainer.models.heads import HeadSpec
+from trainer.models.head_spec import HeadSpec
+from trainer.models.heads import build_head
 from trainer.models.network import build_network
 from trainer.runtime.model_dir import ModelDirectory
 
@@ -104,7 +105,7 @@ def write_model_dir(path: str, config: ModelConfig, vocab, seed: int = 1, head: 
     (network, head model or None)."""
     directory = ModelDirectory(path)
     network = build_network(sequence_model_config(config) if head is not None else config)
-    head_model = None if head is None else head.build(network)
+    head_model = None if head is None else build_head(head, network)
     randomize(head_model if head_model is not None else network, seed)
     directory.write_model_files(network.config, vocab.special_ids.to_dict(), vocab.path, uncased=uncased)
     objects = {"model": network}

@@ -12,7 +12,7 @@ import dataclasses
 
 from trainer.configs.training import LoopConfig
 from trainer.models.config import MODEL_PRESETS, named_preset
-from trainer.models.heads import TASKS
+from trainer.models.head_spec import TASKS
 
 # A SQuAD context needs room: the original's run_squad.py sequence length, the squad default of
 # every preset (a --config file, --set or --max-seq-length still changes it).

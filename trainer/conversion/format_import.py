@@ -86,12 +86,13 @@ def import_huggingface_to_model_dir(source: str, output: str, **overrides) -> st
     import posixpath
 
     from trainer.conversion.huggingface_format import VOCAB, read_huggingface_directory
+    from trainer.models.heads import build_head
     from trainer.models.network import build_network
 
     target = new_model_directory(output)
     model = read_huggingface_directory(source, **overrides)
     network = build_network(model.config)
-    head = None if model.head is None else model.head.build(network)
+    head = None if model.head is None else build_head(model.head, network)
     model.load_into(network, head)
     target.write_model_files(model.config, model.special_ids, posixpath.join(source.rstrip("/"), VOCAB),
                              uncased=model.uncased)

@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from trainer.conversion.huggingface_tokenizer import tokenizer_json
 from trainer.models.config import ModelConfig
-from trainer.models.heads import HeadSpec
+from trainer.models.head_spec import HeadSpec
 from trainer.models.network import XLNetNetwork
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
 from tfrecords.errors import UsageError

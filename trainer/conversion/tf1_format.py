@@ -25,7 +25,8 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.conversion.tf1_checkpoint import ORIGINAL_CONFIG_KEYS, CheckpointImportError, original_variable_map
-from trainer.models.heads import HeadSpec
+from trainer.models.head_spec import HeadSpec
+from trainer.models.heads import build_head
 from trainer.models.network import XLNetNetwork
 from trainer.runtime.storage import write_bytes, write_json
 from tfrecords.errors import UsageError
@@ -85,7 +86,7 @@ def build_question_answering_head(network: XLNetNetwork, names: Iterable[str], s
     none of it. Raises CheckpointImportError naming the missing variables when they hold only some."""
     # Built before knowing whether it is needed: its variables are what the one name table maps,
     # so the names come from there rather than from a second list (an unused head costs nothing).
-    head = RUN_SQUAD_HEAD.build(network)
+    head = build_head(RUN_SQUAD_HEAD, network)
     expected = question_answering_variable_map(head)
     present = set(names)
     missing = [name for name in expected if name not in present]

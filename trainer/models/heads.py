@@ -1,59 +1,23 @@
-"""Which fine-tuning head a model carries: :class:`HeadSpec`, and building that head over a network.
+"""The fine-tuning head a :class:`~trainer.models.head_spec.HeadSpec` names, built over a network.
 
-A fine-tuned model directory (trainer/runtime/model_dir.py) records its head in
-finetune_config.json and labels.json; the interop formats (trainer/conversion/) carry the same
-facts in their own files. Either way a HeadSpec says which head to build: an
-:class:`XLNetForSequenceTask` (trainer/models/sequence_model.py) on the ``<cls>`` summary, or for
-squad an :class:`XLNetForQuestionAnswering` (trainer/models/question_answering.py) with its beam
-widths.
+The one place a head model is built from a spec: an :class:`XLNetForSequenceTask`
+(trainer/models/sequence_model.py) on the ``<cls>`` summary, or for squad an
+:class:`XLNetForQuestionAnswering` (trainer/models/question_answering.py) with the spec's beam
+widths. The spec itself and its rules are TensorFlow-free, in trainer/models/head_spec.py.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Optional
+import keras
 
-SEQUENCE_TASKS = ("classification", "regression", "multiple-choice")  # one head on the <cls> summary
-TASKS = SEQUENCE_TASKS + ("squad",)  # squad: extractive question answering
+from trainer.models.head_spec import TASKS, HeadSpec  # noqa: F401  TASKS: read here by trainer/commands/ until it imports head_spec
+from trainer.models.network import XLNetNetwork
+from trainer.models.question_answering import XLNetForQuestionAnswering
+from trainer.models.sequence_model import XLNetForSequenceTask
 
 
-@dataclasses.dataclass(frozen=True)
-class HeadSpec:
-    """A fine-tuning head: ``task`` (one of TASKS), for classification the label names (index =
-    class id), for squad the beam widths ``start_n_top`` and ``end_n_top`` (required: where they
-    come from, finetune_config.json or a Hugging Face config.json, says what they are)."""
-
-    task: str
-    labels: tuple[str, ...] = ()
-    start_n_top: Optional[int] = None
-    end_n_top: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
-        if self.task == "classification" and len(self.labels) < 2:
-            raise ValueError(f"classification needs at least 2 labels, got {len(self.labels)}")
-        widths = (self.start_n_top, self.end_n_top)
-        if self.task == "squad" and not all(isinstance(width, int) and width >= 1 for width in widths):
-            raise ValueError(f"a squad head needs start_n_top and end_n_top of at least 1, got {self.start_n_top} "
-                             f"and {self.end_n_top}")
-
-    @property
-    def num_labels(self) -> int:
-        """Units of logits_proj: one per class, or 1 (regression, each multiple-choice option)."""
-        return len(self.labels) if self.task == "classification" else 1
-
-    @property
-    def sequence_task(self) -> bool:
-        """True for the heads on the <cls> summary (XLNetForSequenceTask), False for squad."""
-        return self.task in SEQUENCE_TASKS
-
-    def build(self, network):
-        """The head model over ``network`` (an XLNetNetwork; every weight created, ready for a
-        restore or an assign): an XLNetForSequenceTask, or for squad an XLNetForQuestionAnswering."""
-        if self.task == "squad":
-            from trainer.models.question_answering import XLNetForQuestionAnswering
-
-            return XLNetForQuestionAnswering(network, self.start_n_top, self.end_n_top)
-        from trainer.models.sequence_model import XLNetForSequenceTask
-
-        return XLNetForSequenceTask(network, self.task, self.num_labels)
+def build_head(spec: HeadSpec, network: XLNetNetwork) -> keras.Model:
+    """The head model of ``spec`` over ``network`` (every weight created, ready for a restore or an
+    assign): an XLNetForSequenceTask, or for squad an XLNetForQuestionAnswering."""
+    if spec.task == "squad":
+        return XLNetForQuestionAnswering(network, spec.start_n_top, spec.end_n_top)
+    return XLNetForSequenceTask(network, spec.task, spec.num_labels)

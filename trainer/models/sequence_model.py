@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from trainer.layers.sequence_summary import SequenceSummary
-from trainer.models.heads import SEQUENCE_TASKS
+from trainer.models.head_spec import SEQUENCE_TASKS, check_label_count, check_task, logits_units
 from trainer.models.network import XLNetNetwork, head_model_config, head_model_from_config
 
 INPUTS = ("input_ids", "segment_ids", "input_mask")
@@ -27,7 +27,7 @@ class XLNetForSequenceTask(keras.Model):
 
     Args:
       network: an XLNetNetwork (its config should come from ``trainer.models.config.sequence_model_config``).
-      task: one of SEQUENCE_TASKS.
+      task: one of SEQUENCE_TASKS (trainer/models/head_spec.py: the fine-tuning task kind).
       num_labels: classes for classification (ignored otherwise).
     Call: dict of int32 ``input_ids``, ``segment_ids``, ``input_mask``, each [batch, seq_len]
     ([batch, options, seq_len] for multiple choice) -> float32 logits [batch, num_labels]
@@ -36,13 +36,11 @@ class XLNetForSequenceTask(keras.Model):
 
     def __init__(self, network: XLNetNetwork, task: str, num_labels: int = 1, **kwargs):
         super().__init__(**kwargs)
-        if task not in SEQUENCE_TASKS:
-            raise ValueError(f"task must be one of {', '.join(SEQUENCE_TASKS)}, got {task!r}")
-        if task == "classification" and num_labels < 2:
-            raise ValueError(f"classification needs at least 2 labels, got {num_labels}")
+        check_task(task, SEQUENCE_TASKS)
+        check_label_count(task, num_labels)
         config = network.config
         self.network, self.task = network, task
-        self.num_labels = num_labels if task == "classification" else 1
+        self.num_labels = logits_units(task, num_labels)
         self.sequence_summary = SequenceSummary(config.d_model, config.dropout, config.initializer_range,
                                                 name="sequence_summary", dtype=self.dtype_policy)
         self.logits_proj = keras.layers.Dense(

@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping
 import tensorflow as tf
 
 from trainer.models.config import ModelConfig
-from trainer.models.heads import HeadSpec
+from trainer.models.head_spec import HeadSpec
 from trainer.runtime import event_files
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
 

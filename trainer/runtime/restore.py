@@ -5,7 +5,7 @@ any other reader rebuild a directory's network and fine-tuned head.
   checked (spiece.model, special_ids.json and model_config.json describe one vocabulary).
 * :func:`checkpoint_to_read`: a given checkpoint prefix (``--checkpoint``), else the latest.
 * :func:`restore_model`: the whole-sequence network and, for a fine-tuned directory, the head its
-  finetune_config.json names (:class:`trainer.models.heads.HeadSpec`), every variable restored.
+  finetune_config.json names (:class:`trainer.models.head_spec.HeadSpec`), every variable restored.
 * :func:`resolve_uncased`: whether text is lower-cased, and why.
 
 Every problem is a :class:`RestoreError` (a ModelDirectoryError) naming the directory, file,
@@ -21,7 +21,8 @@ import tensorflow as tf
 
 from tfrecords.vocabulary import SpecialIds, VocabError
 from trainer.models.config import sequence_model_config
-from trainer.models.heads import HeadSpec
+from trainer.models.head_spec import HeadSpec
+from trainer.models.heads import build_head
 from trainer.models.network import XLNetNetwork, build_network
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
 from trainer.runtime.storage import StorageError
@@ -106,7 +107,7 @@ def restore_model(directory: ModelDirectory, checkpoint: str | None = None, whol
     if spec is None:
         _restore(checkpoint, "match model_config.json", model=network)
         return RestoredModel(network, None, None, checkpoint)
-    head = spec.build(network)
+    head = build_head(spec, network)
     kind = "SQuAD model" if spec.task == "squad" else "model"
     _restore(checkpoint, f"hold the fine-tuned {kind} of {directory.path!r}", model=network, head=head)
     return RestoredModel(network, head, spec, checkpoint)

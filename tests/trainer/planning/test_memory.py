@@ -12,7 +12,8 @@ import tensorflow as tf
 from tfrecords.manifest import load_manifest
 from trainer.configs.training import REMAT_MODES, train_preset
 from trainer.models.config import model_preset, sequence_model_config
-from trainer.models.heads import HeadSpec
+from trainer.models.head_spec import HeadSpec
+from trainer.models.heads import build_head
 from trainer.models.network import build_network
 from trainer.planning.memory import StepShape, layer_activations, memory_breakdown, parameter_counts
 from trainer.planning.plan import Workload
@@ -33,7 +34,7 @@ def test_parameter_count_is_the_built_networks():
                                   HeadSpec("squad", start_n_top=5, end_n_top=5)])
 def test_parameter_count_of_a_fine_tuning_head_leaves_out_the_lm_only_variables(spec):
     model = sequence_model_config(model_preset("tiny"))
-    head = spec.build(build_network(model))
+    head = build_head(spec, build_network(model))
     total, trained = parameter_counts(model, "sequence" if spec.sequence_task else "squad", spec.num_labels)
     assert total == count(head.trainable_variables)
     assert trained == total - model.d_model - model.vocab_size  # mask_emb and lm_bias

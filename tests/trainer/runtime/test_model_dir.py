@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from trainer.configs.finetuning import FinetuneConfig
-from trainer.models.heads import HeadSpec
+from trainer.models.head_spec import HeadSpec
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
 
 
