@@ -17,14 +17,20 @@ class ConfigError(UsageError):
     """An impossible preprocessing configuration; the message names the flag(s)."""
 
 
+def record_parts(seq_len: int, reuse_len: int) -> tuple[tuple[str, int], tuple[str, int]]:
+    """The two parts of a record, in order, as (name, length): the memory-reuse context (its first
+    ``reuse_len`` positions) and the A/B part (the ``seq_len - reuse_len`` after it, ``<cls>`` last).
+    The factorisation order permutes each part on its own (trainer/models/permutation.py)."""
+    return ("reuse_len", reuse_len), ("seq_len - reuse_len", seq_len - reuse_len)
+
+
 def undivided_parts(seq_len: int, reuse_len: int, perm_size: int) -> list[tuple[str, int]]:
     """The parts of a record that ``perm_size`` (>= 1) does not split into whole permutation blocks,
     as (name, length): the memory-reuse context (``reuse_len``) and the A/B part
     (``seq_len - reuse_len``), in that order; empty when both split. A permutation block never
     straddles the two parts, so the data (``xlnet preprocess``), the training configuration and the
     on-device permutation builder (trainer/models/permutation.py) all refuse a non-empty answer."""
-    parts = (("reuse_len", reuse_len), ("seq_len - reuse_len", seq_len - reuse_len))
-    return [(name, length) for name, length in parts if length % perm_size]
+    return [(name, length) for name, length in record_parts(seq_len, reuse_len) if length % perm_size]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfrecords.record_config import ConfigError, RecordConfig, undivided_parts
+from tfrecords.record_config import ConfigError, RecordConfig, record_parts, undivided_parts
 
 
 def test_a_block_that_splits_both_parts_leaves_no_part_undivided():
@@ -29,3 +29,8 @@ def test_preprocessing_refuses_a_perm_size_that_leaves_a_part_undivided_naming_t
         RecordConfig(seq_len=128, reuse_len=64, num_predict=21, perm_size=48).validate()
     assert str(error.value) == ("--perm-size 48 must divide both --reuse-len 64 and seq_len - reuse_len = 64 "
                                 "(permutation blocks cannot straddle parts)")
+
+
+def test_a_record_has_the_context_part_then_the_ab_part():
+    assert record_parts(seq_len=128, reuse_len=64) == (("reuse_len", 64), ("seq_len - reuse_len", 64))
+    assert record_parts(seq_len=512, reuse_len=0) == (("reuse_len", 0), ("seq_len - reuse_len", 512))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfrecords.record_config import undivided_parts
+from tfrecords.record_config import record_parts, undivided_parts
 from trainer.layers.counter_hash import GOLDEN_32, mix32
 
 
@@ -56,7 +56,7 @@ def sample_ranks(perm_seed: tf.Tensor, seq_len: int, reuse_len: int, perm_size: 
     order (drawn from the example's seed). The same seed always gives the same ranks.
     """
     check_permutation_shapes(seq_len, reuse_len, perm_size)
-    parts = [length for length in (reuse_len, seq_len - reuse_len) if length > 0]
+    parts = [length for _, length in record_parts(seq_len, reuse_len) if length > 0]
 
     orders = _offset_orders(perm_seed, len(parts), perm_size)
     ranks, start = [], 0
