@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--reuse-len", type=int, default=d.reuse_len,
                      help="context tokens per record; consecutive records of a stream start this far apart")
     rec.add_argument("--num-predict", type=int, default=d.num_predict, help="targets per record")
-    rec.add_argument("--perm-size", type=int, default=None, help="permutation block size to allow (default reuse-len)")
+    rec.add_argument("--perm-size", type=int, default=None, help="permutation block size to allow (default: reuse-len)")
     rec.add_argument("--mask-alpha", type=int, default=d.mask_alpha,
                      help="an n-gram span is placed in a window of n * mask-alpha / mask-beta tokens")
     rec.add_argument("--mask-beta", type=int, default=d.mask_beta, help="see --mask-alpha")

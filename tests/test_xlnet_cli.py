@@ -112,3 +112,45 @@ def test_ctrl_c_while_tensorflow_loads_ends_quietly_with_status_130(tmp_path):
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err[-2000:]
     assert "Traceback" not in err and "xlnet export: interrupted" in err
+
+
+def test_xlnet_without_a_command_prints_its_usage_and_exits_2(capsys):
+    assert xlnet_cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: xlnet ") and "exit status: 0 done" in err
+
+
+def test_a_usage_error_exits_2_with_one_line_naming_the_flag(capsys):
+    assert xlnet_cli.main(["plan", "--replicas", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["xlnet plan: error: --replicas must be at least 1, got 0"]
+
+
+def test_a_reader_closing_the_pipe_ends_the_command_quietly(tmp_path):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line: every write meets a closed pipe
+    try:
+        result = subprocess.run([sys.executable, "xlnet_cli.py", "plan", "--format", "json"], cwd=REPO,
+                                stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert result.returncode == xlnet_cli.EXIT_BROKEN_PIPE == 141
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("command", ["inspect", "train", "finetune", "plan", "preprocess", "vocab", "export",
+                                     "import-checkpoint"])
+def test_help_writes_each_default_once_and_one_way(command, capsys):
+    with pytest.raises(SystemExit):
+        xlnet_cli.main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.count("(default") == text.count("(default:"), "a default written without its colon"
+    assert "(default: [])" not in text and "(default: None)" not in text
+    for help_text in text.split("(default:")[1:]:
+        assert "(default:" not in help_text.split(" --")[0], "a flag with two defaults"
+
+
+def test_inspect_help_says_the_split_default_once(capsys):
+    with pytest.raises(SystemExit):
+        xlnet_cli.main(["inspect", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "split to decode (default: train)" in text and "(default train)" not in text

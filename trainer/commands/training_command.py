@@ -32,7 +32,7 @@ def field_help(config_class: type, name: str) -> str:
     """The help text of a configuration field with a flag of its own: the field's ``help`` metadata
     and its default, so that a flag's help never drifts from the class that owns the default."""
     field = {field.name: field for field in dataclasses.fields(config_class)}[name]
-    return f"{field.metadata['help']} (default {field.default})"
+    return f"{field.metadata['help']} (default: {field.default})"
 
 
 def configure_logging() -> None:

@@ -2,14 +2,12 @@
 overrides, and the checks between the model and the training configuration."""
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 
-from trainer.launch.run_setup import read_config_file
 from trainer.configs.finetuning import FinetuneConfig
-from trainer.configs.overrides import parse_overrides, resolve_configs
+from trainer.configs.overrides import ConfigFile, parse_overrides, resolve_configs
 from trainer.configs.training import TrainConfig, train_preset
 from trainer.models.config import model_preset
 
@@ -59,20 +57,11 @@ def test_unknown_set_key_close_to_no_field_suggests_nothing():
         parse_overrides(["colour=blue"])
 
 
-def test_config_file_applies_between_preset_and_set(tmp_path):
-    path = tmp_path / "run.json"
-    path.write_text(json.dumps({"model": {"n_layer": 3, "d_model": 96}, "train": {"learning_rate": 5e-4}}))
-    model, train, explicit = resolve_configs("tiny", read_config_file(str(path)), ["d_model=64"])
+def test_config_file_applies_between_preset_and_set():
+    values = {"model": {"n_layer": 3, "d_model": 96}, "train": {"learning_rate": 5e-4}}
+    model, train, explicit = resolve_configs("tiny", ConfigFile(values, "run.json"), ["d_model=64"])
     assert (model.n_layer, model.d_model, train.learning_rate) == (3, 64, 5e-4)
     assert explicit == {"n_layer", "d_model"}
-
-
-def test_config_file_that_is_missing_or_not_json_is_named(tmp_path):
-    with pytest.raises(ValueError, match=f"--config {tmp_path / 'none.json'}: file not found"):
-        read_config_file(str(tmp_path / "none.json"))
-    (tmp_path / "bad.json").write_text("{model: 1}")
-    with pytest.raises(ValueError, match=f"--config {tmp_path / 'bad.json'} is not valid JSON"):
-        read_config_file(str(tmp_path / "bad.json"))
 
 
 def test_inconsistent_model_and_train_configs_are_refused():
