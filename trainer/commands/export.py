@@ -10,7 +10,8 @@ import threading
 import time
 from typing import Iterator
 
-from trainer.serving.saved_model import ExportConfig, abandon_export, signature_names
+from trainer.serving.publishing import abandon_export
+from trainer.serving.saved_model import ExportConfig, signature_names
 
 # An export stopped by SIGINT or SIGTERM exits with 128 + the signal's number (130, 143), the
 # status a shell gives a command the signal killed.

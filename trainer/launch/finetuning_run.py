@@ -256,7 +256,7 @@ def write_finetuning_outputs(controller, run: FinetuningRun, result) -> dict[str
 def _write_squad_outputs(controller, run: FinetuningRun, result) -> dict[str, Any]:
     """eval_results.json, predictions.json (official format) and, for SQuAD 2.0, null_odds.json;
     with --test, test_predictions.json (and test_null_odds.json for a SQuAD 2.0 model)."""
-    from trainer.evaluation.squad_answers import no_answer_scores, predictions_json
+    from trainer.evaluation.squad_postprocessing import no_answer_scores, predictions_json
 
     task, out, counts = controller.task, controller.model_dir, controller.task.summary()
     summary = {"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
@@ -281,7 +281,7 @@ def _answer_squad_test(controller) -> dict[str, float] | None:
     """Answers the --test questions (every worker; the outputs are gathered across workers) and
     writes test_predictions.json and, for a SQuAD 2.0 model, test_null_odds.json (chief only);
     the official scores when the file carries its answers, else None."""
-    from trainer.evaluation.squad_answers import evaluate_predictions, no_answer_scores, predictions_json
+    from trainer.evaluation.squad_postprocessing import evaluate_predictions, no_answer_scores, predictions_json
 
     task, out, test = controller.task, controller.model_dir, controller.task.data.test
     answers = task.answer(controller.strategy, test)
