@@ -137,8 +137,10 @@ def imported_project_modules(name: str, path: Path, known: Mapping[str, Path]) -
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]) if node.level else node.module
-            base = base.rstrip(".")
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         else:
             continue

@@ -9,12 +9,13 @@ A fine-tuned model directory (trainer/runtime/model_dir.py) records its head in
 finetune_config.json and labels.json; the interop formats (trainer/conversion/) carry the same
 facts in their own files. Either way a HeadSpec says which head to build, and
 trainer/models/heads.py builds it over a network. The rules a head obeys (the task kinds, the
-labels a classifier needs, the units of ``logits_proj``) are written here once; the head models
-apply the same functions.
+labels a classifier needs, the units of ``logits_proj``, a squad head's beam widths) are written
+here once; the head models apply the same functions.
 """
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Optional
 
 SEQUENCE_TASKS = ("classification", "regression", "multiple-choice")  # one head on the <cls> summary
@@ -39,6 +40,14 @@ def logits_units(task: str, classes: int) -> int:
     return classes if task == "classification" else 1
 
 
+def check_beam_widths(start_n_top, end_n_top) -> None:
+    """Raises ValueError unless a squad head's beam widths (starts kept, ends kept per start) are both
+    integers of at least 1."""
+    if not all(isinstance(width, numbers.Integral) and width >= 1 for width in (start_n_top, end_n_top)):
+        raise ValueError(f"a squad head needs start_n_top and end_n_top of at least 1, got {start_n_top} "
+                         f"and {end_n_top}")
+
+
 @dataclasses.dataclass(frozen=True)
 class HeadSpec:
     """A fine-tuning head: ``task`` (one of TASKS), for classification the label names (index =
@@ -53,10 +62,8 @@ class HeadSpec:
     def __post_init__(self) -> None:
         check_task(self.task)
         check_label_count(self.task, len(self.labels))
-        widths = (self.start_n_top, self.end_n_top)
-        if self.task == "squad" and not all(isinstance(width, int) and width >= 1 for width in widths):
-            raise ValueError(f"a squad head needs start_n_top and end_n_top of at least 1, got {self.start_n_top} "
-                             f"and {self.end_n_top}")
+        if self.task == "squad":
+            check_beam_widths(self.start_n_top, self.end_n_top)
 
     @property
     def num_labels(self) -> int:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import keras
 
-from trainer.models.head_spec import TASKS, HeadSpec  # noqa: F401  TASKS: read here by trainer/commands/ until it imports head_spec
+# TASKS: trainer/commands/plan.py still reads it here; to go once it imports trainer.models.head_spec.
+from trainer.models.head_spec import TASKS, HeadSpec  # noqa: F401
 from trainer.models.network import XLNetNetwork
 from trainer.models.question_answering import XLNetForQuestionAnswering
 from trainer.models.sequence_model import XLNetForSequenceTask

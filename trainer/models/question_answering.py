@@ -24,6 +24,7 @@ import keras
 import tensorflow as tf
 
 from trainer.layers.answer_span import AnswerClass, EndLogits, StartLogits
+from trainer.models.head_spec import check_beam_widths
 from trainer.models.network import XLNetNetwork, head_model_config, head_model_from_config
 
 INPUTS = ("input_ids", "segment_ids", "input_mask", "p_mask")
@@ -47,8 +48,7 @@ class XLNetForQuestionAnswering(keras.Model):
 
     def __init__(self, network: XLNetNetwork, start_n_top: int, end_n_top: int, **kwargs):
         super().__init__(**kwargs)
-        if start_n_top < 1 or end_n_top < 1:
-            raise ValueError(f"start_n_top and end_n_top must be at least 1, got {start_n_top} and {end_n_top}")
+        check_beam_widths(start_n_top, end_n_top)
         config = network.config
         self.network, self.start_n_top, self.end_n_top = network, int(start_n_top), int(end_n_top)
         self.start_logits = StartLogits(config.d_model, config.initializer_range, name="start_logits",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.models.head_spec import (SEQUENCE_TASKS, TASKS, HeadSpec, check_label_count, check_task,
-                                      logits_units)
+from trainer.models.head_spec import (SEQUENCE_TASKS, TASKS, HeadSpec, check_beam_widths, check_label_count,
+                                      check_task, logits_units)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -65,3 +65,12 @@ def test_the_spec_loads_without_tensorflow():
             "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("widths", [(0, 3), (3, None), (2.0, 2)])
+def test_a_squad_beam_width_is_an_integer_of_at_least_one(widths):
+    with pytest.raises(ValueError) as error:
+        check_beam_widths(*widths)
+    assert str(error.value) == (f"a squad head needs start_n_top and end_n_top of at least 1, got {widths[0]} "
+                                f"and {widths[1]}")
+    check_beam_widths(1, 1)
