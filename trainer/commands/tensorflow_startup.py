@@ -3,8 +3,21 @@
 TensorFlow 2.21 logs through absl before its logging is configured: oneDNN notices, "could
 not find cuda drivers", a failed cuInit on machines without a GPU, CPU instruction hints.
 TF_CPP_MIN_LOG_LEVEL does not silence those lines, so the commands that need TensorFlow
-(`xlnet train`, `xlnet export`, `xlnet import-checkpoint`) import it with the process's
-standard error captured, and pass on everything but those known start-up lines.
+(`xlnet train`, `xlnet finetune`, `xlnet export`, `xlnet import-checkpoint`, `xlnet inspect`,
+`xlnet plan`) import it with the process's standard error captured, and pass on everything but
+those known start-up lines.
+
+One notice comes later, from the first kernel that oneDNN declines at run time: "oneDNN supports
+DT_INT32 only on platforms with AVX-512. Falling back to the default Eigen-based implementation",
+logged at ERROR level (so TF_CPP_MIN_LOG_LEVEL=2 lets it through) by the first tf.data pipeline or
+step that transposes an int32 tensor, long after the import. TensorFlow logs it at most once per
+process (one ``absl::call_once`` for every data type), so it is drawn out here, while standard
+error is still captured, by running such a kernel once: an int32 (and a float16 and a bool)
+transpose in a throwaway graph-mode ``Session``. A Session leaves the eager context uninitialised,
+so the settings that must precede TensorFlow's first op (thread pools and op determinism for
+train.deterministic, a multi-worker or TPU cluster) still apply. Standard error is redirected
+during this function only: every later line, an error from TensorFlow's C++ side included, goes
+out untouched.
 
 A user who sets TF_CPP_MIN_LOG_LEVEL (to anything) gets TensorFlow's output untouched; otherwise
 it is set to 2 (errors only) for the rest of the run.
@@ -17,13 +30,16 @@ import sys
 import tempfile
 
 # absl's INFO/WARNING lines ("I0000 00:00:..."), its "before InitializeLog" banner, CUDA probing
-# errors on machines without a GPU, and the CPU feature guard's second line.
+# errors on machines without a GPU, oneDNN's notice that it leaves a data type to Eigen, and the
+# CPU feature guard's second line.
 STARTUP_NOISE = re.compile(r"WARNING: All log messages before absl::InitializeLog|[IW]\d{4} \d\d:\d\d:"
-                           r"|E\d{4} .*(cuInit|cuda|CUDA)|To enable the following instructions:")
+                           r"|E\d{4} .*(cuInit|cuda|CUDA|oneDNN supports \w+ only on platforms with AVX-512)"
+                           r"|To enable the following instructions:")
 
 
 def import_tensorflow_quietly() -> None:
-    """Imports TensorFlow and probes its devices, dropping the known start-up noise from stderr."""
+    """Imports TensorFlow, probes its devices and draws out oneDNN's once-per-process data type
+    notice, dropping the known start-up noise from stderr."""
     if "TF_CPP_MIN_LOG_LEVEL" in os.environ or "tensorflow" in sys.modules:
         return
     # Read once, at import: later C++ INFO and WARNING lines (input pipeline notices and the
@@ -37,6 +53,7 @@ def import_tensorflow_quietly() -> None:
             import tensorflow as tf
 
             tf.config.list_physical_devices()  # the CUDA probe logs here, not at import
+            _draw_out_onednn_notice(tf)
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -46,3 +63,24 @@ def import_tensorflow_quietly() -> None:
     if kept:
         sys.stderr.write(kept)
         sys.stderr.flush()
+
+
+def _draw_out_onednn_notice(tf) -> None:
+    """Runs the kernels oneDNN leaves to Eigen once, in a graph-mode Session (which, unlike an
+    eager op, does not initialise the eager context), so that its once-per-process notice is
+    logged now, into the capture (about 20 ms). Nothing is lost if this fails: the notice would
+    print later, as before."""
+    try:
+        import numpy as np
+
+        graph = tf.Graph()
+        with graph.as_default():  # fed, not constant: constant folding would remove the transposes
+            inputs = {tf.compat.v1.placeholder(dtype, [1, 2]): np.zeros([1, 2], dtype.as_numpy_dtype)
+                      for dtype in (tf.int32, tf.float16, tf.bool)}
+            outputs = [tf.transpose(value) for value in inputs]
+        config = tf.compat.v1.ConfigProto(use_per_session_threads=True, intra_op_parallelism_threads=1,
+                                          inter_op_parallelism_threads=1)
+        with tf.compat.v1.Session(graph=graph, config=config) as session:
+            session.run(outputs, inputs)
+    except Exception:  # noqa: BLE001 - only a notice is at stake
+        pass
