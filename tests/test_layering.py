@@ -277,3 +277,45 @@ def test_preprocess_without_apache_beam_names_the_extra_to_install(tmp_path):
     result = run_without_beam(tmp_path, "preprocess", "--input", "x", "--output", "y", "--vocab", "z")
     assert result.returncode == 2
     assert 'needs Apache Beam' in result.stderr and 'pip install "xlnet-pretrain[pipeline]"' in result.stderr
+
+
+# The project's own top-level modules and packages, and the names tests and benchmarks import them by.
+OWN_MODULES = ("pipeline", "tfrecords", "trainer", "xlnet_cli", "demo", "support", "bundled_data", "memory",
+               "train_step")
+
+
+def private_names_used(path: Path) -> list[str]:
+    """Private names (``_name``, not ``__dunder__``) of another of our modules that a source file
+    imports (``from m import _f``) or reaches through an imported name (``m._f``, ``Class._f``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    used, imported = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level \
+                and node.module.split(".")[0] in OWN_MODULES:
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    used.append(f"{node.module}.{alias.name}")
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in OWN_MODULES:
+                    imported[alias.asname or alias.name.split(".")[0]] = alias.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported \
+                and node.attr.startswith("_") and not node.attr.startswith("__"):
+            used.append(f"{imported[node.value.id]}.{node.attr}")
+    return used
+
+
+def test_no_module_uses_another_modules_private_names():
+    files = [path for folder in ("pipeline", "tfrecords", "trainer", "benchmarks", "tests")
+             for path in sorted((REPO / folder).rglob("*.py"))] + [REPO / "xlnet_cli.py", REPO / "demo.py"]
+    used = {str(path.relative_to(REPO)): names for path in files if (names := private_names_used(path))}
+    assert used == {}
+
+
+def test_a_private_name_reached_through_a_module_is_found(tmp_path):
+    source = tmp_path / "reacher.py"
+    source.write_text("from trainer.commands import train\nfrom trainer.launch.run_setup import _hidden\n"
+                      "train._build_trainer(None)\n")
+    assert private_names_used(source) == ["trainer.launch.run_setup._hidden", "trainer.commands.train._build_trainer"]
