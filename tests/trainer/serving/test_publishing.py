@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 
 import pytest
 
 from trainer.serving.publishing import (STAGING_PREFIX, abandon_export, next_version, publish_version,
                                         remove_stale_staging)
+
+from support.processes import exited_pid
 
 
 def write_a_saved_model(staging: str) -> str:
@@ -31,12 +31,11 @@ def test_next_version_follows_the_highest_numbered_directory(tmp_path):
 
 
 def test_only_staging_directories_of_dead_exports_on_this_host_are_removed(tmp_path):
-    finished = subprocess.Popen([sys.executable, "-c", "pass"])
-    finished.wait()  # its pid now names no running process
+    dead = exited_pid()  # names no running process
     host = socket.gethostname()
-    names = {"dead": f".export-3-{host}-{finished.pid}-0123456789ab",
+    names = {"dead": f".export-3-{host}-{dead}-0123456789ab",
              "live": f".export-3-{host}-{os.getpid()}-0123456789ab",
-             "other host": f".export-3-elsewhere.example-{finished.pid}-0123456789ab",
+             "other host": f".export-3-elsewhere.example-{dead}-0123456789ab",
              "unrecognised": ".export-3-0123456789ab"}
     for name in names.values():
         (tmp_path / name / "saved_model").mkdir(parents=True)
