@@ -1,7 +1,10 @@
 """The benchmark scripts run end to end and print the JSON lines they document.
 
-Slow: each runs the real pipeline or trainer, on short settings. The figures themselves are
-measurements (README); these tests check that the scripts keep producing them consistently.
+Every script of benchmarks/ has a smoke test here (bundled_data.py is their shared helper): run as a
+user runs it (`python benchmarks/X.py` with its smallest settings, the peer off), exit status 0, JSON
+lines with the expected keys and consistent figures. All are slow (`make test-slow`): each runs the
+real pipeline or trainer, tens of seconds at least. The figures themselves are measurements
+(README); these tests check that the scripts keep producing them consistently.
 """
 from __future__ import annotations
 
