@@ -1,7 +1,8 @@
 """The distributed training loop shared by every task (pretraining, fine-tuning), as in Orbit.
 
-A task (trainer/tasks/pretraining.py, trainer/tasks/sequence.py) says what to build, what to
-compute and what to save; the :class:`Controller` owns what every objective shares:
+A task (the protocol of trainer/runtime/task_protocol.py; trainer/tasks/pretraining.py,
+trainer/tasks/sequence.py, trainer/tasks/squad.py) says what to build, what to compute and what to
+save; the :class:`Controller` owns the loop every objective shares:
 
 * the strategy and the process-wide policy (mixed precision, seed);
 * the optimizer: AdamW with warm-up and decay, per-variable learning-rate factors when the task
@@ -11,17 +12,22 @@ compute and what to save; the :class:`Controller` owns what every objective shar
   global norm, then applied; ``steps_per_loop`` steps run inside one tf.function (the TPU
   pattern) and Python only sees their per-step losses;
 * checkpoints (model, optimizer, step, dropout RNG state and whatever the task adds, such as the
-  Transformer-XL memory) with exact resume, SIGTERM / SIGINT preemption agreed by all workers,
-  the NaN guard, TensorBoard summaries, the step log, the ETA and periodic evaluation;
-* the allocator's peak memory of every local replica's device, per loop of steps (the window):
-  ``peak_memory_bytes`` in the step log and TensorBoard, absent where a device reports nothing.
+  Transformer-XL memory) with exact resume, the NaN guard, the step log, the console's progress
+  lines with the ETA, and periodic evaluation.
+
+What the loop calls upon lives beside it: SIGTERM / SIGINT preemption agreed by all workers
+(trainer/runtime/preemption.py), the TensorBoard writers (trainer/runtime/summaries.py), the
+allocator's peak memory per loop of steps (trainer/runtime/peak_memory.py).
+
+Losses: the step log has every step's loss; TensorBoard's train ``loss`` and the console's
+progress line have the mean over the loop of steps they close (the line names those steps);
+``TrainResult.last_loss`` is the last step's.
 """
 from __future__ import annotations
 
 import dataclasses
-import signal
 import time
-from typing import Any, Callable, Mapping, Protocol
+from typing import Callable, Mapping
 
 import keras
 import numpy as np
@@ -31,7 +37,12 @@ from trainer.configs.training import LoopConfig
 from trainer.runtime.distribution import is_chief, worker_info
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.optimization import build_optimizer, clip_by_global_norm
+from trainer.runtime.peak_memory import PeakMemory
+from trainer.runtime.preemption import Preemption
+from trainer.runtime.summaries import SummaryManager
+from trainer.runtime.task_protocol import Task
 from tfrecords.errors import DataError
+from tfrecords.tensorflow_errors import error_text
 
 
 class TrainingStopped(DataError):
@@ -53,53 +64,23 @@ class TrainingDataError(TrainingStopped):
 
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
-    step: int
-    stopped: str  # "completed" or "preempted"
-    last_loss: float | None  # None when no step ran (resumed at train_steps)
-    eval_metrics: Mapping[str, float]
+    """How :meth:`Controller.train` ended.
 
-
-@dataclasses.dataclass(frozen=True)
-class StepOutputs:
-    """What a task computes on one micro-batch of one replica.
-
-    ``loss_sum`` is the loss summed over the micro-batch's units (targets, examples) and
-    ``count`` their number, both float32 scalars; ``metric_sums`` maps each of the task's
-    ``metric_names`` to its sum over those units; ``state`` is carried to the next micro-step.
+    ``last_loss`` is the loss of the last step run (not a loop's mean, which the console's
+    progress lines and TensorBoard show), None when no step ran (resumed at train_steps).
     """
 
-    loss_sum: tf.Tensor
-    count: tf.Tensor
-    metric_sums: Mapping[str, tf.Tensor]
-    state: Any = None
-
-
-class Task(Protocol):
-    """What the controller asks of an objective (see the two tasks for the details)."""
-
-    network: keras.Model  # the XLNet encoder: --init-checkpoint restores it
-    model: keras.Model  # the trained model (its seed generators are checkpointed)
-    metric_names: Mapping[str, str]  # step-log name -> TensorBoard name of the per-step training metrics
-    tokens_per_example: int
-
-    def build(self, strategy: tf.distribute.Strategy) -> None: ...
-    def trainable_variables(self) -> list[tf.Variable]: ...
-    def learning_rate_multipliers(self) -> Mapping[int, float] | None: ...
-    def checkpoint_items(self, first_replica: int) -> dict[str, Any]: ...
-    def train_dataset(self, strategy: tf.distribute.Strategy, start_step: int) -> tf.distribute.DistributedDataset: ...
-    def read_state(self) -> Any: ...
-    def write_state(self, state: Any) -> None: ...
-    def compute(self, batch: Any, state: Any, training: bool) -> StepOutputs: ...
-    def evaluate(self, controller: "Controller") -> dict[str, float]: ...
-    # Optional: ``step_details(step) -> dict`` adds JSON fields to the step log's row of optimizer step
-    # ``step``; ``step_summaries(step) -> dict[str, float]`` adds TensorBoard scalars at a loop's end.
+    step: int
+    stopped: str  # "completed" or "preempted"
+    last_loss: float | None
+    eval_metrics: Mapping[str, float]
 
 
 class Controller:
     """Builds ``task`` under ``strategy`` with the optimizer and checkpoints, and runs the loop.
 
     Args:
-      task: the objective (an object with the :class:`Task` members).
+      task: the objective (a trainer.runtime.task_protocol.Task).
       config: the loop's settings (TrainConfig, FinetuneConfig or any LoopConfig).
       model_dir: where checkpoints, summaries and the step log go (local or gs://).
       strategy: the tf.distribute strategy.
@@ -140,8 +121,8 @@ class Controller:
         self._restore(init_checkpoint)
         self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile)
         self._train_loop = tf.function(self._train_loop_fn)
-        self._stop_signal: int | None = None
-        self._signals_anywhere = tf.function(self._signals_anywhere_fn)
+        self.preemption = Preemption(strategy, self.num_workers)
+        self.peak_memory = PeakMemory(strategy)
 
     @property
     def network(self) -> keras.Model:
@@ -288,17 +269,16 @@ class Controller:
         config = self.config
         start = int(self.step.numpy())
         iterator = iter(self.train_dataset())
-        writers = self._summary_writers()
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        summaries = SummaryManager(self.model_dir, enabled=self.chief)
         tokens_per_step = config.examples_per_step * self.task.tokens_per_example
         step, last_loss, eval_metrics, evaluated_at = start, None, {}, -1
         began, timed_from = time.time(), start  # the ETA leaves the first (compiling) step out
-        try:
-            while step < config.train_steps and not self._stopping():
+        with self.preemption.handlers():
+            while step < config.train_steps and not self.preemption.stopping():
                 # the first loop of a process is one step, so that progress shows once it is compiled
                 count = 1 if step == start else self._steps_until_event(step)
                 tick = time.time()
-                self._reset_peak_memory()
+                self.peak_memory.reset()
                 try:
                     losses, metrics, norms = self._train_loop(iterator, tf.constant(count))
                 except (tf.errors.DataLossError, tf.errors.NotFoundError) as error:
@@ -307,34 +287,30 @@ class Controller:
                 metrics = {name: values.numpy() for name, values in metrics.items()}
                 elapsed = time.time() - tick
                 self._guard_finite(step, losses)
-                peak = self._peak_memory()
+                peak = self.peak_memory.peak()
                 self._record_steps(step, losses, metrics, norms, peak)
                 step += count
                 last_loss = float(losses[-1])
                 rates = {"tokens_per_sec": count * tokens_per_step / elapsed,
                          "examples_per_sec": count * config.examples_per_step / elapsed}
-                self._summarise(writers["train"], step, losses, metrics, norms,
-                                {**rates, **({} if peak is None else {"peak_memory_bytes": float(peak)})})
+                summaries.write("train", step, self._loop_scalars(step, losses, metrics, norms, {
+                    **rates, **({} if peak is None else {"peak_memory_bytes": float(peak)})}))
                 if step == start + count:
                     self.log(f"step {step}/{config.train_steps} loss {last_loss:.4f} (the first step of this run: "
                              f"{elapsed:.1f}s with tracing and compilation)")
                     began, timed_from = time.time(), step
                 else:
-                    self._progress(step, losses, rates, began, timed_from)
+                    self._progress(step, count, losses, rates, began, timed_from)
                 if step % config.checkpoint_every == 0:
                     self._save(step, start)
                 if config.eval_every and step % config.eval_every == 0:
-                    eval_metrics, evaluated_at = self._run_eval(writers["eval"], step), step
+                    eval_metrics, evaluated_at = self._run_eval(summaries, step), step
             self._save(step, start)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         stopped = "completed" if step >= config.train_steps else "preempted"
         if stopped == "preempted":
-            cause = f"received signal {self._stop_signal}" if self._stop_signal else "another worker was signalled"
-            self.log(f"{cause}: saved checkpoint at step {step}, exiting")
+            self.log(f"{self.preemption.cause()}: saved checkpoint at step {step}, exiting")
         elif evaluate_at_end and evaluated_at != step:
-            eval_metrics = self._run_eval(writers["eval"], step)
+            eval_metrics = self._run_eval(summaries, step)
         return TrainResult(step, stopped, last_loss, eval_metrics)
 
     # --------------------------------------------------------------------------- helpers
@@ -343,22 +319,6 @@ class Controller:
         if self._after_first_save is not None:
             callback, self._after_first_save = self._after_first_save, None
             callback(start)
-
-    def _on_signal(self, signum, frame) -> None:
-        del frame
-        self._stop_signal = signum  # acted upon after the running loop of steps
-
-    def _stopping(self) -> bool:
-        """Whether to stop at this loop boundary: a signal reached this worker or, with several
-        workers, any of them. Workers decide together (one all-reduce per loop of steps): a worker
-        that went on alone would wait forever in the next step's collectives."""
-        if self.num_workers == 1:
-            return self._stop_signal is not None
-        return bool(self._signals_anywhere(tf.constant(float(self._stop_signal is not None))).numpy() > 0)
-
-    def _signals_anywhere_fn(self, signalled: tf.Tensor) -> tf.Tensor:
-        per_replica = self.strategy.run(lambda: tf.identity(signalled))
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     def _steps_until_event(self, step: int) -> int:
         config = self.config
@@ -371,11 +331,9 @@ class Controller:
     def _input_error(self, step: int, error: tf.errors.OpError) -> str:
         """What to tell when the training input cannot be read: what TensorFlow said, where the task
         finds the damage, and what is kept."""
-        from tfrecords.tensorflow_errors import error_text
-
         said = error_text(error)
         self.log(f"the training input could not be read after step {step} ({said}); locating the damage")
-        where = self.task.describe_input_error(error) if hasattr(self.task, "describe_input_error") else said
+        where = self.task.describe_input_error(error)
         kept = self.manager.latest_checkpoint or "no checkpoint yet"
         return (f"the training input could not be read after step {step}: {where}. Training stopped; the "
                 f"checkpoints so far are kept (latest: {kept})")
@@ -390,77 +348,41 @@ class Controller:
 
     def _record_steps(self, step: int, losses, metrics: Mapping[str, np.ndarray], norms, peak: int | None) -> None:
         window = {} if peak is None else {"peak_memory_bytes": peak}
-        details = getattr(self.task, "step_details", lambda step: {})
         self.work_dir.append_steps(
             {"step": step + i + 1, "loss": float(loss), **{name: float(values[i]) for name, values in metrics.items()},
-             "grad_norm": float(norm), **window, **details(step + i + 1)}
+             "grad_norm": float(norm), **window, **self.task.step_details(step + i + 1)}
             for i, (loss, norm) in enumerate(zip(losses, norms)))
-
-    def _local_devices(self) -> tuple[str, ...]:
-        try:
-            return tuple(self.strategy.extended.worker_devices)
-        except RuntimeError:  # the default strategy: TensorFlow's default device, a GPU when there is one
-            gpus = tf.config.list_logical_devices("GPU")
-            return (gpus[0].name if gpus else "/device:CPU:0",)
-
-    def _reset_peak_memory(self) -> None:
-        for device in self._local_devices():
-            try:
-                tf.config.experimental.reset_memory_stats(device)
-            except (ValueError, tf.errors.OpError):
-                pass  # a device without allocator statistics: its peak is simply not reported
-
-    def _peak_memory(self) -> int | None:
-        """The largest allocator peak over this worker's replica devices since the last reset, or
-        None when no device reports one (a figure of 0 would read as "used no memory"). A peak of 0
-        is no report either: seen on the CPU for a model so small that its allocations bypass the
-        counted allocator."""
-        peaks = []
-        for device in self._local_devices():
-            try:
-                peaks.append(int(tf.config.experimental.get_memory_info(device)["peak"]))
-            except (ValueError, tf.errors.OpError):
-                continue
-        return max(peaks, default=0) or None
 
     def _learning_rate(self, step: int) -> float:
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         return float(optimizer._learning_rate(step)) if callable(optimizer._learning_rate) else \
             float(optimizer.learning_rate)
 
-    def _summary_writers(self) -> dict[str, tf.summary.SummaryWriter]:
-        if not self.chief:
-            return {"train": tf.summary.create_noop_writer(), "eval": tf.summary.create_noop_writer()}
-        return {name: tf.summary.create_file_writer(self.model_dir.tensorboard(name)) for name in ("train", "eval")}
+    def _loop_scalars(self, step: int, losses, metrics: Mapping[str, np.ndarray], norms,
+                      rates: Mapping[str, float]) -> dict[str, float]:
+        """The train writer's scalars of a loop of steps ending at ``step``: loss, the task's metrics
+        and the gradient norm as the loop's means, the learning rate at ``step``, ``rates`` (tokens/s,
+        examples/s, peak memory) and the task's own scalars."""
+        return {"loss": float(np.mean(losses)),
+                **{self.task.metric_names[name]: float(np.mean(values)) for name, values in metrics.items()},
+                "learning_rate": self._learning_rate(step), "grad_norm": float(np.mean(norms)), **rates,
+                **self.task.step_summaries(step)}
 
-    def _summarise(self, writer, step: int, losses, metrics: Mapping[str, np.ndarray], norms,
-                   rates: Mapping[str, float]) -> None:
-        with writer.as_default(step=step):
-            tf.summary.scalar("loss", float(np.mean(losses)))
-            for name, values in metrics.items():
-                tf.summary.scalar(self.task.metric_names[name], float(np.mean(values)))
-            tf.summary.scalar("learning_rate", self._learning_rate(step))
-            tf.summary.scalar("grad_norm", float(np.mean(norms)))
-            for name, value in rates.items():
-                tf.summary.scalar(name, value)
-            for name, value in getattr(self.task, "step_summaries", lambda step: {})(step).items():
-                tf.summary.scalar(name, value)
-        writer.flush()
-
-    def _run_eval(self, writer, step: int) -> dict[str, float]:
+    def _run_eval(self, summaries: SummaryManager, step: int) -> dict[str, float]:
         metrics = self.evaluate()
-        with writer.as_default(step=step):
-            for name, value in metrics.items():
-                tf.summary.scalar(name, value)
-        writer.flush()
+        summaries.write("eval", step, metrics)
         self.log(f"step {step} eval: " + " ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
         return metrics
 
-    def _progress(self, step: int, losses, rates: Mapping[str, float], began: float, start: int) -> None:
+    def _progress(self, step: int, count: int, losses, rates: Mapping[str, float], began: float, start: int) -> None:
+        """The console line of a loop of ``count`` steps ending at ``step``: its loss is the loop's
+        mean (as TensorBoard's), and the line says over which steps; a loop of one step shows that
+        step's loss."""
         done = step - start
         per_step = (time.time() - began) / max(done, 1)
         eta = per_step * (self.config.train_steps - step)
-        self.log(f"step {step}/{self.config.train_steps} loss {float(np.mean(losses)):.4f} "
+        which = f" (mean of steps {step - count + 1}-{step})" if count > 1 else ""
+        self.log(f"step {step}/{self.config.train_steps} loss {float(np.mean(losses)):.4f}{which} "
                  f"lr {self._learning_rate(step):.3g} tokens/s {rates['tokens_per_sec']:.0f} "
                  f"ETA {_clock(eta)}")
 

@@ -1,7 +1,8 @@
-"""What every fine-tuning task shares, on the controller (trainer/runtime/controller.py): the
-trained variables, layer-wise learning-rate decay, the checkpoint items, the seeded resumable
-training input and predictions gathered from every replica. The sequence tasks
-(trainer/tasks/sequence.py) and SQuAD (trainer/tasks/squad.py) complete it.
+"""What every fine-tuning task shares, on the controller (trainer/runtime/controller.py; the Task
+protocol of trainer/runtime/task_protocol.py): the trained variables, layer-wise learning-rate
+decay, the checkpoint items, the seeded resumable training input and predictions gathered from
+every replica. The sequence task (trainer/tasks/sequence.py) and SQuAD (trainer/tasks/squad.py)
+complete it.
 """
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import tensorflow as tf
 from trainer.configs.finetuning import FinetuneConfig
 from trainer.inputs import batching
 from trainer.runtime.optimization import layer_decay_multipliers, variable_key
+from trainer.runtime.task_protocol import Task
 
 
-class HeadTask:
-    """What every fine-tuning task shares (a controller Task, completed by a subclass).
+class HeadTask(Task):
+    """What every fine-tuning task shares (a controller Task, trainer/runtime/task_protocol.py,
+    completed by a subclass).
 
     A subclass sets ``config``, ``model_config``, ``metric_names`` and ``tokens_per_example``,
     builds ``network`` and ``head`` in ``build`` and defines ``training_columns``, ``compute``

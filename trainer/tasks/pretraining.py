@@ -23,8 +23,9 @@ from tfrecords.mixture import MixtureReader, MixtureSource, by_name, records_rea
 from tfrecords.reader import StreamReader
 from trainer.configs.training import TrainConfig
 from trainer.models.config import ModelConfig
-from trainer.runtime.controller import Controller, StepOutputs
+from trainer.runtime.controller import Controller
 from trainer.runtime.model_dir import ModelDirectory
+from trainer.runtime.task_protocol import StepOutputs, Task
 
 STEP_LOG = ModelDirectory.STEP_LOG
 
@@ -78,8 +79,9 @@ class MemoryState:
         return module
 
 
-class PretrainingTask:
-    """Permutation-LM pretraining of ``model_config`` on the data of ``manifest`` (a controller Task).
+class PretrainingTask(Task):
+    """Permutation-LM pretraining of ``model_config`` on the data of ``manifest`` (a controller Task:
+    trainer/runtime/task_protocol.py, which documents each hook).
 
     Step-log metric: ``accuracy`` of the predicted targets (TensorBoard ``plm_accuracy``).
     Evaluation: loss, accuracy and perplexity on ``eval_steps`` batches of the valid split,

@@ -26,7 +26,8 @@ from trainer.inputs.sequence_examples import ChoiceExample, TextExample
 from trainer.models.config import ModelConfig
 from trainer.models.network import build_network
 from trainer.models.sequence_model import XLNetForSequenceTask, task_loss
-from trainer.runtime.controller import Controller, StepOutputs
+from trainer.runtime.controller import Controller
+from trainer.runtime.task_protocol import StepOutputs
 from trainer.serving.text_encoder import XLNetTextEncoder
 from trainer.tasks.head_task import HeadTask
 

@@ -21,7 +21,8 @@ from trainer.inputs.squad import SquadData, SquadFeatures, SquadTokenizer, build
 from trainer.models.config import ModelConfig
 from trainer.models.network import build_network
 from trainer.models.question_answering import XLNetForQuestionAnswering, squad_losses
-from trainer.runtime.controller import Controller, StepOutputs
+from trainer.runtime.controller import Controller
+from trainer.runtime.task_protocol import StepOutputs
 from trainer.tasks.head_task import HeadTask
 
 

@@ -1,4 +1,4 @@
-"""The allocator's peak memory in the step log and TensorBoard (trainer/runtime/controller.py)."""
+"""The allocator's peak memory in the step log and TensorBoard (trainer/runtime/peak_memory.py, read by the controller per loop of steps)."""
 from __future__ import annotations
 
 import gc

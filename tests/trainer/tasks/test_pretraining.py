@@ -273,3 +273,4 @@ def test_the_first_progress_line_comes_after_the_first_step_with_its_compile_tim
     assert progress[0].startswith("step 1/4 loss ") and "the first step of this run: " in progress[0]
     assert "s with tracing and compilation" in progress[0]
     assert progress[1].startswith("step 4/4 loss ")  # then the loop of steps up to the next boundary
+    assert " (mean of steps 2-4) lr " in progress[1]  # the loop's mean, as TensorBoard's, and it says so

@@ -1,0 +1,39 @@
+"""TensorBoard summaries of a run, as Orbit's SummaryManager: one writer per kind, scalars at a step.
+
+The chief writes ``MODEL_DIR/tensorboard/train`` (after each loop of steps: the loop's mean loss
+and metrics, learning rate, gradient norm, tokens/s, examples/s, peak memory, the task's own
+scalars) and ``MODEL_DIR/tensorboard/eval`` (each evaluation's metrics); other workers write
+nothing. Each write is flushed, so TensorBoard and a resumed run's rewrite
+(trainer/runtime/event_files.py) see whole loops.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import tensorflow as tf
+
+from trainer.runtime.model_dir import ModelDirectory
+
+WRITERS = ("train", "eval")
+
+
+class SummaryManager:
+    """The TensorBoard writers of one run.
+
+    Args:
+      model_dir: the run's model directory (``tensorboard/<writer>`` under it).
+      enabled: False on a worker other than the chief: its writers write nothing.
+    """
+
+    def __init__(self, model_dir: ModelDirectory, enabled: bool = True):
+        self._writers = {name: tf.summary.create_file_writer(model_dir.tensorboard(name)) if enabled
+                         else tf.summary.create_noop_writer() for name in WRITERS}
+
+    def write(self, writer: str, step: int, scalars: Mapping[str, float]) -> None:
+        """Writes ``scalars`` (tag -> value, in that order) at ``step`` with writer ``writer``
+        ("train" or "eval") and flushes it."""
+        summary_writer = self._writers[writer]
+        with summary_writer.as_default(step=step):
+            for tag, value in scalars.items():
+                tf.summary.scalar(tag, value)
+        summary_writer.flush()
