@@ -249,39 +249,7 @@ def plot_statistics(stats: DataStats, path: str) -> None:
     import matplotlib.pyplot as plt
     import tensorflow as tf
 
-    figure, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    names = list(stats.splits)
-    _bars(axes[0, 0], {name: {k: _rate(v, s.records) for k, v in _sorted(s.targets_per_record).items()}
-                       for name, s in stats.splits.items()}, "targets per record", "share of records")
-    configured = stats.span_distribution()
-    shares = {name: {n: _rate(c, sum(s.span_lengths.values())) for n, c in _sorted(s.span_lengths).items()}
-              for name, s in stats.splits.items()}
-    _bars(axes[0, 1], {**shares, "configured p(n) ~ 1/n": configured},
-          f"span length ({'pieces' if stats.config.subword_spans else 'words'})", "share of spans")
-    for axis, attribute, label in ((axes[0, 2], "document_lengths", "document length (tokens)"),
-                                   (axes[1, 0], "stream_lengths", "stream length (tokens reached by records)")):
-        for name in names:
-            values = getattr(stats.splits[name], attribute)
-            values = list(values.values()) if isinstance(values, dict) else values
-            if values:
-                axis.hist(values, bins=30, alpha=0.6, label=name)
-        axis.set_xlabel(label)
-        axis.set_ylabel("count")
-        axis.legend()
-    share = stats.shares()
-    keys = ("records", "tokens", "documents")
-    bottom = np.zeros(len(keys))
-    for name in names:
-        values = np.array([share[name][key] for key in keys])
-        axes[1, 1].bar(keys, values, bottom=bottom, label=name)
-        bottom += values
-    axes[1, 1].set_title("split shares")
-    axes[1, 1].legend()
-    unknown = [100 * _rate(stats.splits[n].unknown, stats.splits[n].tokens_in_records) for n in names]
-    axes[1, 2].bar(names, unknown)
-    axes[1, 2].set_title("unknown pieces (% of tokens)")
-    figure.suptitle(f"xlnet inspect --stats {stats.directory}")
-    figure.tight_layout()
+    figure = statistics_figure(stats)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=80)
     plt.close(figure)
@@ -289,13 +257,145 @@ def plot_statistics(stats: DataStats, path: str) -> None:
         handle.write(buffer.getvalue())
 
 
-def _bars(axis, series: dict[str, dict[int, float]], xlabel: str, ylabel: str) -> None:
-    """Grouped bars of several {x: height} series."""
-    xs = sorted({x for values in series.values() for x in values})
-    width = 0.8 / max(1, len(series))
-    for index, (name, values) in enumerate(series.items()):
-        axis.bar(np.arange(len(xs)) + index * width, [values.get(x, 0) for x in xs], width, label=name)
-    axis.set_xticks(np.arange(len(xs)) + 0.4 - width / 2, [str(x) for x in xs])
+def statistics_figure(stats: DataStats):
+    """The six panels of ``plot_statistics`` as a matplotlib Figure. Every split keeps one colour
+    in every panel (one legend for the figure, above the panels). Splits differ in size (valid is a
+    few percent of train), so no panel compares raw counts: distributions are shares of each split's
+    own records, spans or documents, and stream lengths are on a log scale."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    figure, axes = plt.subplots(2, 3, figsize=(15, 9))
+    names = list(stats.splits)
+    colours = {name: f"C{index}" for index, name in enumerate(names)}
+    _bars(axes[0, 0], {name: {k: _rate(v, s.records) for k, v in _sorted(s.targets_per_record).items()}
+                       for name, s in stats.splits.items()}, colours)
+    _panel(axes[0, 0], "targets per record", "targets in the record", "share of the split's records")
+    unit = "pieces" if stats.config.subword_spans else "words"
+    _span_panel(axes[0, 1], stats, colours, unit)
+    _document_panel(axes[0, 2], stats, colours)
+    _stream_panel(axes[1, 0], stats, colours)
+    _share_panel(axes[1, 1], stats, colours)
+    unknown = [100 * _rate(stats.splits[n].unknown, stats.splits[n].tokens_in_records) for n in names]
+    bars = axes[1, 2].bar(names, unknown, color=[colours[n] for n in names], width=0.6)
+    axes[1, 2].bar_label(bars, [f"{u:.3f}%" for u in unknown], padding=2)
+    axes[1, 2].set_ylim(0, 1.2 * max(unknown + [1e-3]))
+    _panel(axes[1, 2], "unknown pieces", "split", "% of the tokens the records reach")
+    figure.suptitle(f"xlnet inspect --stats {stats.directory}", fontsize=13)
+    figure.legend(handles=[Patch(color=colours[n], label=n) for n in names], loc="upper center", ncol=len(names),
+                  bbox_to_anchor=(0.5, 0.955), frameon=False, fontsize=11)
+    figure.tight_layout(rect=(0, 0, 1, 0.93), h_pad=2.5, w_pad=2.0)
+    return figure
+
+
+def _panel(axis, title: str, xlabel: str, ylabel: str) -> None:
+    axis.set_title(title, fontsize=12)
     axis.set_xlabel(xlabel)
     axis.set_ylabel(ylabel)
-    axis.legend()
+    axis.grid(axis="y", alpha=0.3)
+    axis.set_axisbelow(True)
+
+
+def _bars(axis, series: dict[str, dict[int, float]], colours: dict[str, str],
+          series_drawn: int | None = None) -> list[int]:
+    """Grouped bars of the first ``series_drawn`` (default all) {x: height} series, one colour each,
+    over the x values of all of them; at most about 12 x tick labels. Returns the x values in order
+    (bar group ``i`` is centred at ``i``)."""
+    xs = sorted({x for values in series.values() for x in values})
+    drawn = list(series.items())[:series_drawn]
+    width = 0.8 / max(1, len(drawn))
+    for index, (name, values) in enumerate(drawn):
+        offset = (index - (len(drawn) - 1) / 2) * width
+        axis.bar(np.arange(len(xs)) + offset, [values.get(x, 0) for x in xs], width, color=colours[name])
+    step = max(1, int(np.ceil(len(xs) / 12)))
+    axis.set_xticks(np.arange(len(xs))[::step], [str(x) for x in xs][::step])
+    axis.set_xlim(-0.6, len(xs) - 0.4)
+    return xs
+
+
+def _span_panel(axis, stats: DataStats, colours: dict[str, str], unit: str) -> None:
+    """Observed span lengths per split (bars) against the configured p(n) ~ 1/n (a black mark over
+    each group of bars, n <= max_gram)."""
+    shares = {name: {n: _rate(c, sum(s.span_lengths.values())) for n, c in _sorted(s.span_lengths).items()}
+              for name, s in stats.splits.items()}
+    configured = stats.span_distribution()
+    xs = _bars(axis, {**shares, "configured": {n: 0.0 for n in configured}}, {**colours, "configured": "none"},
+               series_drawn=len(shares))
+    axis.plot([xs.index(n) for n in configured], list(configured.values()), "k_", markersize=24,
+              markeredgewidth=2.5, label=f"configured p(n) ~ 1/n, n <= {stats.config.max_gram}")
+    axis.legend(loc="upper right", fontsize=9)
+    _panel(axis, "span lengths, observed and configured (forward streams)", f"span length ({unit})",
+           "share of the split's spans")
+
+
+def _document_panel(axis, stats: DataStats, colours: dict[str, str]) -> None:
+    """Document lengths as each split's share of documents per bin, log-spaced bins."""
+    import matplotlib.ticker as ticker
+
+    values = {name: np.asarray(s.document_lengths) for name, s in stats.splits.items() if s.document_lengths}
+    if values:
+        smallest = min(int(v.min()) for v in values.values())
+        largest = max(int(v.max()) for v in values.values())
+        bins = np.unique(np.geomspace(max(smallest, 1), max(largest, smallest + 1) + 1, 30).round())
+        for name, lengths in values.items():
+            axis.hist(lengths, bins=bins, weights=np.full(len(lengths), 1 / len(lengths)), histtype="step",
+                      linewidth=2, color=colours[name])
+        axis.set_xscale("log")
+        axis.xaxis.set_major_formatter(ticker.FuncFormatter(_tokens))
+    else:
+        axis.text(0.5, 0.5, "no document ends inside the records", ha="center", transform=axis.transAxes)
+    _panel(axis, "document lengths (each split's own share)", "document length (tokens, log scale)",
+           "share of the split's documents")
+
+
+def _stream_panel(axis, stats: DataStats, colours: dict[str, str]) -> None:
+    """Every stream's length as a dot on a log scale, one row per split, with the split's median."""
+    import matplotlib.ticker as ticker
+
+    names = list(stats.splits)
+    rng = np.random.default_rng(0)
+    for row, name in enumerate(names):
+        lengths = np.asarray(list(stats.splits[name].stream_lengths.values()))
+        if len(lengths):
+            axis.scatter(lengths, row + rng.uniform(-0.18, 0.18, len(lengths)), s=18, alpha=0.7,
+                         color=colours[name])
+            median = float(np.median(lengths))
+            axis.plot([median, median], [row - 0.32, row + 0.32], color="black", linewidth=2)
+            axis.annotate(f"median {_tokens(median)}", (median, row - 0.36), ha="center", fontsize=9)
+    axis.set_xscale("log")
+    axis.xaxis.set_major_formatter(ticker.FuncFormatter(_tokens))
+    axis.xaxis.set_minor_formatter(ticker.NullFormatter())
+    axis.set_yticks(range(len(names)), names)
+    axis.set_ylim(len(names) - 0.2, -0.6)  # the first split on top
+    axis.margins(x=0.15)
+    _panel(axis, "stream lengths (one dot per forward stream)", "tokens the stream's records reach (log scale)",
+           "split")
+    axis.grid(axis="x", which="major", alpha=0.3)
+
+
+def _share_panel(axis, stats: DataStats, colours: dict[str, str]) -> None:
+    """Each split's share of the records, tokens and documents, stacked to 100%, labelled."""
+    share = stats.shares()
+    keys = ("records", "tokens", "documents")
+    bottom = np.zeros(len(keys))
+    for name in stats.splits:
+        values = 100 * np.array([share[name][key] for key in keys])
+        axis.bar(keys, values, bottom=bottom, color=colours[name], width=0.6)
+        for x, (value, base) in enumerate(zip(values, bottom)):
+            if value > 0:  # inside a segment tall enough to hold it, else just above the bar
+                y, style = (base + value / 2, "white") if value >= 8 else (base + value + 1, "black")
+                axis.text(x, y, f"{value:.1f}%", ha="center", va="center" if value >= 8 else "bottom",
+                          color=style, fontsize=9)
+        bottom += values
+    axis.set_ylim(0, 112)
+    axis.set_yticks(range(0, 101, 20))
+    _panel(axis, "split shares (the manifest's counts)", "", "% of all splits")
+
+
+def _tokens(value: float, _position=None) -> str:
+    """A tick label for a token count, three significant digits at most: 800, 7.53k, 130k, 1.5M."""
+    if value >= 1e6:
+        return f"{value / 1e6:.3g}M"
+    if value >= 1e3:
+        return f"{value / 1e3:.3g}k"
+    return f"{value:.3g}"
