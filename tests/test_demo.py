@@ -1,7 +1,9 @@
-"""demo.py (`make demo`): its loss-curve helpers, and (slow) a short end-to-end run."""
+"""demo.py (`make demo`): its loss-curve helpers, its steps as README.md and docs/benchmarks.md list them,
+and (slow) a short end-to-end run."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +51,19 @@ def test_demo_runs_end_to_end_and_reports_losses_and_predictions(tmp_path):
     assert run.stdout.count("project modules imported by the client: none") == 2
     assert sum(line.split()[0] in ("fresh", "rotten") for line in run.stdout.splitlines() if line.strip()
                and line.startswith("      ")) >= 4
+
+
+def test_the_readme_and_the_benchmarks_transcript_list_the_demos_steps():
+    """README.md's demo table has one row per step demo.py runs, and docs/benchmarks.md's transcript
+    numbers the steps out of the same total; the plot of the data's statistics is named in the README."""
+    demo = load_demo()
+    source = (REPO / "demo.py").read_text()
+    steps = [int(n) for n in re.findall(r"with Step\((\d+),", source)]
+    assert steps == list(range(1, demo.Step.total + 1))
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("| step | command |"):readme.index("It prints every step")]
+    assert [int(n) for n in re.findall(r"^\| (\d+) \|", table, re.M)] == steps
+    assert "xlnet inspect" in table and "data_stats.png" in table and "loss_curves.png" in table
+    transcript = (REPO / "docs" / "benchmarks.md").read_text().split("## End-to-end demo", 1)[1]
+    assert [int(n) for n in re.findall(r"=== \[(\d+)/(?:\d+)\]", transcript)] == steps
+    assert set(re.findall(r"=== \[\d+/(\d+)\]", transcript)) == {str(demo.Step.total)}
