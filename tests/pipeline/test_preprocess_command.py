@@ -11,7 +11,8 @@ import pytest
 
 import xlnet_cli
 from pipeline.corpus import CorpusError
-from pipeline.preprocess_command import OutputError, pipeline_options, preprocess, summary
+from pipeline.data_directory import OutputError
+from pipeline.preprocess_command import pipeline_options, preprocess, summary
 from pipeline.preprocess_config import PreprocessConfig
 from tfrecords.manifest import load_manifest
 from tfrecords.record_config import ConfigError
