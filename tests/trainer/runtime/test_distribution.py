@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from support.bundled_data import SMALL_DATA, SMALL_DATA_TRAINING
 from support.distribution import assert_two_replicas_step_as_one_device
 from support.processes import output_of, start_as_two_workers, wait_for
 from tfrecords.manifest import load_manifest
@@ -20,31 +21,31 @@ SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem
 
 
 def make_trainer(data_dir, model_dir, strategy) -> Controller:
-    model, train, _ = resolve_configs("tiny", None, SMALL + ["train_steps=3"])
-    return pretraining_controller(model.replace(vocab_size=8000), train, manifest=load_manifest(str(data_dir)),
+    model, train, _ = resolve_configs("tiny", None, SMALL + SMALL_DATA_TRAINING + ["train_steps=3"])
+    return pretraining_controller(model.replace(vocab_size=SMALL_DATA["vocab_size"]), train, manifest=load_manifest(str(data_dir)),
                    model_dir=str(model_dir), strategy=strategy, log=lambda line: None)
 
 
-def test_mirrored_over_two_devices_matches_one_device_with_the_same_global_batch(tiny_data_dir, tmp_path,
+def test_mirrored_over_two_devices_matches_one_device_with_the_same_global_batch(small_data_dir, tmp_path,
                                                                                    mirrored_strategy):
     # two steps: the second one runs on the memory the first one left on each replica
     assert_two_replicas_step_as_one_device(
-        lambda strategy, name: make_trainer(tiny_data_dir, tmp_path / name, strategy), mirrored_strategy)
+        lambda strategy, name: make_trainer(small_data_dir, tmp_path / name, strategy), mirrored_strategy)
 
 
 def start_two_workers(data_dir, model_dir, *overrides: str) -> list:
     """`python -m trainer.task --strategy multi-worker` as worker 0 (chief) and worker 1 on 127.0.0.1."""
     args = ["-m", "trainer.task", "--data", str(data_dir), "--model-dir", str(model_dir), "--preset", "tiny",
             "--strategy", "multi-worker"]
-    for item in SMALL + list(overrides):
+    for item in SMALL + SMALL_DATA_TRAINING + list(overrides):
         args += ["--set", item]
     return start_as_two_workers(args)
 
 
 @pytest.mark.slow
-def test_two_worker_processes_train_in_lockstep_and_agree(tiny_data_dir, tmp_path):
+def test_two_worker_processes_train_in_lockstep_and_agree(small_data_dir, tmp_path):
     model_dir = tmp_path / "model"
-    processes = start_two_workers(tiny_data_dir, model_dir, "train_steps=4", "checkpoint_every=4", "eval_every=0")
+    processes = start_two_workers(small_data_dir, model_dir, "train_steps=4", "checkpoint_every=4", "eval_every=0")
     outputs = output_of(*processes)
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output
@@ -61,9 +62,9 @@ def test_two_worker_processes_train_in_lockstep_and_agree(tiny_data_dir, tmp_pat
 
 
 @pytest.mark.slow
-def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(tiny_data_dir, tmp_path):
+def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(small_data_dir, tmp_path):
     model_dir = tmp_path / "model"
-    processes = start_two_workers(tiny_data_dir, model_dir, "train_steps=100000", "checkpoint_every=100000",
+    processes = start_two_workers(small_data_dir, model_dir, "train_steps=100000", "checkpoint_every=100000",
                                   "eval_every=0")
     log = model_dir / "workers" / "worker-1" / STEP_LOG
     wait_for(lambda: log.exists() and log.read_text().count("\n") >= 2, *processes, what="two steps of worker 1")

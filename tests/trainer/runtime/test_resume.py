@@ -13,6 +13,8 @@ import tensorflow as tf
 import xlnet_cli
 from trainer.runtime.model_dir import ModelDirectory
 
+from support.bundled_data import SMALL_DATA_TRAINING
+
 # Small enough for seconds on two CPU cores; a checkpoint every 2 steps, two kept.
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=4",
          "eval_batch_size=4", "steps_per_loop=2", "eval_steps=2", "warmup_steps=2", "checkpoint_every=2",
@@ -21,7 +23,8 @@ SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem
 
 def train(data_dir: str, model_dir: str, steps: int) -> int:
     args = ["train", "--data", data_dir, "--model-dir", model_dir, "--preset", "tiny"]
-    return xlnet_cli.main(args + [arg for item in SMALL + [f"train_steps={steps}"] for arg in ("--set", item)])
+    settings = SMALL + SMALL_DATA_TRAINING + [f"train_steps={steps}"]
+    return xlnet_cli.main(args + [arg for item in settings for arg in ("--set", item)])
 
 
 def truncate(path: str) -> None:
@@ -41,21 +44,21 @@ def event_steps(directory: ModelDirectory, tag: str = "loss") -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def straight(tiny_data_dir, tmp_path_factory) -> ModelDirectory:
+def straight(small_data_dir, tmp_path_factory) -> ModelDirectory:
     """An uninterrupted 6-step run."""
     path = str(tmp_path_factory.mktemp("straight") / "model")
-    assert train(tiny_data_dir, path, 6) == 0
+    assert train(small_data_dir, path, 6) == 0
     return ModelDirectory(path)
 
 
-def assert_resumed_past_a_damaged_checkpoint(tiny_data_dir: str, model_dir: str, straight: ModelDirectory,
+def assert_resumed_past_a_damaged_checkpoint(small_data_dir: str, model_dir: str, straight: ModelDirectory,
                                              capsys) -> None:
-    assert train(tiny_data_dir, model_dir, 4) == 0  # checkpoints 2 and 4; logs steps 1-4
+    assert train(small_data_dir, model_dir, 4) == 0  # checkpoints 2 and 4; logs steps 1-4
     directory = ModelDirectory(model_dir)
     [data] = tf.io.gfile.glob(posixpath.join(directory.checkpoints, "ckpt-4.data-*"))
     truncate(data)
     capsys.readouterr()
-    assert train(tiny_data_dir, model_dir, 6) == 0
+    assert train(small_data_dir, model_dir, 6) == 0
     out = capsys.readouterr().out
     assert "warning: checkpoint " in out and "ckpt-4 cannot be read" in out
     assert "resuming from " in out and "ckpt-2 (step 2) instead of " in out
@@ -69,23 +72,23 @@ def assert_resumed_past_a_damaged_checkpoint(tiny_data_dir: str, model_dir: str,
     assert directory.latest_checkpoint().endswith("ckpt-6")
 
 
-def test_a_damaged_latest_checkpoint_is_set_aside_and_the_one_before_resumes(tiny_data_dir, straight, tmp_path,
+def test_a_damaged_latest_checkpoint_is_set_aside_and_the_one_before_resumes(small_data_dir, straight, tmp_path,
                                                                             capsys):
-    assert_resumed_past_a_damaged_checkpoint(tiny_data_dir, str(tmp_path / "model"), straight, capsys)
+    assert_resumed_past_a_damaged_checkpoint(small_data_dir, str(tmp_path / "model"), straight, capsys)
 
 
 @pytest.mark.slow  # 25 s; the local test runs the same code, through tf.io.gfile
-def test_on_gcs_a_damaged_latest_checkpoint_is_set_aside_too(tiny_data_dir, straight, gcs_prefix, capsys):
-    assert_resumed_past_a_damaged_checkpoint(tiny_data_dir, gcs_prefix + "model", straight, capsys)
+def test_on_gcs_a_damaged_latest_checkpoint_is_set_aside_too(small_data_dir, straight, gcs_prefix, capsys):
+    assert_resumed_past_a_damaged_checkpoint(small_data_dir, gcs_prefix + "model", straight, capsys)
 
 
-def test_without_any_readable_checkpoint_the_run_stops_with_status_3(tiny_data_dir, tmp_path, capsys):
+def test_without_any_readable_checkpoint_the_run_stops_with_status_3(small_data_dir, tmp_path, capsys):
     model_dir = str(tmp_path / "model")
-    assert train(tiny_data_dir, model_dir, 4) == 0
+    assert train(small_data_dir, model_dir, 4) == 0
     for path in tf.io.gfile.glob(str(tmp_path / "model" / "checkpoints" / "ckpt-*.data-*")):
         truncate(path)
     capsys.readouterr()
-    assert train(tiny_data_dir, model_dir, 6) == 3
+    assert train(small_data_dir, model_dir, 6) == 3
     err = capsys.readouterr().err
     assert "no checkpoint under" in err and "ckpt-4" in err and "ckpt-2" in err and "Traceback" not in err
     assert len(tf.io.gfile.glob(str(tmp_path / "model" / "checkpoints" / "damaged" / "*"))) == 4
@@ -106,22 +109,23 @@ def test_forgetting_steps_after_a_resume_point_keeps_earlier_rows_and_events(tmp
 
 
 def test_resuming_with_other_training_settings_prints_them_and_saves_them_after_a_checkpoint(
-        tiny_data_dir, tmp_path, capsys):
+        small_data_dir, tmp_path, capsys):
     model_dir = str(tmp_path / "model")
-    assert train(tiny_data_dir, model_dir, 2) == 0
+    assert train(small_data_dir, model_dir, 2) == 0
     directory = ModelDirectory(model_dir)
     saved = directory.join(ModelDirectory.TRAIN_CONFIG)
     capsys.readouterr()
     # a learning rate that diverges: the run stops before its first checkpoint, and the settings of
     # the directory's checkpoints stay those saved
     diverging = ["--set", "learning_rate=1e30", "--set", "checkpoint_every=4"]
-    assert xlnet_cli.main(["train", "--data", tiny_data_dir, "--model-dir", model_dir, "--preset", "tiny"]
-                          + [arg for item in SMALL + ["train_steps=8"] for arg in ("--set", item)] + diverging) == 3
+    assert xlnet_cli.main(["train", "--data", small_data_dir, "--model-dir", model_dir, "--preset", "tiny"]
+                          + [arg for item in SMALL + SMALL_DATA_TRAINING + ["train_steps=8"] for arg in ("--set", item)]
+                          + diverging) == 3
     out = capsys.readouterr().out
     assert "resuming with other settings than " in out and "learning_rate: 0.001 -> 1e+30" in out
     assert "train_steps: 2 -> 8" in out
     assert json.loads(tf.io.gfile.GFile(saved).read())["learning_rate"] == 1e-3
-    assert train(tiny_data_dir, model_dir, 4) == 0
+    assert train(small_data_dir, model_dir, 4) == 0
     assert json.loads(tf.io.gfile.GFile(saved).read())["train_steps"] == 4
     earlier = json.loads(tf.io.gfile.GFile(directory.join("train_config.step-2.json")).read())
     assert (earlier["train_steps"], earlier["learning_rate"]) == (2, 1e-3)
