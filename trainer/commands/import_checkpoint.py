@@ -6,7 +6,7 @@ OUTPUT/checkpoints/ (tf.train.CheckpointManager with tf.train.Checkpoint(model=n
 `xlnet train --init-checkpoint` and `xlnet export` read. A Hugging Face model with a fine-tuning
 head (XLNetForSequenceClassification, XLNetForMultipleChoice, XLNetForQuestionAnswering) becomes
 a fine-tuned model directory: its checkpoint also holds ``head`` and finetune_config.json (and
-labels.json) say which (trainer/models/heads.py's HeadSpec). So does an original checkpoint written by
+labels.json) say which (trainer/models/head_spec.py's HeadSpec). So does an original checkpoint written by
 run_squad.py: its head (start_logits, end_logits, answer_class; trainer/conversion/tf1_format.py's names)
 makes a --task squad model directory with run_squad.py's beam widths (start_n_top 5, end_n_top 5).
 Every path may be local or gs://.
