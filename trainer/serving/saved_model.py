@@ -61,7 +61,6 @@ from trainer.runtime.restore import checkpoint_to_read, open_model_directory, re
 from trainer.runtime.storage import write_bytes, write_json
 from trainer.serving.answer_signature import SquadServingConfig, answer
 from trainer.serving.publishing import next_version, publish_version
-from trainer.serving.publishing import abandon_export  # noqa: F401  TEMPORARY (issue 28): until trainer/commands/export.py imports it from trainer.serving.publishing
 from trainer.serving.text_encoder import XLNetTextEncoder, question_with_option_graph
 from tfrecords.errors import UsageError
 

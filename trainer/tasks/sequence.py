@@ -198,5 +198,3 @@ class SequenceTask(HeadTask):
             rows.append(entry)
         return rows
 
-
-FinetuningTask = SequenceTask  # TEMPORARY (issue 28): until trainer/commands/finetune.py says SequenceTask
