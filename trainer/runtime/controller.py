@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from trainer.configs.training import LoopConfig
 from trainer.runtime.distribution import is_chief, worker_info
-from trainer.runtime.model_dir import ModelDirectory
+from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
 from trainer.runtime.optimization import build_optimizer, clip_by_global_norm
 from trainer.runtime.peak_memory import PeakMemory
 from trainer.runtime.preemption import Preemption
@@ -136,7 +136,8 @@ class Controller:
             source = ModelDirectory(init_checkpoint)
             latest = source.latest_checkpoint()
             if latest is None:
-                raise ValueError(f"--init-checkpoint {init_checkpoint}: no checkpoint under {source.checkpoints}")
+                raise ModelDirectoryError(f"--init-checkpoint {init_checkpoint}: no checkpoint under "
+                                          f"{source.checkpoints}")
             tf.train.Checkpoint(model=self.network).restore(latest).expect_partial().assert_existing_objects_matched()
             self.log(f"initialised the model from {latest}")
 

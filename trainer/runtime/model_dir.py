@@ -112,14 +112,15 @@ class ModelDirectory:
                                       "written by `xlnet train` or `xlnet import-checkpoint`)")
 
     def check_same_model(self, model_config: ModelConfig) -> None:
-        """Raises ValueError naming the fields in which an existing directory's model differs from
-        ``model_config``: resuming with another architecture would restore mismatched weights."""
+        """Raises ModelDirectoryError (a UsageError: exit status 2) naming the fields in which an
+        existing directory's model differs from ``model_config``: resuming with another architecture
+        would restore mismatched weights."""
         if not self.has(self.MODEL_CONFIG) or self.model_config == model_config:
             return
         existing = self.model_config.to_dict()
         changed = sorted(k for k, v in model_config.to_dict().items() if existing.get(k) != v)
-        raise ValueError(f"--model-dir {self.path} holds a model with different {', '.join(changed)}; "
-                         "use a new --model-dir or the same model settings to resume")
+        raise ModelDirectoryError(f"--model-dir {self.path} holds a model with different {', '.join(changed)}; "
+                                  "use a new --model-dir or the same model settings to resume")
 
     def latest_checkpoint(self) -> str | None:
         """The newest checkpoint prefix under checkpoints/, or None."""
