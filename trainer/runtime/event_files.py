@@ -55,7 +55,8 @@ def drop_events_after(path: str, step: int) -> None:
     if not dropped:
         return
     # not named *tfevents*: a rewrite cut short must not be read as another event file
-    temporary = posixpath.join(posixpath.dirname(path), ".rewrite-" + posixpath.basename(path).replace("tfevents", "tmp"))
+    name = ".rewrite-" + posixpath.basename(path).replace("tfevents", "tmp")
+    temporary = posixpath.join(posixpath.dirname(path), name)
     with tf.io.TFRecordWriter(temporary) as writer:
         for record in kept:
             writer.write(record)

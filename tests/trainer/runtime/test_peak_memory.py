@@ -1,4 +1,5 @@
-"""The allocator's peak memory in the step log and TensorBoard (trainer/runtime/peak_memory.py, read by the controller per loop of steps)."""
+"""The allocator's peak memory in the step log and TensorBoard (trainer/runtime/peak_memory.py, read
+by the controller per loop of steps)."""
 from __future__ import annotations
 
 import gc

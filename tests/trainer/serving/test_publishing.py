@@ -1,6 +1,7 @@
 """Publishing a SavedModel as a numbered version (trainer/serving/publishing.py): versions, staging
 directories, a version that appears whole or not at all, and abandoning an export. A whole export
-through it is tested with the SavedModel (test_saved_model.py) and the command (tests/trainer/commands/test_export.py)."""
+through it is tested with the SavedModel (test_saved_model.py) and the command
+(tests/trainer/commands/test_export.py)."""
 from __future__ import annotations
 
 import os
