@@ -11,7 +11,7 @@ dev-set scores from its eval_results.json, plus the pretraining valid loss at th
         [--finetune-steps 600] [--seeds 0] [--workdir DIR] [--pretrained MODEL_DIR]
 
 classification: the bundled Rotten Tomatoes splits (data/finetune). squad: a cloze QA set
-generated from the bundled Wikipedia text (trainer/inputs/squad_cloze.py; one question per paragraph of
+generated from the bundled Wikipedia text (tests/support/squad_cloze.py; one question per paragraph of
 two sentences, 20000 paragraphs of the first 9000 documents for training, 300 of the last
 documents for eval), with one JSON line per trivial baseline (answers read off the context
 without the question) before the fine-tunes.
@@ -125,7 +125,7 @@ def task_files(task: str, workdir: Path) -> list[str]:
 
 
 def trivial_baselines(dev: Path) -> list[dict]:
-    """The scores of answers that read only the context (trainer.inputs.squad_cloze.trivial_answers):
+    """The scores of answers that read only the context (tests.support.squad_cloze.trivial_answers):
     its first 1 or 2 words, or 1 or 2 words at a seeded random place."""
     from trainer.evaluation.squad_official import squad_evaluate
     from trainer.inputs.squad import read_squad

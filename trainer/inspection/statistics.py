@@ -199,7 +199,7 @@ def _count(data: DataDirectory, stats: SplitStats, parsed: dict[str, np.ndarray]
         return
     reuse = data.manifest.reuse_len
     subword = bool(data.manifest.config.get("subword_spans", False))
-    stats.span_lengths.update(_run_lengths(masked[forward], parsed["word_start"][forward].astype(bool), reuse,
+    stats.span_lengths.update(span_run_lengths(masked[forward], parsed["word_start"][forward].astype(bool), reuse,
                                            subword).tolist())
     special = data.manifest.special_ids
     for row in np.flatnonzero(forward):
@@ -208,10 +208,10 @@ def _count(data: DataDirectory, stats: SplitStats, parsed: dict[str, np.ndarray]
         if int(parsed["stream_pos"][row]) == last_pos[stream]:  # the stream's last record: its A (and B) too
             sep = int(np.count_nonzero(parsed["segment_ids"][row] == SEG_A)) - 1
             text = np.concatenate([ids[:sep], ids[sep + 1:-2] if parsed["label"][row] == 1 else ids[:0]])
-        _count_text(stats, stream, text, int(special["unk"]), int(special["eod"]))
+        count_text(stats, stream, text, int(special["unk"]), int(special["eod"]))
 
 
-def _count_text(stats: SplitStats, stream: int, text: np.ndarray, unk: int, eod: int) -> None:
+def count_text(stats: SplitStats, stream: int, text: np.ndarray, unk: int, eod: int) -> None:
     """Adds the next piece of a forward stream's text: tokens, unknown pieces, documents."""
     stats.tokens_in_records += len(text)
     stats.stream_lengths[stream] = stats.stream_lengths.get(stream, 0) + len(text)
@@ -225,7 +225,7 @@ def _count_text(stats: SplitStats, stream: int, text: np.ndarray, unk: int, eod:
     stats._open_document[stream] = stats._open_document.get(stream, 0) + len(text) - 1 - previous
 
 
-def _run_lengths(masked: np.ndarray, word_start: np.ndarray, reuse: int, subword: bool) -> np.ndarray:
+def span_run_lengths(masked: np.ndarray, word_start: np.ndarray, reuse: int, subword: bool) -> np.ndarray:
     """Lengths of the runs of targets in [R, seq_len] masks, never across the two parts; in words
     (word starts inside the run, at least 1) or, with ``subword``, in pieces."""
     gap = np.zeros((len(masked), 1), bool)

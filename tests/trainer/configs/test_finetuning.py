@@ -64,4 +64,4 @@ def test_finetune_help_shows_the_squad_defaults_of_the_configuration():
     for flag, name in (("--doc-stride", "doc_stride"), ("--max-query-length", "max_query_length"),
                        ("--max-answer-length", "max_answer_length"), ("--n-best", "n_best")):
         assert f"{flag} {flag[2:].upper().replace('-', '_')} " in help_text
-        assert f"(default {getattr(FinetuneConfig, name)})" in help_text
+        assert f"(default: {getattr(FinetuneConfig, name)})" in help_text
