@@ -56,10 +56,20 @@ def test_preprocess_benchmark_reports_capacity_both_set_ups_and_the_speed_up(spm
     assert summary["speedup_over_capacity_per_repeat"] == [round(speedup / capacity["capacity_2_vs_1"], 2)]
 
 
+@pytest.fixture(scope="module")
+def finetune_workdir(tmp_path_factory, spm_model) -> Path:
+    """One --workdir for both fine-tuning benchmarks: the bundled corpus is preprocessed and pretrained
+    on once (finetune.py reuses a finished run there), with the session's vocabulary copied in."""
+    workdir = tmp_path_factory.mktemp("finetune-bench")
+    (workdir / "bundled").mkdir()
+    shutil.copy(spm_model, workdir / "bundled" / "spiece.model")  # no vocabulary training
+    return workdir
+
+
 @pytest.mark.slow
-def test_finetune_benchmark_reports_random_and_pretrained_runs_with_the_same_settings(tmp_path):
-    random, pretrained = run_benchmark("finetune.py", "--workdir", str(tmp_path), "--pretrain-steps", "0", "4",
-                                       "--finetune-steps", "4")
+def test_finetune_benchmark_reports_random_and_pretrained_runs_with_the_same_settings(finetune_workdir):
+    random, pretrained = run_benchmark("finetune.py", "--workdir", str(finetune_workdir), "--pretrain-steps", "0",
+                                       "4", "--finetune-steps", "4")
 
     assert (random["init"], random["pretrain_steps"]) == ("random", 0)
     assert (pretrained["init"], pretrained["pretrain_steps"]) == ("pretrained", 4)
@@ -70,9 +80,10 @@ def test_finetune_benchmark_reports_random_and_pretrained_runs_with_the_same_set
 
 
 @pytest.mark.slow
-def test_squad_benchmark_reports_trivial_baselines_then_random_and_pretrained_runs(tmp_path):
-    *baselines, random, pretrained = run_benchmark("finetune.py", "--task", "squad", "--workdir", str(tmp_path),
-                                                   "--pretrain-steps", "0", "4", "--finetune-steps", "4")
+def test_squad_benchmark_reports_trivial_baselines_then_random_and_pretrained_runs(finetune_workdir):
+    *baselines, random, pretrained = run_benchmark("finetune.py", "--task", "squad", "--workdir",
+                                                   str(finetune_workdir), "--pretrain-steps", "0", "4",
+                                                   "--finetune-steps", "4")
 
     assert [line["baseline"] for line in baselines] == ["first 1 word", "random 1 word", "first 2 words",
                                                         "random 2 words"]
