@@ -17,7 +17,7 @@ import tensorflow as tf
 from trainer.configs.finetuning import FinetuneConfig
 from trainer.evaluation.squad_postprocessing import AnswerPrediction, evaluate_predictions, predict_answers
 from trainer.inputs.batching import batched_rows
-from trainer.inputs.squad import SquadData, SquadFeatures, SquadTokenizer, build_features, read_squad
+from trainer.inputs.squad import SquadData, SquadDataError, SquadFeatures, SquadTokenizer, build_features, read_squad
 from trainer.models.config import ModelConfig
 from trainer.models.network import build_network
 from trainer.models.question_answering import XLNetForQuestionAnswering, squad_losses
@@ -85,7 +85,7 @@ class SquadTask(HeadTask):
     def training_columns(self) -> tuple[dict[str, np.ndarray], Callable, dict[str, np.ndarray]]:
         features = self.data.train.features
         if not len(features):
-            raise ValueError("no training question could be aligned with its context")
+            raise SquadDataError("--train: no training question could be aligned with its context")
         targets = {name: getattr(features, name) for name in SquadFeatures.TARGETS}
         return features.model_inputs(with_targets=False), _unchanged, targets
 
