@@ -17,7 +17,8 @@ from tfrecords.manifest import load_manifest
 from tfrecords.schema import parse_records
 from tfrecords.verification import DamagedDataError, check_shard_files, verify_data_directory
 
-TRAIN_0, TRAIN_1, VALID = "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord", "valid-00000-of-00001.tfrecord"
+TRAIN_0, TRAIN_1 = "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"
+VALID = "valid-00000-of-00001.tfrecord"
 RECORDS = {TRAIN_0: 228, TRAIN_1: 298, VALID: 56}
 
 

@@ -22,8 +22,9 @@ SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem
 
 def make_trainer(data_dir, model_dir, strategy) -> Controller:
     model, train, _ = resolve_configs("tiny", None, SMALL + SMALL_DATA_TRAINING + ["train_steps=3"])
-    return pretraining_controller(model.replace(vocab_size=SMALL_DATA["vocab_size"]), train, manifest=load_manifest(str(data_dir)),
-                   model_dir=str(model_dir), strategy=strategy, log=lambda line: None)
+    return pretraining_controller(model.replace(vocab_size=SMALL_DATA["vocab_size"]), train,
+                                  manifest=load_manifest(str(data_dir)), model_dir=str(model_dir), strategy=strategy,
+                                  log=lambda line: None)
 
 
 def test_mirrored_over_two_devices_matches_one_device_with_the_same_global_batch(small_data_dir, tmp_path,
