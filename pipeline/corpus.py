@@ -25,15 +25,16 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
-import zlib
 import posixpath
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+
 from tfrecords.errors import UsageError
 
 INPUT_FORMATS = ("auto", "text", "jsonl")

@@ -13,8 +13,8 @@ import uuid
 
 from apache_beam.io.filesystems import FileSystems
 
-from tfrecords.manifest import MANIFEST_NAME, Manifest, manifest_location, missing_manifest_error, parse_manifest
 from tfrecords.errors import UsageError
+from tfrecords.manifest import MANIFEST_NAME, Manifest, manifest_location, missing_manifest_error, parse_manifest
 
 # Names of what a run writes; anything else in the directory is left alone.
 OWN_PREFIXES = ("train-", "valid-", f".{MANIFEST_NAME}")

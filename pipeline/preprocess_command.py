@@ -16,13 +16,12 @@ import re
 import time
 
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, expand_inputs
-from pipeline.data_directory import (has_manifest, is_local_path, prepare_output, read_manifest,
-                                     remove_run_files)
+from pipeline.data_directory import has_manifest, is_local_path, prepare_output, read_manifest, remove_run_files
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from pipeline.vocab import load_vocab
+from tfrecords.errors import DataError
 from tfrecords.manifest import MANIFEST_NAME
 from tfrecords.record_config import ConfigError
-from tfrecords.errors import DataError
 
 # xlnet_cli hands flags this command does not define to run() as args.runner_options.
 ACCEPTS_RUNNER_OPTIONS = True

@@ -37,8 +37,8 @@ import json
 import posixpath
 from dataclasses import asdict, dataclass, field
 
-from tfrecords.schema import FORMAT_VERSION
 from tfrecords.errors import UsageError
+from tfrecords.schema import FORMAT_VERSION
 
 MANIFEST_NAME = "manifest.json"
 SPLITS = ("train", "valid")

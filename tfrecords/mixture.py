@@ -30,16 +30,27 @@ import math
 import posixpath
 import threading
 from typing import Iterator, Mapping, Sequence
-from tfrecords.errors import UsageError
 
 import numpy as np
 import tensorflow as tf
 
 from tfrecords import schema
+from tfrecords.errors import UsageError
 from tfrecords.manifest import Manifest
-from tfrecords.reader import (READ_BUFFER_BYTES, ManifestMismatchError, SpanResampler, batched_features,
-                              compact_features, distribute, interleave_slots, local_replicas, per_replica_batch_size,
-                              slot_rows, split_segments, step_major)
+from tfrecords.reader import (
+    READ_BUFFER_BYTES,
+    ManifestMismatchError,
+    SpanResampler,
+    batched_features,
+    compact_features,
+    distribute,
+    interleave_slots,
+    local_replicas,
+    per_replica_batch_size,
+    slot_rows,
+    split_segments,
+    step_major,
+)
 
 MASK64 = (1 << 64) - 1
 

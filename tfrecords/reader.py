@@ -25,11 +25,11 @@ import numpy as np
 import tensorflow as tf
 
 from tfrecords import schema
+from tfrecords.errors import UsageError
 from tfrecords.manifest import Manifest
 from tfrecords.record_config import RecordConfig
 from tfrecords.span_masking import SpanMasker
 from tfrecords.vocabulary import is_tokenised_with, vocabulary_sha256
-from tfrecords.errors import UsageError
 
 
 class ManifestMismatchError(UsageError):

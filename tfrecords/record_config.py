@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
+
 from tfrecords.errors import UsageError
 
 

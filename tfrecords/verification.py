@@ -23,9 +23,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from tfrecords.errors import DataError
 from tfrecords.manifest import Manifest, ShardEntry
 from tfrecords.schema import parse_records
-from tfrecords.errors import DataError
 from tfrecords.tensorflow_errors import error_text
 
 # Records read and parsed per step: large enough that per-batch overhead is negligible.

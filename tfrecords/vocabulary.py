@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 import numpy as np
+
 from tfrecords.errors import UsageError
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's '▁'

@@ -28,9 +28,9 @@ DEFAULT_RECORDS = 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `xlnet inspect`."""
-    from trainer.models.config import MODEL_PRESETS
     from tfrecords.manifest import SPLITS
     from tfrecords.verification import DEFAULT_THREADS
+    from trainer.models.config import MODEL_PRESETS
 
     parser.add_argument("data_dir", metavar="DATA_DIR",
                         help="data directory written by `xlnet preprocess` (local or gs://), or its manifest.json")

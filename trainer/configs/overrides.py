@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from typing import Any, Iterable, Mapping
-from tfrecords.errors import UsageError
 
+from tfrecords.errors import UsageError
 from trainer.configs.training import TrainConfig, train_preset
 from trainer.models.config import JsonConfig, ModelConfig, model_preset
 

@@ -12,6 +12,7 @@ The SavedModel (trainer/serving/saved_model.py) stays the default format of `xln
 from __future__ import annotations
 
 from typing import Optional
+
 from tfrecords.errors import UsageError
 
 # What marks an output directory as already holding an export of each format.

@@ -38,12 +38,12 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
+from tfrecords.errors import UsageError
 from trainer.conversion.huggingface_tokenizer import tokenizer_json
 from trainer.models.config import ModelConfig
 from trainer.models.head_spec import HeadSpec
 from trainer.models.network import XLNetNetwork
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
-from tfrecords.errors import UsageError
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"

@@ -11,10 +11,10 @@ from typing import Any, Mapping
 import numpy as np
 import tensorflow as tf
 
+from tfrecords.errors import UsageError
 from trainer.models.config import ModelConfig
 from trainer.models.network import XLNetNetwork, build_network
 from trainer.runtime.storage import StorageError, read_json
-from tfrecords.errors import UsageError
 
 # xlnet_config.json key -> ModelConfig field (the release names the vocabulary size n_token).
 ORIGINAL_CONFIG_KEYS = {"n_layer": "n_layer", "d_model": "d_model", "n_head": "n_head", "d_head": "d_head",

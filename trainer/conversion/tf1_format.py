@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Iterable, Optional
 import numpy as np
 import tensorflow as tf
 
+from tfrecords.errors import UsageError
 from trainer.conversion.tf1_checkpoint import ORIGINAL_CONFIG_KEYS, CheckpointImportError, original_variable_map
 from trainer.models.head_spec import HeadSpec
 from trainer.models.heads import build_head
 from trainer.models.network import XLNetNetwork
 from trainer.runtime.storage import write_bytes, write_json
-from tfrecords.errors import UsageError
 
 if TYPE_CHECKING:
     from trainer.models.question_answering import XLNetForQuestionAnswering

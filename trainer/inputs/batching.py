@@ -7,11 +7,11 @@ one static shape (:func:`batched_rows`), as a TPU wants one compiled program per
 from __future__ import annotations
 
 from typing import Any, Callable
-from tfrecords.errors import UsageError
 
 import numpy as np
 import tensorflow as tf
 
+from tfrecords.errors import UsageError
 from trainer.inputs.text_files import FinetuneDataError
 
 

@@ -43,10 +43,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from typing import Iterator, Sequence
-from tfrecords.errors import UsageError
 
 import numpy as np
 
+from tfrecords.errors import UsageError
 from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
 from tfrecords.text_normalization import normalize_text, normalized_char_origins
 from tfrecords.vocabulary import SpecialIds, Vocab, parse_vocab

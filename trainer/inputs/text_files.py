@@ -23,6 +23,7 @@ import threading
 from typing import Any, Iterator
 
 import tensorflow as tf
+
 from tfrecords.errors import UsageError
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}

@@ -20,12 +20,12 @@ from typing import Sequence
 
 import numpy as np
 
+from tfrecords.errors import UsageError
 from tfrecords.manifest import Manifest, ShardEntry, load_manifest, vocabulary_path
 from tfrecords.schema import SEG_A, parse_records
 from tfrecords.tensorflow_errors import error_text
 from tfrecords.verification import DamagedDataError, record_checker
 from tfrecords.vocabulary import WORD_BOUNDARY, Vocab, is_tokenised_with, parse_vocab
-from tfrecords.errors import UsageError
 
 OPEN_MARK, CLOSE_MARK = "[[", "]]"
 LABELS = {1: "B continues A", 0: "B is a random span"}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping
+
 from tfrecords.errors import UsageError
 
 FF_ACTIVATIONS = ("gelu", "gelu_exact", "relu")  # trainer/layers/feed_forward.py ACTIVATIONS

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import re
 import time
+
 from tfrecords.errors import UsageError
 
 GIB = 1024 ** 3

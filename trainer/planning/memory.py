@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Mapping
-from tfrecords.errors import UsageError
 
+from tfrecords.errors import UsageError
 from trainer.configs.training import REMAT_MODES
 from trainer.models.config import ModelConfig
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
-from tfrecords.errors import UsageError
 
+from tfrecords.errors import UsageError
 from trainer.configs.training import REMAT_MODES, LoopConfig, TrainConfig
 from trainer.models.config import ModelConfig
 from trainer.planning.devices import Device, format_bytes

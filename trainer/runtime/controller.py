@@ -33,6 +33,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfrecords.errors import DataError
+from tfrecords.tensorflow_errors import error_text
 from trainer.configs.training import LoopConfig
 from trainer.runtime.distribution import is_chief, worker_info
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
@@ -41,8 +43,6 @@ from trainer.runtime.peak_memory import PeakMemory
 from trainer.runtime.preemption import Preemption
 from trainer.runtime.summaries import SummaryManager
 from trainer.runtime.task_protocol import Task
-from tfrecords.errors import DataError
-from tfrecords.tensorflow_errors import error_text
 
 
 class TrainingStopped(DataError):

@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from tfrecords.errors import UsageError
 
 import tensorflow as tf
+
+from tfrecords.errors import UsageError
 
 STRATEGIES = ("auto", "cpu", "gpu", "mirrored", "multi-worker", "tpu")
 

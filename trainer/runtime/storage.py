@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 import tensorflow as tf
+
 from tfrecords.errors import UsageError
 
 

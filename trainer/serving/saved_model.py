@@ -53,6 +53,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfrecords.errors import UsageError
 from tfrecords.schema import SEG_A
 from trainer.models.question_answering import XLNetForQuestionAnswering
 from trainer.models.sequence_model import XLNetForSequenceTask
@@ -62,7 +63,6 @@ from trainer.runtime.storage import write_bytes, write_json
 from trainer.serving.answer_signature import SquadServingConfig, answer
 from trainer.serving.publishing import next_version, publish_version
 from trainer.serving.text_encoder import XLNetTextEncoder, question_with_option_graph
-from tfrecords.errors import UsageError
 
 EXPORT_FORMAT_VERSION = 1
 SIGNATURES = ("serving_default", "encode", "encode_text", "encode_text_pair", "predict_masked")
