@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tfrecords.errors import UsageError
 from trainer.launch.run_setup import console_log
+
+if TYPE_CHECKING:  # imported where used: `xlnet finetune --help` should not load TensorFlow
+    from trainer.configs.finetuning import FinetuneConfig
+    from trainer.models.config import ModelConfig
+    from trainer.tasks.sequence import FieldNames
 
 # FinetuneConfig fields with a flag of their own (their help comes from the field's metadata).
 SQUAD_FLAGS = ("doc_stride", "max_query_length", "max_answer_length", "n_best")
@@ -53,7 +58,7 @@ class FinetuningRun:
     init_checkpoint: str | None = None  # without it: random weights of the preset (a baseline)
     vocab: str | None = None  # the SentencePiece model of a run without --init-checkpoint
     uncased: bool | None = None  # default: as --init-checkpoint was trained
-    fields: Any = None  # tasks.sequence.FieldNames; None: the defaults
+    fields: FieldNames | None = None  # column names and file format; None: the defaults
     strategy: str = "auto"
     tpu: str | None = None
     device_memory: str | None = None
@@ -64,7 +69,7 @@ class ModelSource:
     """Where a fine-tuning run's vocabulary, casing and architecture come from: ``--init-checkpoint``,
     or ``--vocab`` and the preset for a baseline from random weights (``model`` None)."""
 
-    model: Any  # ModelConfig or None
+    model: ModelConfig | None
     sp_model_proto: bytes
     special_ids: dict
     uncased: bool
@@ -72,8 +77,9 @@ class ModelSource:
     vocab_size: int | None = None
 
 
-def finetuning_configs(settings: FinetuneSettings, base_model=None, vocab_size: int | None = None,
-                       preset: str | None = None):
+def finetuning_configs(settings: FinetuneSettings, base_model: ModelConfig | None = None,
+                       vocab_size: int | None = None, preset: str | None = None
+                       ) -> tuple[ModelConfig, FinetuneConfig]:
     """(whole-sequence ModelConfig, FinetuneConfig) of ``settings`` over ``base_model`` (an
     ``--init-checkpoint``'s architecture, fixed) or, without one, the preset's model with
     ``vocab_size``. ``preset``: the preset to resolve over (default: ``settings.preset``, else the
@@ -99,7 +105,7 @@ def finetuning_configs(settings: FinetuneSettings, base_model=None, vocab_size: 
     return sequence_model_config(model), config
 
 
-def matching_preset(model, presets) -> str:
+def matching_preset(model: ModelConfig | None, presets: dict[str, ModelConfig]) -> str:
     """The preset whose architecture is ``model``'s (so its fine-tuning defaults fit), else base;
     tiny when there is no model (a run from random weights without --preset)."""
     if model is not None:

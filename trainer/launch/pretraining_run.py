@@ -10,10 +10,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from tfrecords.errors import UsageError
 from trainer.launch.run_setup import console_log
+
+if TYPE_CHECKING:  # imported where used: `xlnet train --help` should not load TensorFlow
+    from tfrecords.manifest import Manifest
+    from trainer.configs.training import TrainConfig
+    from trainer.models.config import ModelConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,10 +42,10 @@ class PretrainingRun:
 class ResolvedPretraining:
     """A run's configurations and the data they were checked against."""
 
-    model: object  # ModelConfig
-    train: object  # TrainConfig
-    manifests: tuple  # of --data, in order
-    eval_manifests: tuple  # of --eval-data, in order
+    model: ModelConfig
+    train: TrainConfig
+    manifests: tuple[Manifest, ...]  # of --data, in order
+    eval_manifests: tuple[Manifest, ...]  # of --eval-data, in order
     weights: tuple[float, ...]  # normalised mixture weights of --data
     vocab_path: str  # the SentencePiece model the run uses
 
@@ -60,7 +65,7 @@ class ResolvedPretraining:
 
 
 def pretraining_configs(preset: str, config_file: str | None = None, overrides: Iterable[str] = (),
-                        base_model=None):
+                        base_model: ModelConfig | None = None) -> tuple[ModelConfig, TrainConfig, set[str]]:
     """(ModelConfig, TrainConfig, model keys set explicitly): preset -> ``--config`` -> ``--set``, with
     ``base_model`` (an ``--init-checkpoint``'s architecture) in place of the preset's model. What
     `xlnet plan` and `xlnet inspect --permutation` resolve without data."""
@@ -70,7 +75,7 @@ def pretraining_configs(preset: str, config_file: str | None = None, overrides: 
     return resolve_configs(preset, read_config_file(config_file), list(overrides), base_model)
 
 
-def with_data_vocab_size(model, manifest, explicit: set[str]):
+def with_data_vocab_size(model: ModelConfig, manifest: Manifest, explicit: set[str]) -> ModelConfig:
     """``model`` with the data's vocabulary size, unless ``--config``/``--set`` gave one: a preset's
     size is a default, the data's is a fact."""
     data_vocab_size = int(manifest.vocab["vocab_size"])
