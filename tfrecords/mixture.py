@@ -27,7 +27,9 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import os
 import posixpath
+import sys
 import threading
 from typing import Iterator, Mapping, Sequence
 
@@ -104,18 +106,34 @@ def parse_weights(text: str | None, count: int, flag: str = "--mixture-weights")
             raise UsageError(f"{flag} {text}: {item!r} is not a number") from None
         if not math.isfinite(weight) or weight <= 0:
             raise UsageError(f"{flag} {text}: every weight must be a positive number, got {item}")
+        if weight < sys.float_info.min:
+            raise UsageError(f"{flag} {text}: the weight {item} is too small to compute with "
+                             f"(below {sys.float_info.min:g}); scale the weights up")
         weights.append(weight)
     if len(weights) != count:
         raise UsageError(f"{flag} {text}: {len(weights)} weight(s) for {count} --data director"
                          f"{'y' if count == 1 else 'ies'}; give one weight per --data, in the same order")
     total = sum(weights)
-    return tuple(weight / total for weight in weights)
+    if not math.isfinite(total):
+        raise UsageError(f"{flag} {text}: the weights add up to more than a float holds "
+                         f"({sys.float_info.max:g}); scale the weights down")
+    normalised = tuple(weight / total for weight in weights)
+    for item, share in zip(items, normalised):
+        if share < sys.float_info.min:
+            raise UsageError(f"{flag} {text}: the weight {item} is too small a share of the total to compute with; "
+                             "give weights within a factor of 1e300 of each other")
+    return normalised
 
 
 def same_directory_key(path: str) -> str:
-    """What names one data directory however it is written (trailing '/', its manifest.json)."""
+    """What names one data directory however it is written (trailing '/', its manifest.json, and for a
+    local path a symbolic link or a relative path to it: the resolved location, by os.path.realpath).
+    A path with a scheme (gs://...) is compared as written."""
     path = path.rstrip("/")
-    return posixpath.dirname(path) if path.endswith("/manifest.json") or path == "manifest.json" else path
+    path = posixpath.dirname(path) if path.endswith("/manifest.json") or path == "manifest.json" else path
+    if "://" in path:
+        return path
+    return os.path.realpath(path or ".")
 
 
 def check_distinct(names: Sequence[str], flag: str = "--data") -> None:
