@@ -37,7 +37,7 @@ import json
 import posixpath
 from dataclasses import asdict, dataclass, field
 
-from tfrecords.errors import UsageError
+from tfrecords.errors import DataError, UsageError
 from tfrecords.schema import FORMAT_VERSION
 
 MANIFEST_NAME = "manifest.json"
@@ -47,6 +47,27 @@ COUNT_KEYS = ("records", "tokens", "masked_tokens", "documents")
 
 class ManifestError(UsageError):
     """A missing, unreadable or inconsistent manifest; the message names the file."""
+
+
+class ShardNameError(DataError):
+    """A manifest names a shard outside its data directory (``..``, an absolute path, another scheme):
+    a damaged or forged manifest, never read; the message names the manifest and the name."""
+
+
+def shard_name_problem(name) -> str | None:
+    """Why ``name`` (a shard's ``file`` as a manifest lists it) is not a file inside the manifest's
+    directory, or None: it must be a relative name, without ``..``, a backslash or a scheme."""
+    if not isinstance(name, str) or not name:
+        return f"found {_json_type(name)}" if not isinstance(name, str) else "it is empty"
+    if name.startswith("/"):
+        return "it is an absolute path"
+    if ":" in name.split("/", 1)[0]:
+        return "it names another location (a scheme or drive)"
+    if "\\" in name:
+        return "it holds a backslash"
+    if any(part in ("..", ".", "") for part in name.split("/")):
+        return "it has an empty, '.' or '..' part"
+    return None
 
 
 @dataclass(frozen=True)
@@ -248,6 +269,13 @@ def parse_manifest(text: str, file_path: str) -> Manifest:
         raise ManifestError(f"{file_path} is not a valid manifest: it lacks the field {error}") from None
     except (ValueError, TypeError) as error:
         raise ManifestError(f"{file_path} is not a valid manifest: {error}") from None
+    for name, entry in manifest.splits.items():
+        for index, shard in enumerate(entry.shards):
+            problem = shard_name_problem(shard.file)
+            if problem:
+                raise ShardNameError(f"{file_path}: splits.{name}.shards[{index}] names {shard.file!r}, not a file "
+                                     f"inside the data directory {directory} ({problem}); shard names must be "
+                                     "relative to the manifest, without '..'")
     problems = manifest.validate()
     if problems:
         raise ManifestError(f"{file_path}: " + "; ".join(problems))
