@@ -7,6 +7,19 @@ when its owner is dead: a process that no longer exists on this host, or a heart
 ``STALE_SECONDS`` (a host that crashed or lost the directory). The workers of one multi-worker
 job share the chief's lock: only the chief takes it.
 
+Two kinds of lock are judged by the file's own modification time instead (set by the filesystem
+each time the owner rewrites it, every heartbeat), and taken over once that is older than
+``STALE_SECONDS``:
+
+* a lock that cannot be read, empty or cut short: a lock being written is empty for a moment, so
+  it is held, not taken over at once;
+* a heartbeat in the future (a clock set wrong, a file edited by hand), which would otherwise never
+  grow old. A modification time more than ``STALE_SECONDS`` in the future too is refused with a
+  message naming the file to remove: nothing left tells whether its run is alive.
+
+A model directory that cannot be created or written (read-only, a file, unreachable storage) is
+a StorageError naming ``--model-dir`` (exit status 2), or a StorageUnreachableError (exit 3).
+
 How strong it is depends on the filesystem:
 
 * a local disk creates the file atomically (``O_CREAT | O_EXCL``): of two runs starting at once,
@@ -20,6 +33,7 @@ How strong it is depends on the filesystem:
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
@@ -30,7 +44,8 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
-from trainer.runtime.storage import StorageError, read_json, write_json
+from trainer.runtime.storage import (StorageError, StorageUnreachableError, failures_named, read_json,
+                                     write_json)
 
 HEARTBEAT_SECONDS = 30.0
 STALE_SECONDS = 600.0  # 20 missed heartbeats: the owner is gone
@@ -65,11 +80,14 @@ class RunLock:
         self.release()
 
     def acquire(self) -> None:
-        """Takes the lock, or raises RunLockError naming the live owner."""
-        tf.io.gfile.makedirs(self.directory.path)
-        if not self._create():
+        """Takes the lock, or raises RunLockError naming the live owner (StorageError or
+        StorageUnreachableError naming ``--model-dir`` when the directory cannot be written)."""
+        with failures_named(self.directory.path, "written", "--model-dir"):
+            tf.io.gfile.makedirs(self.directory.path)
+            created = self._create()
+        if not created:
             owner = self._owner()
-            why_stale = self._stale(owner) if owner is not None else "its lock file could not be read"
+            why_stale = self._stale(owner)
             if why_stale is None:
                 raise RunLockError(f"--model-dir {self.directory.path} is in use by another run: {describe(owner)}; "
                                    f"wait for it to finish, or remove {self.path} if that run is gone")
@@ -85,8 +103,12 @@ class RunLock:
         self._stop.set()
         if self._beating is not None:
             self._beating.join()
-        if self._is_ours():
-            tf.io.gfile.remove(self.path)
+        try:
+            if self._is_ours():
+                tf.io.gfile.remove(self.path)
+        except (tf.errors.OpError, StorageError, StorageUnreachableError) as error:
+            # The run's own outcome stands; a lock left behind is taken over once it is stale.
+            self.log(f"warning: could not remove {self.path}: {error}")
 
     # ------------------------------------------------------------------------------ helpers
     def _create(self) -> bool:
@@ -97,8 +119,12 @@ class RunLock:
                 handle = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 return False
-            with os.fdopen(handle, "wb") as file:
-                file.write(data)
+            try:
+                with os.fdopen(handle, "wb") as file:
+                    file.write(data)
+            except OSError:  # a disk full: no lock cut short is left behind
+                os.remove(self.path)
+                raise
             return True
         if tf.io.gfile.exists(self.path):
             return False
@@ -122,14 +148,34 @@ class RunLock:
         owner = self._owner()
         return owner is not None and owner.get("token") == self.record["token"]
 
-    def _stale(self, owner: dict[str, Any]) -> str | None:
-        """Why ``owner`` is gone, or None when it may still be running."""
-        if owner.get("host") == self.record["host"] and not process_alive(owner.get("pid")):
+    def _stale(self, owner: dict[str, Any] | None) -> str | None:
+        """Why ``owner`` is gone, or None when it may still be running. A lock that cannot be read
+        (None: empty, being written, cut short) or whose heartbeat is in the future is judged by the
+        file's modification time; RunLockError when that is far in the future too."""
+        if owner is not None and owner.get("host") == self.record["host"] and not process_alive(owner.get("pid")):
             return f"no process {owner.get('pid')} on this host"
-        age = time.time() - float(owner.get("heartbeat", 0))
-        if age > self.stale_seconds:
-            return f"no heartbeat for {age:.0f}s"
-        return None
+        heartbeat = _seconds(owner, "heartbeat")
+        now = time.time()
+        if heartbeat is not None and heartbeat <= now:
+            age = now - heartbeat
+            return f"no heartbeat for {age:.0f}s" if age > self.stale_seconds else None
+        modified = self._modified()
+        if modified is None:
+            return "its lock file is gone"
+        age = now - modified
+        what = "its lock file cannot be read" if heartbeat is None else "its heartbeat is in the future"
+        if age < -self.stale_seconds:
+            raise RunLockError(f"--model-dir {self.directory.path}: {self.path} was modified {-age:.0f}s in the "
+                               f"future and {what}, so whether its run is alive cannot be told; remove {self.path} "
+                               "if no run is using the directory, and check this host's clock")
+        return f"{what} and it was last modified {age:.0f}s ago" if age > self.stale_seconds else None
+
+    def _modified(self) -> float | None:
+        """The lock file's modification time (seconds since the epoch), or None when it is gone."""
+        try:
+            return tf.io.gfile.stat(self.path).mtime_nsec / 1e9
+        except tf.errors.NotFoundError:
+            return None
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):
@@ -137,16 +183,37 @@ class RunLock:
                 self.log(f"warning: {self.path} is no longer this run's lock")
                 return
             self.record["heartbeat"] = time.time()
-            write_json(self.path, self.record)
+            try:
+                write_json(self.path, self.record)
+            except (StorageError, StorageUnreachableError) as error:  # tried again at the next beat
+                self.log(f"warning: the heartbeat of {self.path} could not be written: {error}")
 
 
 def describe(owner: dict[str, Any] | None) -> str:
     """The owner of a lock, as a message names it."""
     if owner is None:
-        return "unknown owner"
-    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(owner.get("started", 0))))
-    beat = time.time() - float(owner.get("heartbeat", 0))
-    return f"host {owner.get('host')}, pid {owner.get('pid')}, started {started}, last heartbeat {beat:.0f}s ago"
+        return "unknown owner (the lock file is empty or cannot be read: being written, or cut short)"
+    started, heartbeat = _seconds(owner, "started"), _seconds(owner, "heartbeat")
+    try:
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)) if started is not None else "unknown"
+    except (OverflowError, OSError, ValueError):
+        since = "unknown"
+    if heartbeat is None:
+        beat = "no heartbeat recorded"
+    elif heartbeat > time.time():
+        beat = f"last heartbeat {heartbeat - time.time():.0f}s in the future (a clock set wrong)"
+    else:
+        beat = f"last heartbeat {time.time() - heartbeat:.0f}s ago"
+    return f"host {owner.get('host')}, pid {owner.get('pid')}, started {since}, {beat}"
+
+
+def _seconds(owner: dict[str, Any] | None, field: str) -> float | None:
+    """A time field of a lock (seconds since the epoch), or None when it is absent or not a finite number."""
+    try:
+        value = float(owner[field]) if owner is not None else None
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 def process_alive(pid: Any) -> bool:

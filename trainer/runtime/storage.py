@@ -7,38 +7,104 @@ directly, in the module that owns them (trainer/runtime/model_dir.py for model d
 trainer/inputs/text_files.py for fine-tuning files, trainer/serving/saved_model.py for
 publishing an export). tests/test_cloud_storage.py runs those paths against a GCS API.
 
+A filesystem that fails is a sentence naming the path (and the flag, where the caller knows it),
+never a traceback (:func:`storage_failure`, :func:`failures_named`):
+
+* ``StorageError`` (a UsageError, exit status 2): the path cannot be used as given: missing, a
+  file where a directory is needed (or the reverse), read-only, no permission, not JSON.
+* ``StorageUnreachableError`` (a DataError, exit status 3): the storage did not answer: a host
+  that cannot be resolved or connected to, TensorFlow's retries exhausted. The command line may
+  be right; the network or the service is not. TensorFlow's GCS filesystem retries a connection
+  that fails up to ``GCS_RETRY_CONFIG_MAX_RETRIES`` times (10 by default, about 3 minutes in
+  all) before this is raised; a host that cannot be resolved fails at once.
+
 Paths stay plain strings joined with posixpath: ``pathlib.Path("gs://b/m")`` would silently
 become ``gs:/b/m``, a local directory.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import tensorflow as tf
 
-from tfrecords.errors import UsageError
+from tfrecords.errors import DataError, UsageError
+from tfrecords.tensorflow_errors import error_text
 
 
 class StorageError(UsageError):
     """A file that cannot be read as expected; the message names it."""
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """The bytes of a file; StorageError names a missing one."""
+class StorageUnreachableError(DataError):
+    """Storage that did not answer (no network, a host that cannot be resolved, retries
+    exhausted); the message names the path, and the flag when the caller knows it."""
+
+
+# What TensorFlow's GCS filesystem says when the network, not the path, failed: libcurl's
+# resolve (6), connect (7), timeout (28) and TLS (35) failures, and its retries given up.
+_UNREACHABLE = ("libcurl code 6 ", "libcurl code 7 ", "libcurl code 28 ", "libcurl code 35 ",
+                "retry attempts failed")
+
+
+def storage_failure(error: BaseException, path: str, doing: str = "read",
+                    flag: str | None = None) -> StorageError | StorageUnreachableError:
+    """The error to raise for ``error`` (a ``tf.errors.OpError`` or ``OSError``) met while ``path``
+    was being ``doing`` ("read", "written", ...): one sentence naming the flag (if given) and the
+    path, then what the filesystem said, e.g. ``--model-dir /m cannot be written: /m/run.lock:
+    Read-only file system``."""
     path = os.fspath(path)
+    subject = f"{flag} {path}" if flag else path
+    if isinstance(error, OSError):
+        where = error.filename if error.filename not in (None, path) else None
+        reason = f"{where}: {error.strerror}" if where else (error.strerror or str(error))
+    else:
+        text = error_text(error)  # "<Kind>: <message>", the message's first line
+        message = text.split(": ", 1)[1] if ": " in text else text
+        if any(mark in message for mark in _UNREACHABLE):
+            return StorageUnreachableError(
+                f"{subject} cannot be reached: {message} (no network, or the storage service is down; the "
+                "command line may be right, try again later)")
+        # TensorFlow says "<path>; <reason>" or "<path> <reason>"; the path is named once.
+        if message.startswith(path + ";"):
+            message = message[len(path) + 1:].strip()
+        elif message.startswith(path + " "):
+            message = message[len(path) + 1:].strip()
+        reason = message.replace("; ", ": ", 1) if message.startswith(("/", "gs://")) else message
+    if isinstance(error, (tf.errors.NotFoundError, FileNotFoundError)) and doing == "read" and not flag:
+        return StorageError(f"{path}: file not found")
+    return StorageError(f"{subject} cannot be {doing}: {reason}")
+
+
+@contextlib.contextmanager
+def failures_named(path: str | os.PathLike, doing: str = "read", flag: str | None = None) -> Iterator[None]:
+    """Turns a filesystem error raised in the block (``tf.errors.OpError``, ``OSError``) into
+    :func:`storage_failure`'s StorageError or StorageUnreachableError naming ``flag`` and ``path``."""
     try:
+        yield
+    except (tf.errors.OpError, OSError) as error:
+        raise storage_failure(error, os.fspath(path), doing, flag) from None
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of a file; StorageError names a missing one (or a directory, or one that cannot be
+    read), StorageUnreachableError one whose storage does not answer."""
+    path = os.fspath(path)
+    with failures_named(path, "read"):
         with tf.io.gfile.GFile(path, "rb") as handle:
             return handle.read()
-    except tf.errors.NotFoundError:
-        raise StorageError(f"{path}: file not found") from None
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Writes a file whole (an object store publishes it when it is closed)."""
-    with tf.io.gfile.GFile(os.fspath(path), "wb") as handle:
-        handle.write(data)
+    """Writes a file whole (an object store publishes it when it is closed); StorageError names a
+    file that cannot be written (read-only, a directory in the way), StorageUnreachableError one
+    whose storage does not answer."""
+    path = os.fspath(path)
+    with failures_named(path, "written"):
+        with tf.io.gfile.GFile(path, "wb") as handle:
+            handle.write(data)
 
 
 def read_json(path: str | os.PathLike) -> Any:
