@@ -48,7 +48,7 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from pipeline.corpus import CorpusError, InputFile, read_documents
-from pipeline.data_directory import save_manifest, shard_sizes
+from pipeline.data_directory import OutputWriteError, save_manifest, shard_sizes
 from pipeline.preprocess_config import PreprocessConfig
 from pipeline.records import RecordBuilder
 from pipeline.streams import (TokenizedDocument, concatenate_stream, place_document, reverse_stream,
@@ -59,6 +59,9 @@ from tfrecords.manifest import MANIFEST_NAME, SPLITS, Manifest, ShardEntry, Spli
 from tfrecords.text_normalization import normalize_text
 
 NAMESPACE = "xlnet"
+# A string-set metric: each file the run could not write for good (a full disk, a read-only output),
+# as OutputWriteError's text; the launcher turns the first into one sentence.
+WRITE_ERRORS = "write_errors"
 PROGRESS_EVERY = 20000
 # A reader sends its buffered documents on once they hold this many characters (bounds its memory).
 READ_BUFFER_CHARS = 1 << 24
@@ -192,6 +195,7 @@ class WriteShard(beam.DoFn):
         self._eod = -1
         self._counters = Counters("documents", "empty_documents", "tokens", "records", "masked_tokens",
                                   "short_streams", "uncovered_tokens")
+        self._write_errors = Metrics.string_set(NAMESPACE, WRITE_ERRORS)
 
     def setup(self) -> None:
         vocab = load_vocab(self._config.vocab, expected_sha256=self._vocab_sha256)
@@ -213,8 +217,17 @@ class WriteShard(beam.DoFn):
                   c.shard_name(split, shard), start - arrival)
         path = FileSystems.join(c.output, c.shard_name(split, shard))
         compression = CompressionTypes.GZIP if c.compression == "gzip" else CompressionTypes.UNCOMPRESSED
-        with FileSystems.create(path, mime_type="application/octet-stream", compression_type=compression) as handle:
-            streams, totals = self._write_streams(handle, split, shard, by_stream)
+        try:
+            with FileSystems.create(path, mime_type="application/octet-stream",
+                                    compression_type=compression) as handle:
+                streams, totals = self._write_streams(handle, split, shard, by_stream)
+        except OSError as error:  # a full disk, a read-only output: one sentence in the launcher
+            failure = OutputWriteError(path, error)
+            if not failure.lasting:
+                raise failure from error
+            self._write_errors.add(failure.text())
+            yield {"split": split, "shard": shard, "file": c.shard_name(split, shard), "write_error": str(failure)}
+            return
         documents = sum(len(docs) for docs in by_stream.values())
         tokens = sum(d.num_tokens for docs in by_stream.values() for d in docs)
         self._counters.add("records", totals["records"])
@@ -286,6 +299,11 @@ class WriteManifest(beam.DoFn):
         self._special_ids = special_ids
 
     def process(self, shard_stats: list[dict]) -> Iterator[str]:
+        failed = [s["write_error"] for s in shard_stats if s.get("write_error")]
+        if failed:  # the launcher reports them (the WRITE_ERRORS metric) and removes the shards
+            _LOG.warning("%s/%s not written: %d shard file(s) could not be written", self._config.output,
+                         MANIFEST_NAME, len(failed))
+            return
         if not has_training_records(shard_stats):
             _LOG.warning("no training records: %s/%s not written", self._config.output, MANIFEST_NAME)
             return
@@ -294,7 +312,12 @@ class WriteManifest(beam.DoFn):
         problems = manifest.validate()
         if problems:
             raise RuntimeError("inconsistent shard statistics: " + "; ".join(problems))
-        yield save_manifest(manifest, self._config.output)
+        try:
+            yield save_manifest(manifest, self._config.output)
+        except OutputWriteError as failure:
+            if not failure.lasting:
+                raise
+            Metrics.string_set(NAMESPACE, WRITE_ERRORS).add(failure.text())
 
 
 def has_training_records(shard_stats: list[dict]) -> bool:

@@ -7,21 +7,106 @@ and clearing away what a failed run wrote. Shard files are written by the pipeli
 """
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
+import re
 import uuid
 
 from apache_beam.io.filesystems import FileSystems
 
-from tfrecords.errors import UsageError
+from pipeline.output_lock import LOCK_NAME
+from tfrecords.errors import DataError, UsageError
 from tfrecords.manifest import MANIFEST_NAME, Manifest, manifest_location, missing_manifest_error, parse_manifest
 
 # Names of what a run writes; anything else in the directory is left alone.
 OWN_PREFIXES = ("train-", "valid-", f".{MANIFEST_NAME}")
+# A full disk or quota is a state problem (exit 3); a path that cannot be written as given, a flag's (exit 2).
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+_NOT_A_DIRECTORY = (errno.ENOTDIR, errno.EEXIST)
 
 
 class OutputError(UsageError):
     """The output directory cannot be used as asked."""
+
+
+class OutputFullError(DataError):
+    """The disk (or quota) holding --output filled up during the run (exit status 3)."""
+
+
+class OutputWriteError(Exception):
+    """A worker could not write a file of the run. Its text has one fixed form, because from a
+    worker process it reaches the launcher only as text (a Beam metric, or inside Beam's error):
+    ``found_write_error`` finds it there and ``output_error`` turns it into one sentence."""
+
+    def __init__(self, path: str, error: OSError):
+        self.path, self.errno = path, error.errno or 0
+        super().__init__(f"cannot write {path} (errno {self.errno}: {error.strerror or error})")
+
+    @property
+    def lasting(self) -> bool:
+        """Whether trying again cannot help (a full disk, a read-only or misplaced output): then the
+        worker reports it rather than raising, so that Beam prints no traceback and retries nothing."""
+        return self.errno in _FULL + _NOT_WRITABLE + _NOT_A_DIRECTORY
+
+    def text(self) -> str:
+        return f"{type(self).__name__}: {self}"
+
+
+_WRITE_ERROR = re.compile(r"OutputWriteError: cannot write (?P<path>.+?) \(errno (?P<errno>\d+): (?P<reason>[^)\n]*)\)")
+
+
+def found_write_error(error: BaseException | str) -> tuple[str, int, str] | None:
+    """(path, errno, reason) of the first OutputWriteError in a text, or in an error's text or causes."""
+    if isinstance(error, str):
+        match = _WRITE_ERROR.search(error)
+        return (match["path"], int(match["errno"]), match["reason"]) if match else None
+    seen = 0
+    while error is not None and seen < 10:
+        text = f"{type(error).__name__}: {error}"
+        match = _WRITE_ERROR.search(text)
+        if match:
+            return match["path"], int(match["errno"]), match["reason"]
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def output_error(output: str, path: str, number: int, reason: str) -> Exception:
+    """One sentence for a file of --output that could not be written: a full disk is a DataError (3),
+    a path that cannot be written as given (read-only, a file in the way) names --output (2)."""
+    if number in _FULL:
+        return OutputFullError(f"the disk holding --output {output} is full ({reason} while writing {path}); "
+                               "free space there or choose another --output, then run again")
+    if number == errno.EROFS:
+        return OutputError(f"--output {output} is on a read-only filesystem ({path}: {reason}); "
+                           "choose a writable directory")
+    if number in _NOT_WRITABLE:
+        return OutputError(f"--output {output} is not writable ({path}: {reason}); "
+                           "choose a directory you may write, or change its permissions")
+    if number in _NOT_A_DIRECTORY:
+        return OutputError(f"--output {output} is not a directory ({path}: {reason}); "
+                           "give the path of a new or empty directory")
+    return DataError(f"could not write --output {output} ({reason} while writing {path}); "
+                     "check that filesystem, then run again")
+
+
+def make_output_directory(output: str) -> None:
+    """Creates --output if needed; refuses, naming the flag, a file where the directory should be
+    or a directory that cannot be created."""
+    if is_local_path(output):
+        if os.path.exists(output) and not os.path.isdir(output):
+            raise OutputError(f"--output {output} is a file, not a directory; give the path of a new or "
+                              "empty directory")
+        try:
+            os.makedirs(output, exist_ok=True)
+        except OSError as error:
+            raise output_error(output, output, error.errno or 0, error.strerror or str(error)) from None
+        return
+    listed = FileSystems.match([output])[0].metadata_list
+    if any(m.path.rstrip("/") == output for m in listed if not m.path.endswith("/")):
+        raise OutputError(f"--output {output} is a file, not a directory; give the path of a new or "
+                          "empty directory")
 
 
 def is_local_path(path: str) -> bool:
@@ -30,10 +115,13 @@ def is_local_path(path: str) -> bool:
 
 
 def entries(output: str) -> list[str]:
-    """Paths inside the output directory (hidden ones too), [] when it does not exist."""
+    """Paths inside the output directory (hidden ones too, but not the lock of the run writing it),
+    [] when it does not exist."""
     if is_local_path(output):  # the local filesystem's glob skips hidden files such as a scratch manifest
-        return sorted(os.path.join(output, name) for name in os.listdir(output)) if os.path.isdir(output) else []
-    return sorted(m.path for m in FileSystems.match([FileSystems.join(output, "*")])[0].metadata_list)
+        paths = [os.path.join(output, name) for name in os.listdir(output)] if os.path.isdir(output) else []
+    else:
+        paths = [m.path for m in FileSystems.match([FileSystems.join(output, "*")])[0].metadata_list]
+    return sorted(path for path in paths if posixpath.basename(path) != LOCK_NAME)  # the writer's lock
 
 
 def prepare_output(output: str, overwrite: bool) -> None:
@@ -64,6 +152,15 @@ def remove_run_files(output: str) -> list[str]:
     return ours
 
 
+def abandon_run(output: str) -> None:
+    """Removes what a failed run wrote: its manifest first (had it got that far), then its shards and
+    scratch files, so that nothing of it passes for data. Errors are left to the caller."""
+    manifest = FileSystems.join(output, MANIFEST_NAME)
+    if FileSystems.exists(manifest):
+        FileSystems.delete([manifest])
+    remove_run_files(output)
+
+
 def shard_sizes(directory: str, names: list[str]) -> dict[str, int]:
     """Bytes of each named file of ``directory``, from one listing (one request on an object store
     rather than one per shard). A name that is not there is an error: the shards are complete."""
@@ -80,8 +177,11 @@ def save_manifest(manifest: Manifest, directory: str) -> str:
     stores rename is copy + delete, and the target appears whole)."""
     target = FileSystems.join(directory, MANIFEST_NAME)
     scratch = FileSystems.join(directory, f".{MANIFEST_NAME}.{uuid.uuid4().hex}.tmp")
-    with FileSystems.create(scratch, mime_type="application/json") as handle:
-        handle.write(manifest.to_json().encode("utf-8"))
+    try:
+        with FileSystems.create(scratch, mime_type="application/json") as handle:
+            handle.write(manifest.to_json().encode("utf-8"))
+    except OSError as error:
+        raise OutputWriteError(scratch, error) from error
     if FileSystems.exists(target):
         FileSystems.delete([target])
     FileSystems.rename([scratch], [target])

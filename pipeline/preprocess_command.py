@@ -10,13 +10,21 @@ Unknown flags are an error, never silently dropped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
+import signal
+import sys
+import threading
 import time
+from typing import Iterator
 
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, expand_inputs
-from pipeline.data_directory import has_manifest, is_local_path, prepare_output, read_manifest, remove_run_files
+from pipeline.data_directory import (abandon_run, found_write_error, has_manifest, is_local_path,
+                                     make_output_directory, output_error, prepare_output, read_manifest,
+                                     remove_run_files)
+from pipeline.output_lock import OutputLock
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from pipeline.vocab import load_vocab
 from tfrecords.errors import DataError
@@ -218,6 +226,12 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
     """Validates everything, runs the pipeline, returns (manifest, counters). Raises on bad input, and
     NoTrainingRecordsError (after removing the run's shards) when there is no training record.
 
+    One run writes a data directory at a time: the run holds ``--output``'s lock
+    (pipeline/output_lock.py) from before it prepares the directory until it returns, so a second
+    run on it stops at once, naming the first. A run that fails writing its output (a full disk, a
+    read-only directory) removes what it wrote and raises one sentence naming ``--output``; SIGINT
+    and SIGTERM end it, its local workers with it (``ending_cleanly_on_signals``).
+
     Locally (FnApiRunner) ``workers`` worker processes (default: one per CPU core) run the
     pipeline unless ``runner_options`` choose ``--direct_running_mode=in_memory``."""
     import apache_beam as beam
@@ -230,18 +244,144 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
     vocab = load_vocab(config.vocab)
     files = expand_inputs(config.inputs)
     check_paths(config, runner, files)
-    prepare_output(config.output, overwrite)
-    _LOG.info("preprocessing %d file(s) (%.1f MB) with %s, %d worker(s)", len(files),
-              sum(f.size_bytes for f in files) / 1e6, runner, workers)
-    pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, config, vocab, files)
-    result = pipeline.run()
-    result.wait_until_finish()
-    metrics = counters(result)
-    if not has_manifest(config.output):  # the pipeline writes none without a training record
-        remove_run_files(config.output)
-        raise NoTrainingRecordsError(no_records_message(config, metrics), metrics)
-    return read_manifest(config.output), metrics
+    make_output_directory(config.output)
+    lock = OutputLock(config.output)
+    try:
+        lock.acquire()
+    except OSError as error:  # read-only, not ours to write
+        raise output_error(config.output, lock.path, error.errno or 0, error.strerror or str(error)) from None
+    try:
+        with ending_cleanly_on_signals(config.output, lock):
+            try:
+                prepare_output(config.output, overwrite)
+            except OSError as error:
+                raise output_error(config.output, config.output, error.errno or 0,
+                                   error.strerror or str(error)) from None
+            _LOG.info("preprocessing %d file(s) (%.1f MB) with %s, %d worker(s)", len(files),
+                      sum(f.size_bytes for f in files) / 1e6, runner, workers)
+            pipeline = beam.Pipeline(options=options)
+            build_pipeline(pipeline, config, vocab, files)
+            try:
+                result = pipeline.run()
+                result.wait_until_finish()
+            except Exception as error:
+                known = failed_run_error(config.output, error)
+                if known is None:
+                    raise  # a bug: keeps its traceback (its partial output is removed all the same)
+                raise known from None
+            failures = write_errors(result)
+            if failures:
+                raise failed_run_error(config.output, failures[0]) from None
+            metrics = counters(result)
+            if not has_manifest(config.output):  # the pipeline writes none without a training record
+                remove_run_files(config.output)
+                raise NoTrainingRecordsError(no_records_message(config, metrics), metrics)
+            return read_manifest(config.output), metrics
+    finally:
+        lock.release()
+
+
+def write_errors(result) -> list[str]:
+    """The files the run could not write for good (beam_pipeline.WRITE_ERRORS), sorted."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from pipeline.beam_pipeline import NAMESPACE, WRITE_ERRORS
+
+    found: set[str] = set()
+    query = MetricsFilter().with_namespace(NAMESPACE).with_name(WRITE_ERRORS)
+    for metric in result.metrics().query(query).get("string_sets", []):
+        found |= set(metric.committed or ()) | set(metric.attempted or ())
+    return sorted(found)
+
+
+def failed_run_error(output: str, error: BaseException | str) -> Exception | None:
+    """After the pipeline failed: removes what the run wrote, and returns the one-sentence error for
+    a file of --output that could not be written (found in Beam's error text), or None."""
+    try:
+        abandon_run(output)
+        removed = "what the run wrote was removed"
+    except Exception as cleanup:  # the disk may be gone altogether: say so, the first error stands
+        removed = f"what the run wrote could not all be removed ({cleanup})"
+    found = found_write_error(error)
+    if found is None:
+        _LOG.error("preprocessing failed; %s", removed)
+        return None
+    known = output_error(output, *found)
+    return type(known)(f"{known}; {removed}")
+
+
+INTERRUPTING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def ending_cleanly_on_signals(output: str, lock: OutputLock) -> Iterator[None]:
+    """While the block runs, SIGINT and SIGTERM end the run at once and quietly: the local Beam
+    worker processes are killed (otherwise they outlive the launcher, logging gRPC errors), the
+    partial shards are removed (a manifest is never partial: it is written last, whole), the lock
+    is released, one line says so, and the exit status is 128 + the signal's number (130, 143).
+    The previous handlers come back afterwards. (Main thread only, where Python runs handlers.)
+
+    The handler exits rather than raising: an exception raised inside Beam's gRPC machinery
+    would come out as another error, with tracebacks of its threads."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame) -> None:
+        for each in INTERRUPTING_SIGNALS:  # a second signal must not cut the clean-up short
+            signal.signal(each, signal.SIG_IGN)
+        logging.disable(logging.CRITICAL)  # Beam's threads notice their workers die: not worth a word
+        threading.excepthook = lambda args: None
+        end_worker_processes()
+        try:
+            if has_manifest(output):
+                what = f"its data was complete: {output}/{MANIFEST_NAME} had been published"
+            else:
+                remove_run_files(output)
+                what = f"nothing was published in {output} and its partial shards were removed"
+        except Exception as error:  # the handler must still exit; the next run refuses the leftovers
+            what = f"what it wrote in {output} could not all be removed ({error})"
+        lock.release()
+        message = f"xlnet preprocess: interrupted by {signal.Signals(signum).name}; {what}\n"
+        os.write(sys.stderr.fileno(), message.encode())  # the main thread may be inside a print
+        os._exit(128 + signum)
+
+    previous = {each: signal.signal(each, interrupt) for each in INTERRUPTING_SIGNALS}
+    try:
+        yield
+    finally:
+        for each, handler in previous.items():
+            signal.signal(each, handler)
+
+
+def end_worker_processes() -> list[int]:
+    """Kills every process descended from this one: locally, the FnApiRunner's SDK worker processes
+    (and the shells that started them); this process starts no other. Returns their pids."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:  # not Linux: the workers end when their gRPC channel closes
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    found, pending = [], list(children.get(os.getpid(), []))
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        pending += children.get(pid, [])
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return found
 
 
 class WorkerLogFilter(logging.Filter):
@@ -256,7 +396,8 @@ class WorkerLogFilter(logging.Filter):
             return True
         fields = dict(self._FIELD.findall(text))
         if "/pipeline/" not in fields.get("log_location", ""):
-            return record.levelno >= logging.ERROR
+            # a file the run could not write is reported once, as a sentence, by the launcher
+            return record.levelno >= logging.ERROR and "OutputWriteError" not in text
         record.msg = fields.get("message", "").encode("latin-1", "backslashreplace").decode("unicode_escape")
         record.args, record.name = (), "xlnet.worker"
         return True
