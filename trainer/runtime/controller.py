@@ -26,6 +26,8 @@ progress line have the mean over the loop of steps they close (the line names th
 from __future__ import annotations
 
 import dataclasses
+import posixpath
+import sys
 import time
 from typing import Callable, Mapping
 
@@ -36,6 +38,7 @@ import tensorflow as tf
 from tfrecords.errors import DataError
 from tfrecords.tensorflow_errors import error_text
 from trainer.configs.training import LoopConfig
+from trainer.runtime import checkpoint_history
 from trainer.runtime.distribution import is_chief, worker_info
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
 from trainer.runtime.optimization import build_optimizer, clip_by_global_norm
@@ -60,6 +63,16 @@ class UnreadableCheckpointError(TrainingStopped):
 
 class TrainingDataError(TrainingStopped):
     """The training input could not be read (a damaged or vanished file)."""
+
+
+class CheckpointSaveError(TrainingStopped):
+    """A checkpoint could not be written (a full disk); its temporary files are removed and the run
+    resumes from the checkpoint before it."""
+
+
+def warn_on_stderr(line: str) -> None:
+    """A warning on standard error, flushed at once: standard output keeps the progress lines."""
+    print(line, file=sys.stderr, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,14 +100,17 @@ class Controller:
       init_checkpoint: a model directory whose network weights start a new run (ignored when
         ``model_dir`` already has a checkpoint to resume).
       log: where progress lines go.
+      warn: where warnings go (a damaged checkpoint set aside, a checkpoint list rebuilt): standard
+        error unless given.
       after_first_save: called once, with the step the run started at, after the run's first
         checkpoint is saved (the command saves changed settings then: trainer/commands/training_command.py).
     """
 
     def __init__(self, task: Task, config: LoopConfig, *, model_dir: str, strategy: tf.distribute.Strategy,
                  init_checkpoint: str | None = None, log: Callable[[str], None] = print,
-                 after_first_save: Callable[[int], None] | None = None):
-        self.task, self.config, self.strategy, self.log = task, config, strategy, log
+                 after_first_save: Callable[[int], None] | None = None,
+                 warn: Callable[[str], None] = warn_on_stderr):
+        self.task, self.config, self.strategy, self.log, self.warn = task, config, strategy, log, warn
         self._after_first_save = after_first_save
         self.worker, self.num_workers = worker_info(strategy)
         self.chief = is_chief(strategy)
@@ -117,8 +133,7 @@ class Controller:
         rng = [v for v in task.model.non_trainable_variables if "seed_generator" in v.path]
         self.checkpoint = tf.train.Checkpoint(optimizer=self.optimizer, step=self.step, rng=rng,
                                               **task.checkpoint_items(first_replica))
-        self.manager = self._checkpoint_manager()
-        self._restore(init_checkpoint)
+        self._restored = self._restore(init_checkpoint)
         self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile)
         self._train_loop = tf.function(self._train_loop_fn)
         self.preemption = Preemption(strategy, self.num_workers)
@@ -129,10 +144,23 @@ class Controller:
         return self.task.network
 
     # ---------------------------------------------------------------------------- set-up
-    def _restore(self, init_checkpoint: str | None) -> None:
-        if self.manager.latest_checkpoint:
-            self._resume()
-        elif init_checkpoint:
+    def _restore(self, init_checkpoint: str | None) -> bool:
+        """Resumes from the directory's checkpoints when it has any, else starts from
+        ``init_checkpoint``'s weights or from scratch; builds the checkpoint manager. True when resumed."""
+        history = self.work_dir.checkpoint_history()  # every name checked to stay inside checkpoints/
+        if history.prefixes:
+            self._resume(history)
+            return True
+        damaged = checkpoint_history.damaged_directory(self.work_dir.checkpoints)
+        if tf.io.gfile.glob(posixpath.join(damaged, "*.index")):
+            # never start over where every checkpoint was set aside: the step log and the events
+            # would hold two runs
+            raise UnreadableCheckpointError(
+                f"no checkpoint under {self.work_dir.checkpoints} can be read: the ones written were set aside to "
+                f"{damaged}; start again in a new --model-dir or put a readable checkpoint back in "
+                f"{self.work_dir.checkpoints}")
+        self.manager = self._checkpoint_manager()
+        if init_checkpoint:
             source = ModelDirectory(init_checkpoint)
             latest = source.latest_checkpoint()
             if latest is None:
@@ -140,37 +168,45 @@ class Controller:
                                           f"{source.checkpoints}")
             tf.train.Checkpoint(model=self.network).restore(latest).expect_partial().assert_existing_objects_matched()
             self.log(f"initialised the model from {latest}")
+        return False
 
     def _checkpoint_manager(self) -> tf.train.CheckpointManager:
         return tf.train.CheckpointManager(self.checkpoint, self.work_dir.checkpoints,
                                           max_to_keep=self.config.keep_checkpoints, step_counter=self.step)
 
-    def _resume(self) -> None:
-        """Restores the newest checkpoint that reads. One that does not (a truncated or corrupted
-        file) is set aside to checkpoints/damaged/, never deleted, and the next newest is tried.
-        Then everything logged after the restored step is forgotten: the run logs it again."""
-        set_aside = []
-        while self.manager.latest_checkpoint:
-            latest = self.manager.latest_checkpoint
+    def _resume(self, history: checkpoint_history.History) -> None:
+        """Restores the newest checkpoint of ``history`` that reads. One that does not (a truncated
+        or corrupted file) is set aside to checkpoints/damaged/, never deleted, and the next newest
+        is tried; checkpoints/checkpoint keeps listing every other one (rebuilt from the files
+        present when it was missing, damaged or short of some). Then everything logged after the
+        restored step is forgotten: the run logs it again."""
+        if history.rebuilt:
+            self.warn(f"warning: {history.rebuilt}; the checkpoints present are "
+                      f"{', '.join(posixpath.basename(p) for p in history.prefixes)}, newest last")
+        if history.rebuilt is not None:
+            checkpoint_history.write_history(history)
+        set_aside, restored = [], None
+        for latest in reversed(history.prefixes):
             try:
                 self.checkpoint.restore(latest).assert_existing_objects_matched()
+                restored = latest
                 break
             except (tf.errors.OpError, IndexError, ValueError) as error:
                 moved = self.work_dir.set_aside_checkpoint(latest)
                 set_aside.append(latest)
                 reason = " ".join(str(getattr(error, "message", error)).split())[:200]
-                self.log(f"warning: checkpoint {latest} cannot be read ({reason}); moved it to {moved}")
-                self.manager = self._checkpoint_manager()  # reads the checkpoint list again
-        else:
+                self.warn(f"warning: checkpoint {latest} cannot be read ({reason}); moved it to {moved}")
+        if restored is None:
             raise UnreadableCheckpointError(
                 f"no checkpoint under {self.work_dir.checkpoints} can be read: {', '.join(set_aside)} were moved "
-                f"to {self.work_dir.join(ModelDirectory.CHECKPOINTS, ModelDirectory.DAMAGED_CHECKPOINTS)}; "
+                f"to {checkpoint_history.damaged_directory(self.work_dir.checkpoints)}; "
                 "start again in a new --model-dir or put a readable checkpoint back")
+        self.manager = self._checkpoint_manager()  # reads the checkpoint list as it now is
         step = int(self.step.numpy())
         if set_aside:
-            self.log(f"warning: resuming from {self.manager.latest_checkpoint} (step {step}) instead of {set_aside[0]}")
+            self.warn(f"warning: resuming from {restored} (step {step}) instead of {set_aside[0]}")
         dropped = self.work_dir.forget_steps_after(step)  # every worker its own step log; the chief's has the events
-        self.log(f"resumed from {self.manager.latest_checkpoint} at step {step}"
+        self.log(f"resumed from {restored} at step {step}"
                  + (f"; the {dropped} steps logged after it will be logged again" if dropped else ""))
 
     # -------------------------------------------------------------------- replica functions
@@ -273,6 +309,7 @@ class Controller:
         summaries = SummaryManager(self.model_dir, enabled=self.chief)
         tokens_per_step = config.examples_per_step * self.task.tokens_per_example
         step, last_loss, eval_metrics, evaluated_at = start, None, {}, -1
+        saved_at = start if self._restored else None  # the step of the newest checkpoint on disk
         began, timed_from = time.time(), start  # the ETA leaves the first (compiling) step out
         with self.preemption.handlers():
             while step < config.train_steps and not self.preemption.stopping():
@@ -303,10 +340,11 @@ class Controller:
                 else:
                     self._progress(step, count, losses, rates, began, timed_from)
                 if step % config.checkpoint_every == 0:
-                    self._save(step, start)
+                    saved_at = self._save(step, start)
                 if config.eval_every and step % config.eval_every == 0:
                     eval_metrics, evaluated_at = self._run_eval(summaries, step), step
-            self._save(step, start)
+            if saved_at != step:  # the last loop may have ended on a checkpoint already
+                self._save(step, start)
         stopped = "completed" if step >= config.train_steps else "preempted"
         if stopped == "preempted":
             self.log(f"{self.preemption.cause()}: saved checkpoint at step {step}, exiting")
@@ -315,11 +353,26 @@ class Controller:
         return TrainResult(step, stopped, last_loss, eval_metrics)
 
     # --------------------------------------------------------------------------- helpers
-    def _save(self, step: int, start: int) -> None:
-        self.manager.save(checkpoint_number=step)
+    def _save(self, step: int, start: int) -> int:
+        """Saves the checkpoint of ``step`` (returned). A full disk is a CheckpointSaveError naming
+        the directory, with the save's temporary files removed and the checkpoint before kept."""
+        try:
+            self.manager.save(checkpoint_number=step)
+        except tf.errors.ResourceExhaustedError as error:
+            directory = self.work_dir.checkpoints
+            prefix = posixpath.join(directory, f"ckpt-{step}")
+            removed = checkpoint_history.remove_unfinished_save(directory, prefix)
+            kept = self.work_dir.latest_checkpoint()
+            raise CheckpointSaveError(
+                f"cannot save checkpoint {prefix}: no space left on the device ({error_text(error)}); "
+                + (f"its partial files were removed ({', '.join(posixpath.basename(p) for p in removed)}). "
+                   if removed else "")
+                + f"Free space under {self.work_dir.path} and run the same command again: the run resumes from "
+                + (f"{kept}" if kept else "its start, no checkpoint having been saved")) from None
         if self._after_first_save is not None:
             callback, self._after_first_save = self._after_first_save, None
             callback(start)
+        return step
 
     def _steps_until_event(self, step: int) -> int:
         config = self.config

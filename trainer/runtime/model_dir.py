@@ -9,7 +9,8 @@ by a resumed run and by `xlnet export`. Layout::
               special_ids.json         XLNet's special ids in that vocabulary
               text_normalization.json  {"uncased": bool}: how the training text was normalised
                                        (from the data's manifest; an imported release does not say)
-              checkpoints/             tf.train.CheckpointManager checkpoints (damaged/: ones that could
+              checkpoints/             tf.train.CheckpointManager checkpoints, listed in checkpoints/checkpoint
+                                       (trainer/runtime/checkpoint_history.py; damaged/: ones that could
                                        not be read on a resume, set aside)
               tensorboard/{train,eval} summaries (read back and rewritten by trainer/runtime/event_files.py)
               train_steps.jsonl        one JSON line per optimizer step: step, loss, accuracy, grad_norm
@@ -38,7 +39,7 @@ import tensorflow as tf
 
 from trainer.models.config import ModelConfig
 from trainer.models.head_spec import HeadSpec
-from trainer.runtime import event_files
+from trainer.runtime import checkpoint_history, event_files
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
 
 
@@ -123,8 +124,14 @@ class ModelDirectory:
                                   "use a new --model-dir or the same model settings to resume")
 
     def latest_checkpoint(self) -> str | None:
-        """The newest checkpoint prefix under checkpoints/, or None."""
-        return tf.train.latest_checkpoint(self.checkpoints)
+        """The newest checkpoint prefix under checkpoints/, or None: the one checkpoints/checkpoint
+        names, or with that file missing or damaged the highest ckpt-N present. A name there outside
+        checkpoints/ is a CheckpointNameError (exit status 3)."""
+        return self.checkpoint_history().latest
+
+    def checkpoint_history(self) -> checkpoint_history.History:
+        """The checkpoints under checkpoints/, oldest first (trainer/runtime/checkpoint_history.py)."""
+        return checkpoint_history.read_history(self.checkpoints)
 
     # ------------------------------------------------------------------------- reads
     @functools.cached_property
@@ -229,20 +236,15 @@ class ModelDirectory:
         return len(rows) - len(kept)
 
     def set_aside_checkpoint(self, prefix: str) -> str:
-        """Moves the files of checkpoint ``prefix`` to checkpoints/damaged/ (never deletes them) and
-        points checkpoints/checkpoint at the newest checkpoint left; returns where they went."""
-        damaged = self.join(self.CHECKPOINTS, self.DAMAGED_CHECKPOINTS)
-        tf.io.gfile.makedirs(damaged)
-        for path in tf.io.gfile.glob(prefix + ".*"):
-            tf.io.gfile.rename(path, posixpath.join(damaged, posixpath.basename(path)), overwrite=True)
-        state = tf.train.get_checkpoint_state(self.checkpoints)
-        left = [path for path in (state.all_model_checkpoint_paths if state else [])
-                if posixpath.basename(path) != posixpath.basename(prefix)]
-        if left:
-            tf.compat.v1.train.update_checkpoint_state(self.checkpoints, left[-1], left)
-        elif tf.io.gfile.exists(self.join(self.CHECKPOINTS, "checkpoint")):
-            tf.io.gfile.remove(self.join(self.CHECKPOINTS, "checkpoint"))  # no checkpoint left to name
-        return posixpath.join(damaged, posixpath.basename(prefix))
+        """Moves the files of checkpoint ``prefix`` (one under checkpoints/) to checkpoints/damaged/,
+        never deleting or overwriting one (a name set aside before gets a counter: ckpt-N_2), and
+        rewrites checkpoints/checkpoint with every other checkpoint present, the newest the latest;
+        returns the prefix the files now have."""
+        history = self.checkpoint_history()
+        moved = checkpoint_history.set_aside(self.checkpoints, prefix)
+        left = tuple(path for path in history.prefixes if posixpath.basename(path) != posixpath.basename(prefix))
+        checkpoint_history.write_history(checkpoint_history.History(self.checkpoints, left))
+        return moved
 
     def _replace(self, path: str, data: bytes) -> None:
         """Writes ``data`` as the whole of ``path``: on a local disk through a temporary file and a

@@ -59,9 +59,11 @@ def assert_resumed_past_a_damaged_checkpoint(small_data_dir: str, model_dir: str
     truncate(data)
     capsys.readouterr()
     assert train(small_data_dir, model_dir, 6) == 0
-    out = capsys.readouterr().out
-    assert "warning: checkpoint " in out and "ckpt-4 cannot be read" in out
-    assert "resuming from " in out and "ckpt-2 (step 2) instead of " in out
+    captured = capsys.readouterr()
+    err = captured.err  # warnings on standard error; standard output keeps the progress lines
+    assert "warning: checkpoint " in err and "ckpt-4 cannot be read" in err
+    assert "resuming from " in err and "ckpt-2 (step 2) instead of " in err
+    assert "cannot be read" not in captured.out and "resumed from " in captured.out
     damaged = posixpath.join(directory.checkpoints, ModelDirectory.DAMAGED_CHECKPOINTS)
     assert sorted(posixpath.basename(p) for p in tf.io.gfile.glob(damaged + "/*")) == [
         "ckpt-4.data-00000-of-00001", "ckpt-4.index"]  # set aside, not deleted
@@ -149,6 +151,6 @@ def test_fine_tuning_sets_a_damaged_latest_checkpoint_aside_by_the_same_rule(spm
     truncate(data)
     capsys.readouterr()
     assert finetune(6) == 0
-    out = capsys.readouterr().out
-    assert "ckpt-4 cannot be read" in out and "ckpt-2 (step 2) instead of " in out
+    err = capsys.readouterr().err
+    assert "ckpt-4 cannot be read" in err and "ckpt-2 (step 2) instead of " in err
     assert [row["step"] for row in ModelDirectory(model_dir).step_rows()] == [1, 2, 3, 4, 5, 6]
