@@ -25,6 +25,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import os
 import posixpath
 import re
 import zlib
@@ -69,18 +70,44 @@ def expand_inputs(patterns: Iterable[str]) -> list[InputFile]:
     """Matches every glob through Beam filesystems; raises CorpusError naming a glob that matches nothing."""
     files: dict[str, InputFile] = {}
     for pattern in patterns:
+        if not _GLOB_CHARS.search(pattern) and (pattern.endswith("/") or _is_directory(pattern)):
+            raise _directory_error(pattern)
         try:
             metadata = FileSystems.match([pattern])[0].metadata_list
         except Exception as error:  # Beam raises BeamIOError with nested details
             raise CorpusError(f"--input {pattern!r}: cannot list files: {error}") from error
-        matched = [m for m in metadata if not m.path.endswith("/")]
+        directories = [m.path for m in metadata if _is_directory(m.path)]
+        matched = [m for m in metadata if not m.path.endswith("/") and m.path not in directories]
+        if directories and (not matched or not _GLOB_CHARS.search(pattern)):
+            raise _directory_error(pattern)
         if not matched:
+            if not _GLOB_CHARS.search(pattern) and _holds_files(pattern):  # an object store's "directory"
+                raise _directory_error(pattern)
             raise CorpusError(f"--input {pattern!r} matches no files")
         prefix = _static_prefix(pattern)
         for meta in matched:
             key = meta.path[len(prefix):] if prefix and meta.path.startswith(prefix) else posixpath.basename(meta.path)
             files.setdefault(meta.path, InputFile(meta.path, key, meta.size_in_bytes))
     return sorted(files.values(), key=lambda f: f.path)
+
+
+def _is_directory(path: str) -> bool:
+    """A local directory (Beam's local match returns a directory named without wildcards)."""
+    return "://" not in path and os.path.isdir(path)
+
+
+def _holds_files(pattern: str) -> bool:
+    """Whether there are files under ``pattern`` taken as a directory."""
+    try:
+        return bool(FileSystems.match([pattern.rstrip("/") + "/*"])[0].metadata_list)
+    except Exception:  # cannot list it: the caller's "matches no files" stands
+        return False
+
+
+def _directory_error(pattern: str) -> CorpusError:
+    directory = pattern.rstrip("/")
+    return CorpusError(f"--input {pattern!r} is a directory; give its files or a glob, e.g. "
+                       f"--input '{directory}/*.txt'")
 
 
 def resolve_format(path: str, input_format: str) -> str:

@@ -85,8 +85,8 @@ def output_error(output: str, path: str, number: int, reason: str) -> Exception:
         return OutputError(f"--output {output} is not writable ({path}: {reason}); "
                            "choose a directory you may write, or change its permissions")
     if number in _NOT_A_DIRECTORY:
-        return OutputError(f"--output {output} is not a directory ({path}: {reason}); "
-                           "give the path of a new or empty directory")
+        return OutputError(f"--output {output}: a part of its path is a file, not a directory ({path}: "
+                           f"{reason}); give the path of a new or empty directory")
     return DataError(f"could not write --output {output} ({reason} while writing {path}); "
                      "check that filesystem, then run again")
 
