@@ -15,7 +15,7 @@ import dataclasses
 
 from tfrecords.errors import UsageError
 from tfrecords.record_config import undivided_parts
-from trainer.models.config import MODEL_PRESETS, JsonConfig, ModelConfig, named_preset
+from trainer.models.config import MODEL_PRESETS, InvalidConfigError, JsonConfig, ModelConfig, named_preset
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 DECAYS = ("linear", "cosine")
@@ -70,9 +70,10 @@ class LoopConfig(JsonConfig):
     NON_NEGATIVE = ("warmup_steps", "eval_every", "weight_decay", "end_learning_rate", "clip_norm")
 
     def __post_init__(self) -> None:
+        self.check_field_types()
         problems = self.problems()
         if problems:
-            raise UsageError(f"invalid {self.CONFIG_KIND} config: " + "; ".join(problems))
+            raise InvalidConfigError(self.CONFIG_KIND, problems)
 
     def problems(self) -> list[str]:
         """Every invalid field value, described (subclasses add their own)."""
@@ -82,6 +83,11 @@ class LoopConfig(JsonConfig):
                      if getattr(self, name) < 0]
         if self.learning_rate <= 0:
             problems.append(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.adam_epsilon <= 0:
+            problems.append(f"adam_epsilon must be positive, got {self.adam_epsilon}")
+        for name in ("adam_beta_1", "adam_beta_2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                problems.append(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.decay not in DECAYS:
             problems.append(f"decay must be one of {', '.join(DECAYS)}, got {self.decay!r}")
         if self.precision not in PRECISIONS:
@@ -118,6 +124,7 @@ class TrainConfig(LoopConfig):
     FLAG_ONLY = {"mixture": "--data and --mixture-weights"}
 
     def __post_init__(self) -> None:
+        self.check_field_types()  # before the mixture is converted
         # JSON gives lists; the frozen config holds tuples, so that configs read back compare equal.
         object.__setattr__(self, "mixture", tuple((str(name), float(weight)) for name, weight in self.mixture))
         super().__post_init__()

@@ -2,11 +2,95 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
+import math
+import numbers
+import typing
 from typing import Any, Mapping
 
 from tfrecords.errors import UsageError
 
 FF_ACTIVATIONS = ("gelu", "gelu_exact", "relu")  # trainer/layers/feed_forward.py ACTIVATIONS
+
+
+class InvalidConfigError(UsageError):
+    """A configuration with values it cannot take; ``problems`` lists them, each starting with the
+    field it is about (so that a caller that knows where each field was set can say so)."""
+
+    def __init__(self, kind: str, problems: list[str]):
+        super().__init__(f"invalid {kind} config: " + "; ".join(problems))
+        self.kind, self.problems = kind, list(problems)
+
+
+def expected_type(kind: Any) -> str:
+    """A field type in words, as an error message says what a value should have been."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is bool:
+        return "true or false"
+    if kind is int:
+        return "an integer"
+    if kind is float:
+        return "a finite number"
+    if kind is str:
+        return "a string"
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return f"a list, each {expected_type(args[0])}"
+    if origin is tuple:
+        return f"a list [{', '.join(expected_type(arg) for arg in args)}]"
+    return getattr(kind, "__name__", str(kind))
+
+
+def has_type(value: Any, kind: Any) -> bool:
+    """Whether ``value`` (as JSON or a command line gives it) is a ``kind``: bool is not a number, an
+    integer is a float, a float must be finite, a tuple may come as a JSON list."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is float:
+        return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+                and math.isfinite(value))
+    if kind is str:
+        return isinstance(value, str)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(has_type(item, args[0]) for item in value)
+        return len(value) == len(args) and all(has_type(item, arg) for item, arg in zip(value, args))
+    return True  # a type this check does not know: left to the config's own validation
+
+
+def shown(value: Any) -> str:
+    """A value as the JSON of a --config file writes it ("two", true, 2.7, NaN)."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+@functools.cache
+def field_types(cls: type) -> dict[str, Any]:
+    """The declared type of every field of the dataclass ``cls`` (annotations resolved)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def type_problems(cls: type, values: Mapping[str, Any]) -> list[str]:
+    """``NAME: expected TYPE, got VALUE`` for every value in ``values`` that is not of its field's
+    type (unknown names are left to the caller)."""
+    types = field_types(cls)
+    return [f"{name}: expected {expected_type(types[name])}, got {shown(value)}"
+            for name, value in values.items() if name in types and not has_type(value, types[name])]
+
+
+def with_origin(problem: str, origins: Mapping[str, str] | None) -> str:
+    """``problem`` (which starts with the field it is about) followed by where that field was set."""
+    field = problem.split(" ", 1)[0].rstrip(":,")
+    origin = (origins or {}).get(field)
+    return f"{problem} (set by {origin})" if origin else problem
 
 
 class JsonConfig:
@@ -22,12 +106,33 @@ class JsonConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]):
+    def from_dict(cls, values: Mapping[str, Any], origins: Mapping[str, str] | None = None):
+        """The config of ``values`` (JSON: a field's tuples may be lists), every value checked against
+        its field's declared type before anything else (bool is not a number; an integer is a float;
+        floats are finite). ``origins`` (field -> where it was set, e.g. "--set n_layer=2") is named
+        after each problem about that field."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise UsageError(f"unknown {cls.CONFIG_KIND} config keys: {', '.join(unknown)}")
-        return cls(**values)
+        types = field_types(cls)
+        problems = type_problems(cls, values)
+        if problems:
+            raise InvalidConfigError(cls.CONFIG_KIND, [with_origin(problem, origins) for problem in problems])
+        values = {name: float(value) if types[name] is float else value for name, value in values.items()}
+        try:
+            return cls(**values)
+        except InvalidConfigError as error:
+            if not origins:
+                raise
+            raise InvalidConfigError(error.kind, [with_origin(problem, origins) for problem in error.problems]) from None
+
+    def check_field_types(self) -> None:
+        """InvalidConfigError when a field holds a value of another type than declared (a config built
+        in code, not through from_dict); run first by each config's validation."""
+        problems = type_problems(type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        if problems:
+            raise InvalidConfigError(self.CONFIG_KIND, problems)
 
     def replace(self, **changes: Any):
         return dataclasses.replace(self, **changes)
@@ -63,6 +168,7 @@ class ModelConfig(JsonConfig):
     CONFIG_KIND = "model"
 
     def __post_init__(self) -> None:
+        self.check_field_types()
         problems = []
         for name in ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner"):
             if getattr(self, name) <= 0:
@@ -74,10 +180,15 @@ class ModelConfig(JsonConfig):
         for name in ("dropout", "dropatt"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 problems.append(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.mem_len < 0 or self.reuse_len < 0:
-            problems.append("mem_len and reuse_len must be >= 0")
+        for name in ("mem_len", "reuse_len"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.clamp_len < -1:
+            problems.append(f"clamp_len must be -1 (no clamping) or >= 0, got {self.clamp_len}")
+        if self.initializer_range <= 0:
+            problems.append(f"initializer_range must be positive, got {self.initializer_range}")
         if problems:
-            raise UsageError("invalid model config: " + "; ".join(problems))
+            raise InvalidConfigError(self.CONFIG_KIND, problems)
 
 
 
