@@ -27,18 +27,38 @@ def export_format(model_dir: str, output: str, export_format: str, checkpoint: O
                   uncased: Optional[bool] = None) -> tuple[list[str], str]:
     """Writes ``model_dir`` to ``output`` in ``export_format`` ('huggingface' or 'tf1'); returns the
     files written and a note on what was written. Errors are FormatExportError, HuggingFaceFormatError,
-    TF1FormatError or StorageError (RestoreError among them), each naming the file, flag or field."""
+    TF1FormatError or StorageError (RestoreError among them), each naming the file, flag or field;
+    an --output that is a file, read-only or unreachable names --output, and an --output this
+    export created is removed when it fails."""
     import tensorflow as tf
 
-    from trainer.conversion.huggingface_format import TASK_ARCHITECTURES, write_huggingface_directory
-    from trainer.conversion.tf1_format import write_tf1_directory
-    from trainer.runtime.restore import checkpoint_to_read, open_model_directory, resolve_uncased, restore_model
+    from trainer.runtime.restore import checkpoint_to_read, open_model_directory, restore_model
+    from trainer.runtime.storage import check_output_directory, failures_named
 
     directory = open_model_directory(model_dir)
+    check_output_directory(output)  # a file, unreachable: said before the model is restored
     existing = output.rstrip("/") + "/" + EXISTING[export_format]
-    if tf.io.gfile.exists(existing):
+    with failures_named(output, "read", "--output"):
+        # A local --output this export creates is removed if it fails (no recursive delete on a bucket).
+        exported, created = tf.io.gfile.exists(existing), "://" not in output and not tf.io.gfile.exists(output)
+    if exported:
         raise FormatExportError(f"--output {output} already holds an export ({existing}); choose a new directory")
     restored = restore_model(directory, checkpoint_to_read(directory, checkpoint))
+    try:
+        with failures_named(output, "written", "--output"):
+            return _write(output, export_format, directory, restored, uncased)
+    except BaseException:
+        if created and tf.io.gfile.exists(output):
+            tf.io.gfile.rmtree(output)  # this export made it: nothing half-written is left
+        raise
+
+
+def _write(output: str, export_format: str, directory, restored, uncased: Optional[bool]) -> tuple[list[str], str]:
+    """Writes the restored model in ``export_format``; returns the files and the note."""
+    from trainer.conversion.huggingface_format import TASK_ARCHITECTURES, write_huggingface_directory
+    from trainer.conversion.tf1_format import write_tf1_directory
+    from trainer.runtime.restore import resolve_uncased
+
     network, head, head_spec = restored.network, restored.head, restored.head_spec
     if export_format == "huggingface":
         casing, why = resolve_uncased(directory, uncased)

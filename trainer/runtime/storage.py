@@ -35,7 +35,13 @@ from tfrecords.tensorflow_errors import error_text
 
 
 class StorageError(UsageError):
-    """A file that cannot be read as expected; the message names it."""
+    """A file that cannot be read as expected; the message names it. When the filesystem refused,
+    ``path`` is the file and ``reason`` what the filesystem said, so that an enclosing
+    :func:`failures_named` can name its flag too."""
+
+    def __init__(self, message: str, *, path: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.path, self.reason = path, reason
 
 
 class StorageUnreachableError(DataError):
@@ -74,18 +80,35 @@ def storage_failure(error: BaseException, path: str, doing: str = "read",
             message = message[len(path) + 1:].strip()
         reason = message.replace("; ", ": ", 1) if message.startswith(("/", "gs://")) else message
     if isinstance(error, (tf.errors.NotFoundError, FileNotFoundError)) and doing == "read" and not flag:
-        return StorageError(f"{path}: file not found")
-    return StorageError(f"{subject} cannot be {doing}: {reason}")
+        return StorageError(f"{path}: file not found", path=path, reason="file not found")
+    return StorageError(f"{subject} cannot be {doing}: {reason}", path=path, reason=reason)
 
 
 @contextlib.contextmanager
 def failures_named(path: str | os.PathLike, doing: str = "read", flag: str | None = None) -> Iterator[None]:
     """Turns a filesystem error raised in the block (``tf.errors.OpError``, ``OSError``) into
-    :func:`storage_failure`'s StorageError or StorageUnreachableError naming ``flag`` and ``path``."""
+    :func:`storage_failure`'s StorageError or StorageUnreachableError naming ``flag`` and ``path``;
+    a helper's StorageError for a file the filesystem refused gets ``flag`` and ``path`` named too."""
+    path = os.fspath(path)
     try:
         yield
     except (tf.errors.OpError, OSError) as error:
-        raise storage_failure(error, os.fspath(path), doing, flag) from None
+        raise storage_failure(error, path, doing, flag) from None
+    except StorageError as error:  # a helper's, naming a file in ``path``: the flag is named too
+        if not flag or error.reason is None:
+            raise
+        reason = error.reason if error.path == path else f"{error.path}: {error.reason}"
+        raise StorageError(f"{flag} {path} cannot be {doing}: {reason}", path=path, reason=reason) from None
+
+
+def check_output_directory(path: str, flag: str = "--output") -> None:
+    """Before anything is written to ``path``: a StorageError naming ``flag`` when it is a file,
+    StorageUnreachableError when its storage does not answer. (A read-only one is found by the
+    first write, through :func:`failures_named`.)"""
+    with failures_named(path, "read", flag):
+        is_file = tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+    if is_file:
+        raise StorageError(f"{flag} {path} cannot be written: it is a file, not a directory")
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:

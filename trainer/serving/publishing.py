@@ -30,6 +30,7 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from trainer.runtime.run_lock import process_alive
+from trainer.runtime.storage import check_output_directory, failures_named
 
 # Staging directories are named <prefix><version>-<host>-<pid>-<random>: host and pid tell a later
 # export whether the process writing one is still alive (remove_stale_staging).
@@ -60,18 +61,26 @@ def publish_version(output: str, version: int, write: Callable[[str], str]) -> s
 
     Returns:
       ``output/<version>``, complete. The staging directory is removed whether or not ``write``
-      and the publishing succeed; a version cut short is never left under its number.
+      and the publishing succeed; a version cut short is never left under its number, nor an
+      ``output`` this export created. An ``output`` that is a file, read-only or unreachable is a
+      StorageError naming ``--output`` (StorageUnreachableError for unreachable storage).
     """
     target = posixpath.join(output, str(version))
-    staging = _staging_directory(output, version)
+    check_output_directory(output)
+    created = not _is_object_store(output) and not tf.io.gfile.exists(output)
+    with failures_named(output, "written", "--output"):
+        staging = _staging_directory(output, version)
     _RUNNING_EXPORT.update(staging=staging, target=target, publishing=False)
     try:
         saved = write(staging)
         _RUNNING_EXPORT["publishing"] = True
-        _publish(saved, target)
+        with failures_named(target, "written", "--output"):
+            _publish(saved, target)
     finally:
         tf.io.gfile.rmtree(staging)
         _RUNNING_EXPORT.pop("staging")
+        if created and tf.io.gfile.isdir(output) and not tf.io.gfile.listdir(output):
+            tf.io.gfile.rmtree(output)  # this export made it, and published nothing in it
     return target
 
 

@@ -59,7 +59,7 @@ from trainer.models.question_answering import XLNetForQuestionAnswering
 from trainer.models.sequence_model import XLNetForSequenceTask
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.restore import checkpoint_to_read, open_model_directory, restore_model
-from trainer.runtime.storage import write_bytes, write_json
+from trainer.runtime.storage import check_output_directory, failures_named, write_bytes, write_json
 from trainer.serving.answer_signature import SquadServingConfig, answer
 from trainer.serving.publishing import next_version, publish_version
 from trainer.serving.text_encoder import XLNetTextEncoder, question_with_option_graph
@@ -364,11 +364,14 @@ def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: st
     directory = open_model_directory(model_dir)
     checkpoint = checkpoint_to_read(directory, checkpoint)
     output = os.fspath(output).rstrip("/")
-    version = next_version(output) if version is None else int(version)
+    check_output_directory(output)  # a file, unreachable: said before the model is restored
+    with failures_named(output, "read", "--output"):
+        version = next_version(output) if version is None else int(version)
+        target_exists = version >= 1 and tf.io.gfile.exists(posixpath.join(output, str(version)))
     if version < 1:
         raise ExportError(f"--version must be a positive integer, got {version}")
     target = posixpath.join(output, str(version))
-    if tf.io.gfile.exists(target):
+    if target_exists:
         raise ExportError(f"--output {output!r} already holds version {version}; pick another --version")
     model_config = directory.model_config
     if config.top_k > model_config.vocab_size:
