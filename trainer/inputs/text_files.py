@@ -44,7 +44,7 @@ def matching_files(pattern: str) -> list[str]:
     try:
         files = sorted(tf.io.gfile.glob(pattern))
     except tf.errors.OpError as error:
-        raise FinetuneDataError(f"{pattern}: cannot list files: {error.message}") from None
+        raise FinetuneDataError(f"{pattern}: cannot list files: {error.message.splitlines()[0]}") from None
     if not files:
         raise FinetuneDataError(f"{pattern}: no file matches")
     return files
@@ -56,7 +56,7 @@ def read_text(path: str) -> str:
         with tf.io.gfile.GFile(path, "rb") as handle:
             data = handle.read()
     except tf.errors.OpError as error:
-        raise FinetuneDataError(f"{path}: cannot read: {error.message}") from None
+        raise FinetuneDataError(f"{path}: cannot read: {error.message.splitlines()[0]}") from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:

@@ -92,6 +92,7 @@ def resolve_pretraining(run: PretrainingRun) -> ResolvedPretraining:
     from tfrecords.mixture import check_compatible, check_distinct, parse_weights
     from tfrecords.reader import file_sha256, validate_manifest
     from trainer.runtime.model_dir import ModelDirectory
+    from trainer.runtime.storage import failures_named
 
     if not run.data:
         raise UsageError("--data: give at least one data directory")
@@ -99,8 +100,10 @@ def resolve_pretraining(run: PretrainingRun) -> ResolvedPretraining:
     check_distinct(data)
     check_distinct(data + eval_data, "--eval-data")
     weights = parse_weights(run.mixture_weights, len(data))
-    manifests = [load_manifest(each) for each in data]
-    eval_manifests = [load_manifest(each) for each in eval_data]
+    with failures_named(data[0] if len(data) == 1 else ", ".join(data), "read", "--data"):
+        manifests = [load_manifest(each) for each in data]
+    with failures_named(", ".join(eval_data), "read", "--eval-data"):
+        eval_manifests = [load_manifest(each) for each in eval_data]
     named = list(zip(data + eval_data, manifests + eval_manifests))
     for each, manifest in named:
         _check_shard_files(manifest, each)
