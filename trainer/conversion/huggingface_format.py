@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import posixpath
 from typing import Any, Iterable, Mapping, Optional
 
@@ -386,6 +387,30 @@ def tied_biases(tensors: Mapping[str, np.ndarray], n_layer: int, prefix: str = B
     return True
 
 
+def check_config_against_tensors(config: ModelConfig, tensors: Mapping[str, np.ndarray], prefix: str,
+                                 source: str) -> None:
+    """The sizes of ``source`` (config.json) checked against the weights before a network is built
+    from them: a config with more layers than the weights hold, or an embedding, attention or
+    feed-forward larger than its tensors, would otherwise build (for minutes, or out of memory) a
+    model no weight fits. HuggingFaceFormatError names the file and the field. Tensors
+    that are missing or extra are left to ``check_tensors``, which names them all."""
+    layers = {int(name[len(prefix) + len("layer."):].split(".", 1)[0]) for name in tensors
+              if name.startswith(f"{prefix}layer.") and name[len(prefix) + len("layer."):].split(".", 1)[0].isdigit()}
+    if config.n_layer > len(layers):
+        held = f"{len(layers)} layers ({prefix}layer.0 to {prefix}layer.{len(layers) - 1})" if layers else "no layer"
+        raise HuggingFaceFormatError(f"{source}: n_layer {config.n_layer}, but its weights hold {held}; "
+                                     "correct n_layer")
+    expected = {f"{prefix}word_embedding.weight": ((config.vocab_size, config.d_model), "vocab_size and d_model"),
+                f"{prefix}layer.0.rel_attn.q": ((config.d_model, config.n_head, config.d_head),
+                                                "d_model, n_head and d_head"),
+                f"{prefix}layer.0.ff.layer_1.weight": ((config.d_inner, config.d_model), "d_inner and d_model")}
+    for name, (shape, fields) in expected.items():
+        held = tensors.get(name)
+        if held is not None and math.prod(shape) > held.size:  # same size, other shape: check_tensors says
+            raise HuggingFaceFormatError(f"{source}: {fields} make {name} {list(shape)}, but its weights hold "
+                                         f"{list(held.shape)}; correct {fields}")
+
+
 def check_tied_output(tensors: Mapping[str, np.ndarray], prefix: str, source: str) -> None:
     """``lm_loss.weight``, when saved, must be the word embedding: our output layer is tied to it."""
     if "lm_loss.weight" not in tensors:
@@ -525,6 +550,7 @@ def read_huggingface_directory(directory: str, **overrides: Any) -> HuggingFaceM
     if vocab.vocab_size != config.vocab_size:
         raise HuggingFaceFormatError(f"{join(VOCAB)} has {vocab.vocab_size} pieces but {source} has vocab_size "
                                      f"{config.vocab_size}: they are not from the same model")
+    check_config_against_tensors(config, tensors, prefix, source)  # before anything is built from it
     uncased = None
     if tf.io.gfile.exists(join(TOKENIZER_CONFIG)):
         tokenizer = read_json(join(TOKENIZER_CONFIG))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import posixpath
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -518,3 +519,20 @@ def test_reader_checks_every_tensor_before_assigning(copy_of, vocab):
         model.load_into(network)
     for old, weight in zip(before, network.trainable_weights):
         np.testing.assert_array_equal(old, weight.numpy())
+
+
+def test_more_layers_in_the_config_than_in_the_weights_is_refused_before_building(copy_of, tmp_path, capsys):
+    rewrite_config(copy_of, n_layer=100000)  # building it would take minutes
+    started = time.monotonic()
+    error = import_error(copy_of, tmp_path, capsys)
+    assert error == (f"xlnet import-checkpoint: error: {copy_of}/config.json: n_layer 100000, but its weights hold "
+                     "2 layers (transformer.layer.0 to transformer.layer.1); correct n_layer\n")
+    assert time.monotonic() - started < 30
+
+
+def test_a_larger_d_model_in_the_config_than_in_the_weights_is_refused_before_building(copy_of, tmp_path, capsys):
+    rewrite_config(copy_of, d_model=D * 1024, d_head=D * 1024 // 2, n_head=2)
+    error = import_error(copy_of, tmp_path, capsys)
+    assert error == (f"xlnet import-checkpoint: error: {copy_of}/config.json: vocab_size and d_model make "
+                     f"transformer.word_embedding.weight [8000, {D * 1024}], but its weights hold [8000, {D}]; "
+                     "correct vocab_size and d_model\n")
