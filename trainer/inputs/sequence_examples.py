@@ -158,9 +158,14 @@ def label_list(train_examples: Sequence[TextExample]) -> list[str]:
     """The classes of a training set: distinct labels, sorted numerically if all are integers.
 
     Raises:
-      FinetuneDataError if an example has no label.
+      FinetuneDataError if an example has no label, or naming --train and its files when they hold
+      fewer than 2 distinct labels (a classification head needs 2 classes).
     """
     labels = {_labeled(example).label for example in train_examples}
+    if len(labels) < 2:
+        files = ", ".join(sorted({example.path for example in train_examples})) or "(no example)"
+        found = f"only {sorted(labels)[0]!r}" if labels else "none"
+        raise FinetuneDataError(f"--train {files}: classification needs at least 2 labels, found {found}")
     if all(_INTEGER.fullmatch(label) for label in labels):
         return sorted(labels, key=lambda label: (int(label), label))
     return sorted(labels)

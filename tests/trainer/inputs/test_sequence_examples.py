@@ -171,6 +171,29 @@ def test_the_label_list_is_the_sorted_labels_of_the_training_file(train):
     assert label_ids(train[:4], label_list(train)).tolist() == [0, 1, 1, 1]
 
 
+def test_a_training_file_with_one_label_is_refused_naming_train_and_the_file(tmp_path):
+    path = write_tsv(tmp_path / "train.tsv", ["text\tlabel", *[f"{text}\tfresh" for text, _ in dev_rows(3)]])
+    with pytest.raises(FinetuneDataError) as raised:
+        label_list(read_text_examples(path))
+    assert str(raised.value) == f"--train {path}: classification needs at least 2 labels, found only 'fresh'"
+    assert raised.value.exit_code == 2
+
+
+def test_xlnet_finetune_on_a_training_file_with_one_label_exits_2_with_one_line(tmp_path, capsys):
+    import xlnet_cli
+    from support.bundled_data import REPO
+
+    rows = [f"{text}\tfresh" for text, _ in dev_rows(4)]
+    train = write_tsv(tmp_path / "train.tsv", ["text\tlabel", *rows])
+    dev = write_tsv(tmp_path / "dev.tsv", ["text\tlabel", *rows[:2]])
+    args = ["finetune", "--task", "classification", "--train", str(train), "--eval", str(dev), "--init-checkpoint",
+            str(REPO / "tests" / "fixtures" / "legacy" / "pretrained"), "--model-dir", str(tmp_path / "model")]
+    assert xlnet_cli.main(args) == 2
+    assert capsys.readouterr().err == (f"xlnet finetune: error: --train {train}: classification needs at least 2 "
+                                       "labels, found only 'fresh'\n")
+    assert list((tmp_path / "model").iterdir()) == []  # no configuration written, the run lock released
+
+
 def test_integer_labels_sort_numerically(tmp_path):
     texts = [text for text, _ in dev_rows(3)]
     path = write_jsonl(tmp_path / "stars.jsonl", [{"text": t, "label": s} for t, s in zip(texts, [10, 2, "1"])])
