@@ -44,6 +44,7 @@ from tfrecords.reader import (
     ManifestMismatchError,
     SpanResampler,
     batched_features,
+    check_no_missing_records,
     compact_features,
     distribute,
     interleave_slots,
@@ -52,6 +53,7 @@ from tfrecords.reader import (
     slot_rows,
     split_segments,
     step_major,
+    whole_segment,
 )
 
 MASK64 = (1 << 64) - 1
@@ -322,15 +324,16 @@ class MixtureReader:
                 shift = self.num_streams[assignment.source] if reverse else 0
                 segment = self.segments[assignment.source][assignment.stream_id + shift]
                 yield (segment.file, segment.first + skip, assignment.records - skip, assignment.epoch,
-                       assignment.source)
+                       assignment.source, segment.stream_id)
 
-        signature = (tf.TensorSpec([], tf.string),) + (tf.TensorSpec([], tf.int64),) * 4
+        signature = (tf.TensorSpec([], tf.string),) + (tf.TensorSpec([], tf.int64),) * 5
         compression = tf.constant([source.manifest.compression_type for source in self.sources])
 
-        def segment_records(file, first, count, epoch, source):
+        def segment_records(file, first, count, epoch, source, stream_id):
             reader = tf.data.TFRecordDataset(file, compression_type=compression[source],
                                              buffer_size=READ_BUFFER_BYTES)
-            return reader.skip(first).take(count).map(lambda record: (record, epoch, source))
+            return whole_segment(reader.skip(first).take(count), count, file, stream_id, first) \
+                .map(lambda record: (record, epoch, source))
 
         def slot_records(slot):
             walks = tf.data.Dataset.from_generator(walk, args=(slot,), output_signature=signature)
@@ -343,7 +346,7 @@ class MixtureReader:
         resample = self._resample_fn() if self.resample_masks else None
 
         def features(serialized, epoch, source):
-            parsed = schema.parse_records(serialized, seq_len)
+            parsed = schema.parse_records(check_no_missing_records(serialized), seq_len)
             epoch, source = tf.cast(epoch, tf.int32), tf.cast(source, tf.int32)
             if resample is not None:
                 parsed["is_masked"] = resample(parsed, epoch, source)

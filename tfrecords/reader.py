@@ -129,6 +129,41 @@ def slot_start(walk: list[Segment], records_consumed: int) -> SlotStart:
 
 READ_BUFFER_BYTES = 256 << 10
 
+# A record that a stream lacks: its shard ended before the records the manifest lists for the stream
+# (a manifest that promises more than the file holds, or a file cut at a record boundary). It stands
+# in for the missing records so that no row silently moves on to its next stream; the batch holding
+# one fails (check_no_missing_records) with the words after this first byte, which never starts a
+# serialized tf.train.Example (a protobuf field tag is never 0).
+MISSING_RECORD = b"\x00"
+STREAM_ENDED_EARLY = "ends before the records its manifest lists"
+
+
+def whole_segment(records: tf.data.Dataset, count: tf.Tensor, file: tf.Tensor, stream_id: tf.Tensor,
+                  first: tf.Tensor) -> tf.data.Dataset:
+    """``records`` (a stream's records from ``first`` in ``file``, taken up to ``count``) as exactly
+    ``count`` elements: MISSING_RECORD markers naming the shard and the stream stand in for any that
+    the file lacks."""
+    marker = tf.strings.join([MISSING_RECORD, file, ": stream ", tf.strings.as_string(stream_id),
+                              f" {STREAM_ENDED_EARLY} (", tf.strings.as_string(count), " from record ",
+                              tf.strings.as_string(first), ")"])
+    return records.concatenate(tf.data.Dataset.from_tensors(marker).repeat()).take(count)
+
+
+def check_no_missing_records(serialized: tf.Tensor) -> tf.Tensor:
+    """``serialized`` (a batch of records), once checked to hold no MISSING_RECORD marker; otherwise an
+    InvalidArgumentError naming the first missing record's shard and stream (see stream_ended_early)."""
+    missing = tf.equal(tf.strings.substr(serialized, 0, 1), MISSING_RECORD)
+    words = tf.strings.substr(tf.boolean_mask(serialized, missing)[:1], 1, -1)
+    check = tf.debugging.Assert(tf.logical_not(tf.reduce_any(missing)), [words])
+    with tf.control_dependencies([check]):
+        return tf.identity(serialized)
+
+
+def stream_ended_early(error: BaseException) -> bool:
+    """Whether ``error`` is a reader's report of a stream that ended before its manifest's count (a
+    data error, like a corrupted record)."""
+    return isinstance(error, tf.errors.InvalidArgumentError) and STREAM_ENDED_EARLY in (error.message or "")
+
 
 def local_replicas(input_context: tf.distribute.InputContext | None) -> tuple[int, range]:
     """(replicas in sync, the replicas ``input_context``'s pipeline feeds); all replicas if None."""
@@ -256,8 +291,9 @@ class StreamReader:
             rows = [[value(s) for s in walk] + [0] * (width - len(walk)) for walk in walks]
             return tf.constant(np.asarray(rows, dtype=np.int64))
 
-        seg_file, seg_first, seg_records = (table(lambda s: file_index[s.file]), table(lambda s: s.first),
-                                            table(lambda s: s.records))
+        seg_file, seg_first, seg_records, seg_stream = (
+            table(lambda s: file_index[s.file]), table(lambda s: s.first), table(lambda s: s.records),
+            table(lambda s: s.stream_id))
         starts = [slot_start(walk, self.start_step * self.accumulation_steps) for walk in walks]
         start_epoch, start_segment, start_record = (
             tf.constant([getattr(s, field) for s in starts], tf.int64) for field in ("epoch", "segment", "record"))
@@ -268,9 +304,10 @@ class StreamReader:
         def one_epoch(slot, epoch, first_segment, first_record):
             def segment_records(k):
                 skip = tf.where(k == first_segment, first_record, tf.constant(0, tf.int64))
-                reader = tf.data.TFRecordDataset(file_names[seg_file[slot, k]], compression_type=compression,
-                                                 buffer_size=READ_BUFFER_BYTES)
-                return reader.skip(seg_first[slot, k] + skip).take(seg_records[slot, k] - skip)
+                file, first = file_names[seg_file[slot, k]], seg_first[slot, k] + skip
+                count = seg_records[slot, k] - skip
+                reader = tf.data.TFRecordDataset(file, compression_type=compression, buffer_size=READ_BUFFER_BYTES)
+                return whole_segment(reader.skip(first).take(count), count, file, seg_stream[slot, k], first)
 
             segments = tf.data.Dataset.range(first_segment, walk_length[slot])
             return segments.flat_map(segment_records).map(lambda record: (record, epoch))
@@ -288,7 +325,7 @@ class StreamReader:
         resample = self._resample_fn() if self.resample_masks else None
 
         def features(serialized, epoch):
-            parsed = schema.parse_records(serialized, seq_len)
+            parsed = schema.parse_records(check_no_missing_records(serialized), seq_len)
             epoch = tf.cast(epoch, tf.int32)
             if resample is not None:
                 parsed["is_masked"] = resample(parsed, epoch)

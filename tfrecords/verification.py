@@ -2,8 +2,12 @@
 
 Two depths:
 
-* ``check_shard_files``: cheap, no record is read. Every shard the manifest lists exists and,
-  where the manifest records ``bytes``, has that size. `xlnet train` runs it at start-up.
+* ``check_shard_files``: cheap. Every shard the manifest lists exists and, where the manifest
+  records ``bytes``, has that size; then the first record of every stream is parsed (one record per
+  stream: a shard is read through once, only those records are parsed) against the manifest's
+  ``seq_len``, ``reuse_len`` and stream layout, and the shard's record count is checked, so a
+  manifest that does not describe its records is refused before training. `xlnet train` runs it
+  at start-up.
 * ``verify_data_directory``: every record of every shard of every split is read back, files in
   parallel (one thread per file; TensorFlow releases the GIL while it reads and parses), and
   checked: TFRecord framing and CRCs, each record parsing as a record of the manifest's
@@ -24,8 +28,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from tfrecords.errors import DataError
-from tfrecords.manifest import Manifest, ShardEntry
-from tfrecords.schema import parse_records
+from tfrecords.manifest import Manifest, ShardEntry, StreamEntry
+from tfrecords.schema import ALL_FEATURES, SEG_B, SEQUENCE_FEATURES, parse_records
 from tfrecords.tensorflow_errors import error_text
 
 # Records read and parsed per step: large enough that per-batch overhead is negligible.
@@ -93,15 +97,94 @@ class VerificationReport:
 # ------------------------------------------------------------------------------ the cheap check
 def check_shard_files(manifest: Manifest, threads: int = DEFAULT_THREADS) -> bool:
     """Raises DamagedDataError when a listed shard is missing or, where the manifest records its
-    size, has another size. Reads no record. Returns whether sizes were checked (an older manifest
-    records none)."""
+    size, has another size; then when a shard's records do not match the manifest (its count, or the
+    first record of a stream: see :func:`stream_start_problem`). Returns whether sizes were checked
+    (an older manifest records none)."""
     shards = [shard for split in manifest.splits.values() for shard in split.shards]
     with ThreadPoolExecutor(max(1, min(threads, len(shards)))) as pool:
         problems = [problem for problem in pool.map(lambda s: _file_problem(manifest, s), shards) if problem]
+        if not problems:
+            problems = [problem for problem in pool.map(lambda s: stream_start_problem(manifest, s), shards)
+                        if problem]
     if problems:
         raise DamagedDataError(f"damaged data in {manifest.directory}: " + "; ".join(problems)
                                + f"; run `xlnet inspect {manifest.directory} --verify` to check every record")
     return any(shard.bytes is not None for shard in shards)
+
+
+def stream_start_problem(manifest: Manifest, shard: ShardEntry) -> str | None:
+    """What is wrong with the first record of each of the shard's streams, or with the shard's record
+    count, against the manifest; None when all agree. The shard is read through once (a TFRecord file
+    has no index); only the first record of each stream is parsed: as a record of the manifest's
+    ``seq_len``, at its stream's id and position 0, with room for the manifest's ``reuse_len``."""
+    import tensorflow as tf
+
+    path = manifest.shard_path(shard)
+    starts = {stream.first_record_index_in_file: stream for stream in shard.streams if stream.records > 0}
+    # The last record the manifest lists must be there, and the one after it must not.
+    wanted = sorted(set(starts) | {shard.records - 1, shard.records} - {-1})
+    dataset = tf.data.TFRecordDataset(path, compression_type=manifest.compression_type, buffer_size=1 << 20)
+    table = tf.constant(wanted, tf.int64)
+    kept = dataset.enumerate().filter(lambda index, _: tf.reduce_any(tf.equal(index, table))).take(len(wanted))
+    try:
+        found = {int(index): record for index, record in kept}
+        if shard.records and shard.records - 1 not in found:
+            return f"{path}: {short_file(shard, int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)))}"
+    except tf.errors.OpError as error:
+        return f"{path}: cannot be read ({error_text(error)})"
+    if shard.records in found:
+        return f"{path}: holds more than the {shard.records} records the manifest lists (records)"
+    for index in sorted(starts):
+        problem = first_record_problem(found[index], starts[index], manifest)
+        if problem:
+            return f"{path}: record {index}, the first of stream {starts[index].stream_id}: {problem}"
+    return None
+
+
+def stream_at(shard: ShardEntry, index: int) -> StreamEntry | None:
+    """The stream the manifest places record ``index`` of the shard in (the first not to end before it)."""
+    return next((stream for stream in sorted(shard.streams, key=lambda s: s.first_record_index_in_file)
+                 if stream.first_record_index_in_file + stream.records > index), None)
+
+
+def short_file(shard: ShardEntry, count: int) -> str:
+    """A shard file that ends after ``count`` records, fewer than its manifest lists, in words: the
+    stream it ends inside (the first one that does not hold its records)."""
+    stream = stream_at(shard, count)
+    first = stream.first_record_index_in_file
+    return (f"the file ends after {count} records, the manifest lists {shard.records} (records): stream "
+            f"{stream.stream_id} ({stream.records} records from record {first}) "
+            + (f"holds only {count - first}" if count > first else "is not there"))
+
+
+def first_record_problem(serialized, stream: StreamEntry, manifest: Manifest) -> str | None:
+    """What does not match the manifest in a stream's first record (the record's features and their
+    lengths against ``seq_len``, its stream_id and stream_pos, room for ``reuse_len``), or None."""
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.example import example_pb2
+
+    seq_len, reuse_len = manifest.seq_len, manifest.reuse_len
+    try:
+        features = example_pb2.Example.FromString(serialized.numpy()).features.feature
+    except DecodeError:
+        return "not a record (it does not decode as a tf.train.Example)"
+    values = {}
+    for name in ALL_FEATURES:
+        if name not in features or features[name].WhichOneof("kind") != "int64_list":
+            return f"lacks the integer feature {name} of the record schema"
+        values[name] = np.asarray(features[name].int64_list.value, np.int64)
+    for name in SEQUENCE_FEATURES:
+        if len(values[name]) != seq_len:
+            return f"{name} holds {len(values[name])} values, the manifest's seq_len is {seq_len} (seq_len)"
+    stream_id, stream_pos = int(values["stream_id"][0]), int(values["stream_pos"][0])
+    if (stream_id, stream_pos) != (stream.stream_id, 0):
+        return (f"holds stream_id {stream_id}, stream_pos {stream_pos}; the manifest's stream layout puts "
+                f"stream_id {stream.stream_id}, stream_pos 0 there")
+    b_positions = np.flatnonzero(values["segment_ids"] == SEG_B)
+    if len(b_positions) and b_positions[0] < reuse_len + 2:
+        return (f"its second part (B) starts at position {b_positions[0]}, too early for the manifest's reuse_len "
+                f"{reuse_len} (reuse_len: the context, one token of A and <sep> come before B)")
+    return None
 
 
 def _file_problem(manifest: Manifest, shard: ShardEntry) -> str | None:
@@ -153,7 +236,11 @@ def verify_shard(manifest: Manifest, split: str, shard: ShardEntry, vocab_size: 
     check = record_checker(shard, manifest.seq_len, vocab_size)
     records_read, bad = scan_records(path, manifest.compression_type, check)
     if bad is None and records_read != shard.records:
-        bad = BadRecord(records_read, f"the file ends after {records_read} records, the manifest says {shard.records}")
+        inside = stream_at(shard, records_read)
+        where = (f" (stream {inside.stream_id} ends early: the manifest lists {inside.records} records of it from "
+                 f"record {inside.first_record_index_in_file})" if inside is not None else "")
+        bad = BadRecord(records_read, f"the file ends after {records_read} records, the manifest says "
+                                      f"{shard.records}{where}")
     if bad is not None:
         problems.insert(0, f"first bad record {bad.index}: {bad.problem}")
     return ShardReport(split, path, size, records_read, tuple(problems), bad.index if bad else None)

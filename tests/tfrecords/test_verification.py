@@ -80,7 +80,8 @@ def test_a_shard_cut_at_a_record_boundary_is_named_by_the_count_it_lacks(data):
     truncate(path, record_offsets(path)[200])  # whole records 0..199: every frame reads
     shard = shard_report(verify_data_directory(load_manifest(str(data))), TRAIN_1)
     assert (shard.first_bad_record, shard.records_read) == (200, 200)
-    assert shard.problems[0] == "first bad record 200: the file ends after 200 records, the manifest says 298"
+    assert shard.problems[0] == ("first bad record 200: the file ends after 200 records, the manifest says 298 "
+                                 "(stream 5 ends early: the manifest lists 87 records of it from record 149)")
 
 
 def test_the_cheap_check_refuses_a_shard_of_another_size_without_reading_a_record(data):

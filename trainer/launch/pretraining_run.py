@@ -153,9 +153,11 @@ def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = N
 
 
 def _check_shard_files(manifest, data: str) -> None:
-    """Every shard the manifest lists is there with its recorded size, before anything is built: a
-    truncated or missing shard would otherwise surface only when the reader reaches it, hours in.
-    Raises DamagedDataError; no record is read (`xlnet inspect --verify` reads them all)."""
+    """Every shard the manifest lists is there with its recorded size and record count, and the first
+    record of every stream is what the manifest says (seq_len, reuse_len, stream layout), before
+    anything is built: a truncated shard or a manifest that does not describe its records would
+    otherwise surface only when the reader reaches it, hours in. Raises DamagedDataError; one record
+    per stream is parsed (`xlnet inspect --verify` checks them all)."""
     from tfrecords.verification import check_shard_files
 
     if not check_shard_files(manifest):

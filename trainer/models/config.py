@@ -125,7 +125,8 @@ class JsonConfig:
         except InvalidConfigError as error:
             if not origins:
                 raise
-            raise InvalidConfigError(error.kind, [with_origin(problem, origins) for problem in error.problems]) from None
+            problems = [with_origin(problem, origins) for problem in error.problems]
+            raise InvalidConfigError(error.kind, problems) from None
 
     def check_field_types(self) -> None:
         """InvalidConfigError when a field holds a value of another type than declared (a config built

@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrecords.errors import DataError
+from tfrecords.reader import stream_ended_early
 from tfrecords.tensorflow_errors import error_text
 from trainer.configs.training import LoopConfig
 from trainer.runtime import checkpoint_history
@@ -320,6 +321,10 @@ class Controller:
                 try:
                     losses, metrics, norms = self._train_loop(iterator, tf.constant(count))
                 except (tf.errors.DataLossError, tf.errors.NotFoundError) as error:
+                    raise TrainingDataError(self._input_error(step, error)) from None
+                except tf.errors.InvalidArgumentError as error:
+                    if not stream_ended_early(error):  # the reader's report of a short stream, else a bug
+                        raise
                     raise TrainingDataError(self._input_error(step, error)) from None
                 losses, norms = losses.numpy(), norms.numpy()
                 metrics = {name: values.numpy() for name, values in metrics.items()}
