@@ -49,6 +49,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline.corpus import CorpusError, InputFile, read_documents
 from pipeline.data_directory import OutputWriteError, save_manifest, shard_sizes
+from pipeline.output_lock import describe, read_lock
 from pipeline.preprocess_config import PreprocessConfig
 from pipeline.records import RecordBuilder
 from pipeline.streams import (TokenizedDocument, concatenate_stream, place_document, reverse_stream,
@@ -62,6 +63,8 @@ NAMESPACE = "xlnet"
 # A string-set metric: each file the run could not write for good (a full disk, a read-only output),
 # as OutputWriteError's text; the launcher turns the first into one sentence.
 WRITE_ERRORS = "write_errors"
+# A string-set metric: the owner of --output's lock when, at the end, it was no longer this run's.
+LOST_LOCK = "lost_lock"
 PROGRESS_EVERY = 20000
 # A reader sends its buffered documents on once they hold this many characters (bounds its memory).
 READ_BUFFER_CHARS = 1 << 24
@@ -293,10 +296,11 @@ class WriteManifest(beam.DoFn):
     A run without a single training record writes no manifest: its presence means usable data,
     and the launcher (pipeline/preprocess_command.py) reports why there is none."""
 
-    def __init__(self, config: PreprocessConfig, vocab_entry: dict, special_ids: dict):
+    def __init__(self, config: PreprocessConfig, vocab_entry: dict, special_ids: dict, lock_token: str | None = None):
         self._config = config
         self._vocab_entry = vocab_entry
         self._special_ids = special_ids
+        self._lock_token = lock_token
 
     def process(self, shard_stats: list[dict]) -> Iterator[str]:
         failed = [s["write_error"] for s in shard_stats if s.get("write_error")]
@@ -312,6 +316,13 @@ class WriteManifest(beam.DoFn):
         problems = manifest.validate()
         if problems:
             raise RuntimeError("inconsistent shard statistics: " + "; ".join(problems))
+        if self._lock_token is not None:  # never publish over a directory another run has taken
+            owner = read_lock(self._config.output)
+            if owner is None or owner.get("token") != self._lock_token:
+                _LOG.warning("%s/%s not written: the directory's lock is no longer this run's", self._config.output,
+                             MANIFEST_NAME)
+                Metrics.string_set(NAMESPACE, LOST_LOCK).add(describe(owner))
+                return
         try:
             yield save_manifest(manifest, self._config.output)
         except OutputWriteError as failure:
@@ -341,8 +352,10 @@ def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dic
     return Manifest(config=config.to_dict(), vocab=vocab_entry, special_ids=special_ids, splits=splits)
 
 
-def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Vocab, files: list[InputFile]) -> None:
-    """Adds every stage of the preprocessing to ``pipeline``."""
+def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Vocab, files: list[InputFile],
+                   lock_token: str | None = None) -> None:
+    """Adds every stage of the preprocessing to ``pipeline``; with ``lock_token`` (the run's
+    pipeline/output_lock.py token) the manifest is written only while the lock still holds it."""
     _ = (
         pipeline
         | "MatchedFiles" >> beam.Create([EveryShard()] + files)  # Create itself redistributes them
@@ -350,4 +363,5 @@ def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Voc
         | "GroupByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShard(config, vocab.sha256))
         | "AllShards" >> beam.combiners.ToList()
-        | "WriteManifest" >> beam.ParDo(WriteManifest(config, vocab.manifest_entry(), vocab.special_ids.to_dict())))
+        | "WriteManifest" >> beam.ParDo(WriteManifest(config, vocab.manifest_entry(), vocab.special_ids.to_dict(),
+                                                       lock_token)))

@@ -184,12 +184,22 @@ class OutputLock:
                 _LOG.warning("could not refresh %s: %s", self.path, error)
 
     def _owner(self) -> dict[str, Any] | None:
-        try:
-            with FileSystems.open(self.path, compression_type="uncompressed") as handle:
-                owner = json.loads(handle.read().decode("utf-8") or "null")
-        except Exception:  # missing, half-written or not ours to read: no known owner
-            return None
-        return owner if isinstance(owner, dict) else None
+        return read_lock(self.output)
+
+    @property
+    def token(self) -> str:
+        """What identifies this run in its lock file (the pipeline checks it before publishing)."""
+        return self.record["token"]
+
+
+def read_lock(output: str) -> dict[str, Any] | None:
+    """The lock record of a data directory: its owner (host, pid, started, heartbeat, token), or None."""
+    try:
+        with FileSystems.open(FileSystems.join(output, LOCK_NAME), compression_type="uncompressed") as handle:
+            owner = json.loads(handle.read().decode("utf-8") or "null")
+    except Exception:  # missing, half-written or not ours to read: no known owner
+        return None
+    return owner if isinstance(owner, dict) else None
 
 
 def _same_file(fd: int, path: str) -> bool:

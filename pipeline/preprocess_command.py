@@ -24,7 +24,7 @@ from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, expand_inputs
 from pipeline.data_directory import (abandon_run, found_write_error, has_manifest, is_local_path,
                                      make_output_directory, output_error, prepare_output, read_manifest,
                                      remove_run_files)
-from pipeline.output_lock import OutputLock
+from pipeline.output_lock import OutputInUseError, OutputLock
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from pipeline.vocab import load_vocab
 from tfrecords.errors import DataError
@@ -236,7 +236,7 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
     pipeline unless ``runner_options`` choose ``--direct_running_mode=in_memory``."""
     import apache_beam as beam
 
-    from pipeline.beam_pipeline import build_pipeline
+    from pipeline.beam_pipeline import LOST_LOCK, build_pipeline
 
     config.validate()
     workers = default_workers() if workers is None else workers
@@ -260,7 +260,7 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
             _LOG.info("preprocessing %d file(s) (%.1f MB) with %s, %d worker(s)", len(files),
                       sum(f.size_bytes for f in files) / 1e6, runner, workers)
             pipeline = beam.Pipeline(options=options)
-            build_pipeline(pipeline, config, vocab, files)
+            build_pipeline(pipeline, config, vocab, files, lock.token)
             try:
                 result = pipeline.run()
                 result.wait_until_finish()
@@ -269,6 +269,11 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
                 if known is None:
                     raise  # a bug: keeps its traceback (its partial output is removed all the same)
                 raise known from None
+            taken = string_set(result, LOST_LOCK)
+            if taken:  # its shards may be the other run's by now: leave the directory to it
+                raise OutputInUseError(f"--output {config.output} was taken by another `xlnet preprocess` ({taken[0]}) "
+                                       "while this run wrote it; this run wrote no manifest, and the directory is "
+                                       "left to that run")
             failures = write_errors(result)
             if failures:
                 raise failed_run_error(config.output, failures[0]) from None
@@ -283,12 +288,19 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
 
 def write_errors(result) -> list[str]:
     """The files the run could not write for good (beam_pipeline.WRITE_ERRORS), sorted."""
+    from pipeline.beam_pipeline import WRITE_ERRORS
+
+    return string_set(result, WRITE_ERRORS)
+
+
+def string_set(result, name: str) -> list[str]:
+    """The values of the pipeline's string-set metric ``name`` (namespace xlnet), sorted."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from pipeline.beam_pipeline import NAMESPACE, WRITE_ERRORS
+    from pipeline.beam_pipeline import NAMESPACE
 
     found: set[str] = set()
-    query = MetricsFilter().with_namespace(NAMESPACE).with_name(WRITE_ERRORS)
+    query = MetricsFilter().with_namespace(NAMESPACE).with_name(name)
     for metric in result.metrics().query(query).get("string_sets", []):
         found |= set(metric.committed or ()) | set(metric.attempted or ())
     return sorted(found)

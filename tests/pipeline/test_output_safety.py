@@ -18,6 +18,7 @@ import pytest
 
 import xlnet_cli
 from pipeline.output_lock import LOCK_NAME, OutputInUseError, OutputLock
+from support.bundled_data import TINY_DATA
 from support.processes import exited_pid, output_of, start, stopped, wait_for
 
 SMALL = ["--seq-len", "128", "--reuse-len", "64", "--num-predict", "21", "--num-streams", "4", "--num-shards", "2",
@@ -107,6 +108,28 @@ def test_object_store_lock_refuses_a_live_owner_and_takes_over_a_dead_one(gcs_pr
     with OutputLock(output, settle_seconds=0.1) as taken:
         assert taken.is_ours()
     assert not FileSystems.exists(first.path)
+
+
+def test_no_manifest_is_published_in_a_directory_another_run_has_taken(tmp_path, corpus_sample, spm_model):
+    import apache_beam as beam
+
+    from pipeline.beam_pipeline import LOST_LOCK, build_pipeline
+    from pipeline.corpus import expand_inputs
+    from pipeline.preprocess_command import pipeline_options, string_set
+    from pipeline.preprocess_config import PreprocessConfig
+    from pipeline.vocab import load_vocab
+
+    output = tmp_path / "data"
+    output.mkdir()
+    config = PreprocessConfig(inputs=(corpus_sample,), output=str(output), vocab=spm_model, **TINY_DATA)
+    with OutputLock(str(output)):  # the run that has taken the directory meanwhile
+        pipeline = beam.Pipeline(options=pipeline_options("FnApiRunner", 1, ["--direct_running_mode=in_memory"]))
+        build_pipeline(pipeline, config, load_vocab(spm_model), expand_inputs(config.inputs), lock_token="this run's")
+        result = pipeline.run()
+        result.wait_until_finish()
+        (owner,) = string_set(result, LOST_LOCK)
+    assert f"pid {os.getpid()}" in owner
+    assert "manifest.json" not in names(output)
 
 
 # ------------------------------------------------------------------------------ an output that cannot be written
