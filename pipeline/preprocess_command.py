@@ -251,7 +251,9 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
     except OSError as error:  # read-only, not ours to write
         raise output_error(config.output, lock.path, error.errno or 0, error.strerror or str(error)) from None
     try:
-        with ending_cleanly_on_signals(config.output, lock):
+        # Locally the run is this process and its workers; a remote job is not ended by ending this one.
+        local = runner.lower() in LOCAL_RUNNERS
+        with ending_cleanly_on_signals(config.output, lock) if local else contextlib.nullcontext():
             try:
                 prepare_output(config.output, overwrite)
             except OSError as error:
@@ -276,7 +278,7 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
                                        "left to that run")
             failures = write_errors(result)
             if failures:
-                raise failed_run_error(config.output, failures[0]) from None
+                raise failed_run_error(config.output, failures[0]) or DataError(failures[0])
             metrics = counters(result)
             if not has_manifest(config.output):  # the pipeline writes none without a training record
                 remove_run_files(config.output)
