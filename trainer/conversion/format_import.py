@@ -6,7 +6,8 @@ every path may be local or gs://.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+import contextlib
+from typing import TYPE_CHECKING, Iterator, Optional
 
 if TYPE_CHECKING:
     from trainer.models.network import XLNetNetwork
@@ -14,14 +15,36 @@ if TYPE_CHECKING:
 
 
 def new_model_directory(output: str):
-    """The --output ModelDirectory, refused when it already holds checkpoints."""
+    """The --output ModelDirectory, refused when it already holds checkpoints or is a file (a
+    StorageError naming --output, before anything is read or built)."""
     from trainer.conversion.tf1_checkpoint import CheckpointImportError
     from trainer.runtime.model_dir import ModelDirectory
+    from trainer.runtime.storage import check_output_directory
 
+    check_output_directory(output)
     target = ModelDirectory(output)
     if target.latest_checkpoint() is not None:
         raise CheckpointImportError(f"--output {output}: already holds checkpoints; choose a new directory")
     return target
+
+
+@contextlib.contextmanager
+def writing_output(output: str) -> Iterator[None]:
+    """Around an import's writes: a filesystem that refuses them (read-only, unreachable) is a
+    StorageError naming --output (StorageUnreachableError), and a local --output this import
+    created is removed when it fails, so nothing half-written is left."""
+    import tensorflow as tf
+
+    from trainer.runtime.storage import failures_named
+
+    created = "://" not in output and not tf.io.gfile.exists(output)
+    try:
+        with failures_named(output, "written", "--output"):
+            yield
+    except BaseException:
+        if created and tf.io.gfile.exists(output):
+            tf.io.gfile.rmtree(output)
+        raise
 
 
 def save_checkpoint(target, **objects) -> str:
@@ -72,11 +95,12 @@ def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output
                                     f"has n_token {config.vocab_size}: they are not from the same release")
     network = build_network(config)
     head = load_release_weights(network, checkpoint)
-    target.write_model_files(config, vocab.special_ids.to_dict(), spm_path)
-    if head is None:
-        return save_checkpoint(target, model=network)
-    target.write_head_files(RUN_SQUAD_HEAD)
-    return save_checkpoint(target, model=network, head=head)
+    with writing_output(output):
+        target.write_model_files(config, vocab.special_ids.to_dict(), spm_path)
+        if head is None:
+            return save_checkpoint(target, model=network)
+        target.write_head_files(RUN_SQUAD_HEAD)
+        return save_checkpoint(target, model=network, head=head)
 
 
 def import_huggingface_to_model_dir(source: str, output: str, **overrides) -> str:
@@ -94,9 +118,10 @@ def import_huggingface_to_model_dir(source: str, output: str, **overrides) -> st
     network = build_network(model.config)
     head = None if model.head is None else build_head(model.head, network)
     model.load_into(network, head)
-    target.write_model_files(model.config, model.special_ids, posixpath.join(source.rstrip("/"), VOCAB),
-                             uncased=model.uncased)
-    if head is None:
-        return save_checkpoint(target, model=network)
-    target.write_head_files(model.head)
-    return save_checkpoint(target, model=network, head=head)
+    with writing_output(output):
+        target.write_model_files(model.config, model.special_ids, posixpath.join(source.rstrip("/"), VOCAB),
+                                 uncased=model.uncased)
+        if head is None:
+            return save_checkpoint(target, model=network)
+        target.write_head_files(model.head)
+        return save_checkpoint(target, model=network, head=head)

@@ -33,6 +33,7 @@ from support.interop_models import (
     tiny_config,
     write_model_dir,
 )
+from support.read_only_mount import read_only_directory
 
 D, H, DH, DI, LAYERS = 16, 2, 8, 24, 2  # interop_models.TINY
 
@@ -536,3 +537,19 @@ def test_a_larger_d_model_in_the_config_than_in_the_weights_is_refused_before_bu
     assert error == (f"xlnet import-checkpoint: error: {copy_of}/config.json: vocab_size and d_model make "
                      f"transformer.word_embedding.weight [8000, {D * 1024}], but its weights hold [8000, {D}]; "
                      "correct vocab_size and d_model\n")
+
+
+def test_an_import_to_an_output_that_is_a_file_exits_2_naming_the_flag(exported, tmp_path, capsys):
+    (tmp_path / "output").write_text("a file")
+    assert import_dir(exported[2], tmp_path / "output") == 2
+    assert capsys.readouterr().err == (f"xlnet import-checkpoint: error: --output {tmp_path}/output cannot be "
+                                       "written: it is a file, not a directory\n")
+    assert (tmp_path / "output").read_text() == "a file"
+
+
+def test_an_import_to_a_read_only_output_exits_2_naming_the_flag_and_writes_nothing(exported, tmp_path, capsys):
+    with read_only_directory(tmp_path) as view:
+        assert import_dir(exported[2], view / "model") == 2
+        assert capsys.readouterr().err == (f"xlnet import-checkpoint: error: --output {view}/model cannot be written: "
+                                           f"{view}/model/model_config.json: Read-only file system\n")
+        assert list((view / "model").iterdir()) == []
