@@ -177,6 +177,18 @@ def test_an_output_that_is_a_file_is_a_usage_error_naming_output(tmp_path, corpu
     assert (tmp_path / "file").read_text() == "not a directory"
 
 
+def test_an_object_store_output_that_is_a_file_is_a_usage_error_naming_output(gcs_prefix, corpus_sample, spm_model,
+                                                                              capsys):
+    from apache_beam.io.filesystems import FileSystems
+
+    output = gcs_prefix + "data"
+    with FileSystems.create(output) as handle:
+        handle.write(b"not a directory")
+    assert run_cli(corpus_sample, output, spm_model) == 2
+    assert f"error: --output {output} is a file, not a directory" in capsys.readouterr().err
+    assert [m.path for m in FileSystems.match([gcs_prefix + "*"])[0].metadata_list] == [output]
+
+
 # ------------------------------------------------------------------------------ signals
 def worker_processes(pid: int) -> list[int]:
     """The live Beam SDK worker processes descended from ``pid``."""
