@@ -113,31 +113,36 @@ def check_shard_files(manifest: Manifest, threads: int = DEFAULT_THREADS) -> boo
 
 
 def stream_start_problem(manifest: Manifest, shard: ShardEntry) -> str | None:
-    """What is wrong with the first record of each of the shard's streams, or with the shard's record
-    count, against the manifest; None when all agree. The shard is read through once (a TFRecord file
-    has no index); only the first record of each stream is parsed: as a record of the manifest's
-    ``seq_len``, at its stream's id and position 0, with room for the manifest's ``reuse_len``."""
+    """What is wrong with the shard's record count or with the first record of one of its streams,
+    against the manifest; None when all agree. One record per stream is read and parsed (as a record
+    of the manifest's ``seq_len``, at its stream's id and position 0, with room for the manifest's
+    ``reuse_len``), and the last record the manifest lists must be the file's last. The records in
+    between are skipped, not read: TFRecordDataset.skip reads only their length headers."""
     import tensorflow as tf
 
     path = manifest.shard_path(shard)
-    starts = {stream.first_record_index_in_file: stream for stream in shard.streams if stream.records > 0}
-    # The last record the manifest lists must be there, and the one after it must not.
-    wanted = sorted(set(starts) | {shard.records - 1, shard.records} - {-1})
-    dataset = tf.data.TFRecordDataset(path, compression_type=manifest.compression_type, buffer_size=1 << 20)
-    table = tf.constant(wanted, tf.int64)
-    kept = dataset.enumerate().filter(lambda index, _: tf.reduce_any(tf.equal(index, table))).take(len(wanted))
+
+    def records_from(index: int, count: int) -> list:
+        dataset = tf.data.TFRecordDataset(path, compression_type=manifest.compression_type, buffer_size=1 << 20)
+        return list(dataset.skip(index).take(count))
+
     try:
-        found = {int(index): record for index, record in kept}
-        if shard.records and shard.records - 1 not in found:
-            return f"{path}: {short_file(shard, int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)))}"
+        if shard.records:
+            tail = records_from(shard.records - 1, 2)
+            if not tail:
+                dataset = tf.data.TFRecordDataset(path, compression_type=manifest.compression_type)
+                return f"{path}: {short_file(shard, int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)))}"
+            if len(tail) > 1:
+                return f"{path}: holds more than the {shard.records} records the manifest lists (records)"
+        for stream in sorted(shard.streams, key=lambda s: s.first_record_index_in_file):
+            if stream.records:
+                (record,) = records_from(stream.first_record_index_in_file, 1)
+                problem = first_record_problem(record, stream, manifest)
+                if problem:
+                    return (f"{path}: record {stream.first_record_index_in_file}, the first of stream "
+                            f"{stream.stream_id}: {problem}")
     except tf.errors.OpError as error:
         return f"{path}: cannot be read ({error_text(error)})"
-    if shard.records in found:
-        return f"{path}: holds more than the {shard.records} records the manifest lists (records)"
-    for index in sorted(starts):
-        problem = first_record_problem(found[index], starts[index], manifest)
-        if problem:
-            return f"{path}: record {index}, the first of stream {starts[index].stream_id}: {problem}"
     return None
 
 

@@ -233,15 +233,24 @@ def test_tiny_model_loss_falls_within_a_few_hundred_steps(tiny_data_dir, tmp_pat
     assert last < first - 1.5, (first, last)
 
 
-def flip_a_byte_in_every_record(path: Path) -> None:
-    """Corrupts the data of every record of a TFRecord file (the CRCs no longer match; the size stays)."""
+def flip_a_byte_in_every_record(path: Path, keep: frozenset[int] = frozenset()) -> None:
+    """Corrupts the data of every record of a TFRecord file but those numbered in ``keep`` (the CRCs no
+    longer match; the size stays)."""
     data = bytearray(path.read_bytes())
-    offset = 0
+    offset, index = 0, 0
     while offset < len(data):
         length = int.from_bytes(data[offset:offset + 8], "little")
-        data[offset + 12 + length // 2] ^= 0xFF  # header: length (8) + its CRC (4); then the data
-        offset += 12 + length + 4
+        if index not in keep:
+            data[offset + 12 + length // 2] ^= 0xFF  # header: length (8) + its CRC (4); then the data
+        offset, index = offset + 12 + length + 4, index + 1
     path.write_bytes(bytes(data))
+
+
+def read_at_start_up(data: Path, name: str) -> frozenset[int]:
+    """The records of shard ``name`` the start-up check reads: each stream's first and the last."""
+    (shard,) = [shard for split in load_manifest(str(data)).splits.values() for shard in split.shards
+                if shard.file == name]
+    return frozenset([stream.first_record_index_in_file for stream in shard.streams] + [shard.records - 1])
 
 
 def test_a_damaged_shard_met_mid_run_stops_with_status_3_naming_it_and_keeps_the_checkpoints(
@@ -251,14 +260,14 @@ def test_a_damaged_shard_met_mid_run_stops_with_status_3_naming_it_and_keeps_the
     data, model_dir = tmp_path / "data", tmp_path / "model"
     shutil.copytree(tiny_data_dir, data)
     assert xlnet_cli.main(train_command(data, model_dir, "train_steps=2", "checkpoint_every=2", "eval_every=0")) == 0
-    for shard in sorted(data.glob("train-*.tfrecord")):
-        flip_a_byte_in_every_record(shard)
+    for shard in sorted(data.glob("train-*.tfrecord")):  # past the records the start-up check reads
+        flip_a_byte_in_every_record(shard, keep=read_at_start_up(data, shard.name))
     capsys.readouterr()
     code = xlnet_cli.main(train_command(data, model_dir, "train_steps=6", "checkpoint_every=2", "eval_every=0"))
     err = capsys.readouterr().err
     assert code == 3 and "Traceback" not in err
     assert "the training input could not be read after step 2" in err
-    assert f"DAMAGED {data / 'train-00000-of-00004.tfrecord'}" in err and "record 0" in err
+    assert f"DAMAGED {data / 'train-00000-of-00004.tfrecord'}" in err and "first bad record 1:" in err
     assert f"xlnet inspect {data} --verify" in err and "latest: " in err and "ckpt-2" in err
     assert ModelDirectory(model_dir).latest_checkpoint().endswith("ckpt-2")
     assert sorted(ModelDirectory(model_dir).step_losses()) == [1, 2]
