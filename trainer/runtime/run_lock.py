@@ -179,11 +179,11 @@ class RunLock:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):
-            if not self._is_ours():
-                self.log(f"warning: {self.path} is no longer this run's lock")
-                return
-            self.record["heartbeat"] = time.time()
             try:
+                if not self._is_ours():
+                    self.log(f"warning: {self.path} is no longer this run's lock")
+                    return
+                self.record["heartbeat"] = time.time()
                 write_json(self.path, self.record)
             except (StorageError, StorageUnreachableError) as error:  # tried again at the next beat
                 self.log(f"warning: the heartbeat of {self.path} could not be written: {error}")
