@@ -225,7 +225,7 @@ class WriteShard(beam.DoFn):
                                     compression_type=compression) as handle:
                 streams, totals = self._write_streams(handle, split, shard, by_stream)
         except OSError as error:  # a full disk, a read-only output: one sentence in the launcher
-            failure = OutputWriteError(path, error)
+            failure = OutputWriteError.of(path, error)
             if not failure.lasting:
                 raise failure from error
             self._write_errors.add(failure.text())

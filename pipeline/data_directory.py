@@ -35,14 +35,20 @@ class OutputFullError(DataError):
     """The disk (or quota) holding --output filled up during the run (exit status 3)."""
 
 
-class OutputWriteError(Exception):
+class OutputWriteError(DataError):
     """A worker could not write a file of the run. Its text has one fixed form, because from a
     worker process it reaches the launcher only as text (a Beam metric, or inside Beam's error):
-    ``found_write_error`` finds it there and ``output_error`` turns it into one sentence."""
+    ``found_write_error`` finds it there and ``output_error`` turns it into one sentence. Made by
+    ``of``; the constructor takes the text alone, as Beam re-creates an error from its args."""
 
-    def __init__(self, path: str, error: OSError):
-        self.path, self.errno = path, error.errno or 0
-        super().__init__(f"cannot write {path} (errno {self.errno}: {error.strerror or error})")
+    def __init__(self, message: str, number: int = 0):
+        super().__init__(message)
+        self.errno = number
+
+    @classmethod
+    def of(cls, path: str, error: OSError) -> "OutputWriteError":
+        number = error.errno or 0
+        return cls(f"cannot write {path} (errno {number}: {error.strerror or error})", number)
 
     @property
     def lasting(self) -> bool:
@@ -181,7 +187,7 @@ def save_manifest(manifest: Manifest, directory: str) -> str:
         with FileSystems.create(scratch, mime_type="application/json") as handle:
             handle.write(manifest.to_json().encode("utf-8"))
     except OSError as error:
-        raise OutputWriteError(scratch, error) from error
+        raise OutputWriteError.of(scratch, error) from error
     if FileSystems.exists(target):
         FileSystems.delete([target])
     FileSystems.rename([scratch], [target])
