@@ -77,6 +77,28 @@ def load_release_weights(network: XLNetNetwork, checkpoint: str) -> Optional[XLN
     return head
 
 
+def check_release_layers(n_layer: int, checkpoint: str, config_path: str) -> None:
+    """Before a network is built: --config's n_layer must not exceed the layers the checkpoint
+    holds (its index alone is read), or building it would run for minutes before a weight is read.
+    CheckpointImportError names the file and the field; a checkpoint that cannot be read is left
+    to the weights' reading, which names it."""
+    import re
+
+    import tensorflow as tf
+
+    from trainer.conversion.tf1_checkpoint import CheckpointImportError
+
+    try:
+        names = [name for name, _ in tf.train.list_variables(checkpoint)]
+    except (tf.errors.OpError, ValueError):
+        return
+    layers = {int(match[1]) for name in names if (match := re.match(r"model/transformer/layer_(\d+)/", name))}
+    if n_layer > len(layers):
+        held = f"{len(layers)} layers (model/transformer/layer_0 to layer_{len(layers) - 1})" if layers else "no layer"
+        raise CheckpointImportError(f"--config {config_path}: n_layer {n_layer}, but checkpoint {checkpoint} holds "
+                                    f"{held}; correct n_layer")
+
+
 def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output: str, **overrides) -> str:
     """Converts the release and writes the model directory (local or gs://), a fine-tuned squad
     one when the checkpoint holds run_squad.py's head; returns the checkpoint written. Nothing is
@@ -93,6 +115,7 @@ def import_to_model_dir(checkpoint: str, config_path: str, spm_path: str, output
     if vocab.vocab_size != config.vocab_size:
         raise CheckpointImportError(f"--spm {spm_path} has {vocab.vocab_size} pieces but --config {config_path} "
                                     f"has n_token {config.vocab_size}: they are not from the same release")
+    check_release_layers(config.n_layer, checkpoint, config_path)
     network = build_network(config)
     head = load_release_weights(network, checkpoint)
     with writing_output(output):

@@ -134,3 +134,16 @@ def test_import_command_reads_the_release_from_and_writes_the_model_directory_to
     tf.train.Checkpoint(model=restored).restore(tf.train.latest_checkpoint(posixpath.join(output, "checkpoints"))) \
         .assert_existing_objects_matched()
     np.testing.assert_array_equal(restored.attention_biases.seg_embed.numpy(), weights["model/transformer/seg_embed"])
+
+
+def test_import_command_refuses_more_layers_in_the_config_than_the_checkpoint_holds_before_building(
+        tmp_path, release, spm_model, capsys):
+    prefix, _, weights = release
+    _, config_path = write_release(tmp_path, weights, dict(RELEASE_CONFIG, n_layer=100000))
+    status = xlnet_cli.main(["import-checkpoint", "--checkpoint", prefix, "--config", config_path, "--spm", spm_model,
+                             "--output", str(tmp_path / "model")])
+    assert status == 2
+    assert capsys.readouterr().err == (f"xlnet import-checkpoint: error: --config {config_path}: n_layer 100000, but "
+                                       f"checkpoint {prefix} holds 2 layers (model/transformer/layer_0 to layer_1); "
+                                       "correct n_layer\n")
+    assert not (tmp_path / "model").exists()
