@@ -188,9 +188,9 @@ def set_aside(directory: str, prefix: str) -> str:
     """Moves the files of checkpoint ``prefix`` (a checkpoint directly in ``directory``) to
     ``damaged/`` and returns their new prefix there: ``damaged/ckpt-N``, or ``damaged/ckpt-N_2``,
     ``_3``... when a checkpoint of that name was set aside before. Nothing is overwritten."""
-    prefix = resolve(directory, posixpath.basename(prefix)) if posixpath.dirname(prefix) else prefix
-    if _absolute(posixpath.dirname(prefix)) != _absolute(directory):
+    if posixpath.dirname(prefix) and _absolute(posixpath.dirname(prefix)) != _absolute(directory):
         raise CheckpointNameError(f"checkpoint {prefix} is not inside {directory}; nothing was moved")
+    prefix = posixpath.join(directory, posixpath.basename(prefix))
     name = posixpath.basename(prefix)
     damaged = damaged_directory(directory)
     tf.io.gfile.makedirs(damaged)

@@ -286,3 +286,17 @@ def test_a_full_disk_during_a_save_stops_with_status_3_and_leaves_a_resumable_ru
     assert train(small_data_dir, model_dir, 4) == 0
     assert [row["step"] for row in directory.step_rows()] == [1, 2, 3, 4]
     assert directory.latest_checkpoint().endswith("ckpt-4")
+
+
+def test_a_checkpoint_outside_the_directory_is_never_set_aside(tmp_path):
+    checkpoints = Checkpoints(str(tmp_path / "model"))
+    checkpoints.save(2)
+    victim = Checkpoints(str(tmp_path / "victim"))
+    victim.save(2)
+    outside = posixpath.join(victim.directory.checkpoints, "ckpt-2")
+    with pytest.raises(CheckpointNameError, match="is not inside"):
+        checkpoint_history.set_aside(checkpoints.directory.checkpoints, outside)
+    assert sorted(os.listdir(victim.directory.checkpoints)) == ["checkpoint", "ckpt-2.data-00000-of-00001",
+                                                                "ckpt-2.index"]
+    assert sorted(os.listdir(checkpoints.directory.checkpoints)) == ["checkpoint", "ckpt-2.data-00000-of-00001",
+                                                                     "ckpt-2.index"]
