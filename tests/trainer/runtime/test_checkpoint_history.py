@@ -300,3 +300,15 @@ def test_a_checkpoint_outside_the_directory_is_never_set_aside(tmp_path):
                                                                 "ckpt-2.index"]
     assert sorted(os.listdir(checkpoints.directory.checkpoints)) == ["checkpoint", "ckpt-2.data-00000-of-00001",
                                                                      "ckpt-2.index"]
+
+
+def test_export_reads_no_checkpoint_named_outside_the_directory(tmp_path):
+    from trainer.runtime.restore import checkpoint_to_read
+
+    checkpoints = Checkpoints(str(tmp_path / "model"))
+    checkpoints.save(2)
+    victim = Checkpoints(str(tmp_path / "victim"))
+    victim.save(7)
+    tf.compat.v1.train.update_checkpoint_state(checkpoints.directory.checkpoints, "../../victim/checkpoints/ckpt-7")
+    with pytest.raises(CheckpointNameError, match="'../../victim/checkpoints/ckpt-7', which is not inside"):
+        checkpoint_to_read(checkpoints.directory)
