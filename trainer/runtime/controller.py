@@ -161,6 +161,10 @@ class Controller:
                 f"{damaged}; start again in a new --model-dir or put a readable checkpoint back in "
                 f"{self.work_dir.checkpoints}")
         self.manager = self._checkpoint_manager()
+        dropped = self.work_dir.forget_steps_after(0)  # a run killed before its first checkpoint
+        if dropped:
+            self.warn(f"warning: no checkpoint under {self.work_dir.checkpoints}: starting at step 1, the {dropped} "
+                      f"steps {self.work_dir.step_log} holds from a run that saved none will be logged again")
         if init_checkpoint:
             source = ModelDirectory(init_checkpoint)
             latest = source.latest_checkpoint()

@@ -312,3 +312,13 @@ def test_export_reads_no_checkpoint_named_outside_the_directory(tmp_path):
     tf.compat.v1.train.update_checkpoint_state(checkpoints.directory.checkpoints, "../../victim/checkpoints/ckpt-7")
     with pytest.raises(CheckpointNameError, match="'../../victim/checkpoints/ckpt-7', which is not inside"):
         checkpoint_to_read(checkpoints.directory)
+
+
+def test_a_run_killed_before_its_first_checkpoint_is_logged_once_when_started_again(small_data_dir, tmp_path,
+                                                                                    capsys):
+    directory = ModelDirectory(str(tmp_path / "model"))
+    (tmp_path / "model").mkdir()
+    directory.append_steps({"step": step, "loss": 7.0, "grad_norm": 1.0} for step in (1, 2, 3))  # what it logged
+    assert train(small_data_dir, directory.path, 2) == 0
+    assert [row["step"] for row in directory.step_rows()] == [1, 2]
+    assert "the 3 steps " in capsys.readouterr().err
