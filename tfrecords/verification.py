@@ -2,12 +2,12 @@
 
 Two depths:
 
-* ``check_shard_files``: cheap. Every shard the manifest lists exists and, where the manifest
-  records ``bytes``, has that size; then the first record of every stream is parsed (one record per
-  stream: a shard is read through once, only those records are parsed) against the manifest's
-  ``seq_len``, ``reuse_len`` and stream layout, and the shard's record count is checked, so a
-  manifest that does not describe its records is refused before training. `xlnet train` runs it
-  at start-up.
+* ``check_shard_files`` and ``check_stream_starts``: cheap, run by `xlnet train` at start-up.
+  Every shard the manifest lists exists and, where the manifest records ``bytes``, has that size
+  (no record read); then one record per stream is read (the records between are skipped by their
+  length headers) and parsed against the manifest's ``seq_len``, ``reuse_len`` and stream layout,
+  and each shard must end after the records the manifest lists, so a manifest that does not
+  describe its records is refused before training.
 * ``verify_data_directory``: every record of every shard of every split is read back, files in
   parallel (one thread per file; TensorFlow releases the GIL while it reads and parses), and
   checked: TFRecord framing and CRCs, each record parsing as a record of the manifest's
@@ -97,19 +97,32 @@ class VerificationReport:
 # ------------------------------------------------------------------------------ the cheap check
 def check_shard_files(manifest: Manifest, threads: int = DEFAULT_THREADS) -> bool:
     """Raises DamagedDataError when a listed shard is missing or, where the manifest records its
-    size, has another size; then when a shard's records do not match the manifest (its count, or the
-    first record of a stream: see :func:`stream_start_problem`). Returns whether sizes were checked
-    (an older manifest records none)."""
+    size, has another size. Reads no record and runs no TensorFlow op (:func:`check_stream_starts`
+    reads one per stream). Returns whether sizes were checked (an older manifest records none)."""
     shards = [shard for split in manifest.splits.values() for shard in split.shards]
     with ThreadPoolExecutor(max(1, min(threads, len(shards)))) as pool:
         problems = [problem for problem in pool.map(lambda s: _file_problem(manifest, s), shards) if problem]
-        if not problems:
-            problems = [problem for problem in pool.map(lambda s: stream_start_problem(manifest, s), shards)
-                        if problem]
     if problems:
-        raise DamagedDataError(f"damaged data in {manifest.directory}: " + "; ".join(problems)
-                               + f"; run `xlnet inspect {manifest.directory} --verify` to check every record")
+        raise damaged(manifest, problems)
     return any(shard.bytes is not None for shard in shards)
+
+
+def check_stream_starts(manifest: Manifest, threads: int = DEFAULT_THREADS) -> None:
+    """Raises DamagedDataError when a shard's records do not match the manifest: its record count, or
+    the first record of one of its streams (see :func:`stream_start_problem`). Reads one record per
+    stream through tf.data, so it runs TensorFlow ops: `xlnet train` runs it once its strategy is
+    made (a deterministic or multi-worker run must configure TensorFlow before its first op)."""
+    shards = [shard for split in manifest.splits.values() for shard in split.shards]
+    with ThreadPoolExecutor(max(1, min(threads, len(shards)))) as pool:
+        problems = [problem for problem in pool.map(lambda s: stream_start_problem(manifest, s), shards) if problem]
+    if problems:
+        raise damaged(manifest, problems)
+
+
+def damaged(manifest: Manifest, problems: list[str]) -> DamagedDataError:
+    """The error naming every damaged shard of ``manifest`` and how to check the rest."""
+    return DamagedDataError(f"damaged data in {manifest.directory}: " + "; ".join(problems)
+                            + f"; run `xlnet inspect {manifest.directory} --verify` to check every record")
 
 
 def stream_start_problem(manifest: Manifest, shard: ShardEntry) -> str | None:

@@ -1,5 +1,5 @@
 """A manifest that does not describe its records is found before training (tfrecords/verification.py
-check_shard_files: the first record of every stream parsed, the record count checked), and a stream
+check_stream_starts: the first record of every stream parsed, the record count checked), and a stream
 that ends early mid-run stops the reader naming the shard and the stream (tfrecords/reader.py,
 tfrecords/mixture.py), instead of a ParseExample traceback or a silently short epoch.
 
@@ -19,7 +19,7 @@ from tfrecords.errors import DataError, exit_code
 from tfrecords.manifest import load_manifest
 from tfrecords.mixture import MixtureReader, MixtureSource
 from tfrecords.reader import StreamReader, stream_ended_early
-from tfrecords.verification import DamagedDataError, check_shard_files
+from tfrecords.verification import DamagedDataError, check_shard_files, check_stream_starts
 
 TRAIN_0 = "train-00000-of-00002.tfrecord"
 
@@ -43,7 +43,7 @@ def promise_ten_more_records_of_stream_6(manifest) -> None:
 
 def start_up_refusal(directory: Path) -> str:
     with pytest.raises(DamagedDataError) as error:
-        check_shard_files(load_manifest(str(directory)))
+        check_stream_starts(load_manifest(str(directory)))
     assert exit_code(error.value) == 3
     return str(error.value)
 
@@ -91,8 +91,9 @@ def test_a_stream_listed_where_another_stream_starts_is_refused_at_start_up(data
             "stream layout puts stream_id 2, stream_pos 0 there") in start_up_refusal(data)
 
 
-def test_an_intact_directory_passes_the_start_up_check(data):
-    assert check_shard_files(load_manifest(str(data))) is True
+def test_an_intact_directory_passes_the_start_up_checks(data):
+    manifest = load_manifest(str(data))
+    assert check_shard_files(manifest) is True and check_stream_starts(manifest) is None
 
 
 def first_error(dataset: tf.data.Dataset, limit: int) -> tuple[int, tf.errors.OpError | None]:

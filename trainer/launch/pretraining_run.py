@@ -140,6 +140,7 @@ def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = N
     resolved = resolve_pretraining(run)
     model, manifest = resolved.model, resolved.manifests[0]
     strategy = start_run(resolved.train, run.strategy, run.tpu, strategy)
+    _check_stream_starts(resolved)
     train = fit_to_device("xlnet train", model, resolved.train, strategy, run.device_memory, log)
     after_first_save = None
     if is_chief(strategy):
@@ -153,17 +154,27 @@ def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = N
 
 
 def _check_shard_files(manifest, data: str) -> None:
-    """Every shard the manifest lists is there with its recorded size and record count, and the first
-    record of every stream is what the manifest says (seq_len, reuse_len, stream layout), before
-    anything is built: a truncated shard or a manifest that does not describe its records would
-    otherwise surface only when the reader reaches it, hours in. Raises DamagedDataError; one record
-    per stream is parsed (`xlnet inspect --verify` checks them all)."""
+    """Every shard the manifest lists is there with its recorded size, before anything is built: a
+    truncated or missing shard would otherwise surface only when the reader reaches it, hours in.
+    Raises DamagedDataError; no record is read (`xlnet inspect --verify` reads them all)."""
     from tfrecords.verification import check_shard_files
 
     if not check_shard_files(manifest):
         print(f"xlnet train: note: {data}'s manifest records no shard sizes (written before they were "
               f"recorded): only checked that every shard exists; `xlnet inspect {data} --verify` checks every "
               "record", file=sys.stderr, flush=True)
+
+
+def _check_stream_starts(resolved: ResolvedPretraining) -> None:
+    """Every shard holds the records its manifest lists, and the first record of every stream is what
+    the manifest says (seq_len, reuse_len, stream layout), before the model directory is written: a
+    manifest that does not describe its records would otherwise fail in the reader's parsing, or end a
+    stream early, mid-run. Raises DamagedDataError. Reads one record per stream with TensorFlow, so it
+    runs after start_run (which must configure TensorFlow before its first op)."""
+    from tfrecords.verification import check_stream_starts
+
+    for manifest in resolved.manifests + resolved.eval_manifests:
+        check_stream_starts(manifest)
 
 
 def _prepare_model_dir(model_dir, model, train, special_ids: dict, vocab_path: str, uncased: bool,
