@@ -19,8 +19,12 @@ $(STAMP): setup.py
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadgroup tests
 
+# The slow tests (training runs, benchmark smoke tests, measured memory) on two processes as well;
+# CI runs them after the default suite so that none rots unseen.
+# SLOW_EXCLUDE: pytest options leaving out slow tests known to fail, named where it is set (.ci/run).
+SLOW_EXCLUDE ?=
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow tests
+	$(PY) -m pytest -q -m slow -n 2 --dist loadgroup tests $(SLOW_EXCLUDE)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q tests
