@@ -301,8 +301,17 @@ class Controller:
         return losses.stack(), {name: array.stack() for name, array in metrics.items()}, norms.stack()
 
     def evaluate(self) -> dict[str, float]:
-        """The task's evaluation metrics at the current weights."""
-        return self.task.evaluate(self)
+        """The task's evaluation metrics at the current weights. An evaluation input that cannot be
+        read (a damaged or vanished file, a stream shorter than its manifest says) stops the run as
+        the training input's does: a TrainingDataError (exit 3), the checkpoints kept."""
+        try:
+            return self.task.evaluate(self)
+        except (tf.errors.DataLossError, tf.errors.NotFoundError) as error:
+            raise TrainingDataError(self._evaluation_input_error(error)) from None
+        except tf.errors.InvalidArgumentError as error:
+            if not stream_ended_early(error):  # the reader's report of a short stream, else a bug
+                raise
+            raise TrainingDataError(self._evaluation_input_error(error)) from None
 
     def train(self, evaluate_at_end: bool = False) -> TrainResult:
         """Trains to ``train_steps``; checkpoints every ``checkpoint_every`` steps and at exit,
@@ -400,6 +409,13 @@ class Controller:
         kept = self.manager.latest_checkpoint or "no checkpoint yet"
         return (f"the training input could not be read after step {step}: {where}. Training stopped; the "
                 f"checkpoints so far are kept (latest: {kept})")
+
+    def _evaluation_input_error(self, error: tf.errors.OpError) -> str:
+        """What to tell when the evaluation input cannot be read: what TensorFlow said, and what is kept."""
+        kept = self.manager.latest_checkpoint or "no checkpoint yet"
+        return (f"the evaluation input could not be read at step {int(self.step.numpy())} ({error_text(error)}); "
+                f"`xlnet inspect DATA_DIR --verify` on the evaluation data names the damaged file. Training "
+                f"stopped; the checkpoints so far are kept (latest: {kept})")
 
     def _guard_finite(self, step: int, losses: np.ndarray) -> None:
         bad = np.flatnonzero(~np.isfinite(losses))

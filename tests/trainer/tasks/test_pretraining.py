@@ -273,6 +273,25 @@ def test_a_damaged_shard_met_mid_run_stops_with_status_3_naming_it_and_keeps_the
     assert sorted(ModelDirectory(model_dir).step_losses()) == [1, 2]
 
 
+@pytest.mark.slow  # 20 s: a second run of the damaged-shard case above, on the valid split
+def test_a_damaged_evaluation_shard_met_mid_run_stops_with_status_3_and_keeps_the_checkpoints(
+        tiny_data_dir, tmp_path, capsys):
+    import shutil
+
+    data, model_dir = tmp_path / "data", tmp_path / "model"
+    shutil.copytree(tiny_data_dir, data)
+    assert xlnet_cli.main(train_command(data, model_dir, "train_steps=2", "checkpoint_every=2", "eval_every=0")) == 0
+    for shard in sorted(data.glob("valid-*.tfrecord")):  # past the records the start-up check reads
+        flip_a_byte_in_every_record(shard, keep=read_at_start_up(data, shard.name))
+    capsys.readouterr()
+    code = xlnet_cli.main(train_command(data, model_dir, "train_steps=4", "checkpoint_every=2", "eval_every=4"))
+    err = capsys.readouterr().err
+    assert code == 3 and "Traceback" not in err, err[-3000:]
+    assert "the evaluation input could not be read at step 4 (" in err and "--verify" in err
+    assert "latest: " in err and "ckpt-4" in err
+    assert ModelDirectory(model_dir).latest_checkpoint().endswith("ckpt-4")
+
+
 def test_the_first_progress_line_comes_after_the_first_step_with_its_compile_time(tiny_data_dir, tmp_path):
     model, train = small_configs("train_steps=4", "steps_per_loop=4", "checkpoint_every=4", "eval_every=0")
     lines = []
