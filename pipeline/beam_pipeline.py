@@ -49,13 +49,14 @@ from apache_beam.metrics import Metrics
 
 from pipeline.corpus import CorpusError, InputFile, read_documents
 from pipeline.data_directory import OutputWriteError, save_manifest, shard_sizes
-from pipeline.output_lock import describe, read_lock
+from pipeline.output_lock import read_lock
 from pipeline.preprocess_config import PreprocessConfig
 from pipeline.records import RecordBuilder
 from pipeline.streams import (TokenizedDocument, concatenate_stream, place_document, reverse_stream,
                               shard_of_stream, stream_rng, streams_of_shard)
 from pipeline.vocab import Vocab, load_vocab
 from tfrecords.example_codec import encode_batch
+from tfrecords.lock_owner import describe
 from tfrecords.manifest import MANIFEST_NAME, SPLITS, Manifest, ShardEntry, SplitEntry, StreamEntry
 from tfrecords.text_normalization import normalize_text
 

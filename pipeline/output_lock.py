@@ -21,7 +21,6 @@ directory's entries, and a finished run removes it.
 """
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -34,6 +33,7 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 
 from tfrecords.errors import UsageError
+from tfrecords.lock_owner import describe, process_alive
 
 LOCK_NAME = ".preprocess.lock"
 HEARTBEAT_SECONDS = 30.0
@@ -208,27 +208,3 @@ def _same_file(fd: int, path: str) -> bool:
         return os.fstat(fd).st_ino == os.stat(path).st_ino
     except FileNotFoundError:
         return False
-
-
-def describe(owner: dict[str, Any] | None) -> str:
-    """The owner of a lock, as a message names it."""
-    if owner is None:
-        return "owner unknown"
-    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(owner.get("started", 0) or 0)))
-    return f"host {owner.get('host')}, pid {owner.get('pid')}, started {started}"
-
-
-def process_alive(pid: Any) -> bool:
-    """Whether process ``pid`` exists on this host (signal 0 checks without signalling)."""
-    try:
-        pid = int(pid)
-        if pid <= 0:
-            return False
-        os.kill(pid, 0)
-    except (ProcessLookupError, ValueError, TypeError):
-        return False
-    except PermissionError:
-        return True
-    except OSError as error:
-        return error.errno != errno.ESRCH
-    return True

@@ -33,7 +33,6 @@ How strong it is depends on the filesystem:
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import threading
@@ -43,9 +42,9 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
+from tfrecords.lock_owner import describe, owner_time, process_alive
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
-from trainer.runtime.storage import (StorageError, StorageUnreachableError, failures_named, read_json,
-                                     write_json)
+from trainer.runtime.storage import StorageError, StorageUnreachableError, failures_named, read_json, write_json
 
 HEARTBEAT_SECONDS = 30.0
 STALE_SECONDS = 600.0  # 20 missed heartbeats: the owner is gone
@@ -154,7 +153,7 @@ class RunLock:
         file's modification time; RunLockError when that is far in the future too."""
         if owner is not None and owner.get("host") == self.record["host"] and not process_alive(owner.get("pid")):
             return f"no process {owner.get('pid')} on this host"
-        heartbeat = _seconds(owner, "heartbeat")
+        heartbeat = owner_time(owner, "heartbeat")
         now = time.time()
         if heartbeat is not None and heartbeat <= now:
             age = now - heartbeat
@@ -187,45 +186,3 @@ class RunLock:
                 write_json(self.path, self.record)
             except (StorageError, StorageUnreachableError) as error:  # tried again at the next beat
                 self.log(f"warning: the heartbeat of {self.path} could not be written: {error}")
-
-
-def describe(owner: dict[str, Any] | None) -> str:
-    """The owner of a lock, as a message names it."""
-    if owner is None:
-        return "unknown owner (the lock file is empty or cannot be read: being written, or cut short)"
-    started, heartbeat = _seconds(owner, "started"), _seconds(owner, "heartbeat")
-    try:
-        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)) if started is not None else "unknown"
-    except (OverflowError, OSError, ValueError):
-        since = "unknown"
-    if heartbeat is None:
-        beat = "no heartbeat recorded"
-    elif heartbeat > time.time():
-        beat = f"last heartbeat {heartbeat - time.time():.0f}s in the future (a clock set wrong)"
-    else:
-        beat = f"last heartbeat {time.time() - heartbeat:.0f}s ago"
-    return f"host {owner.get('host')}, pid {owner.get('pid')}, started {since}, {beat}"
-
-
-def _seconds(owner: dict[str, Any] | None, field: str) -> float | None:
-    """A time field of a lock (seconds since the epoch), or None when it is absent or not a finite number."""
-    try:
-        value = float(owner[field]) if owner is not None else None
-    except (KeyError, TypeError, ValueError):
-        return None
-    return value if value is not None and math.isfinite(value) else None
-
-
-def process_alive(pid: Any) -> bool:
-    """Whether process ``pid`` exists on this host (signal 0 checks without signalling); not a
-    positive integer: False (0 and below would address process groups)."""
-    try:
-        pid = int(pid)
-        if pid <= 0:
-            return False
-        os.kill(pid, 0)
-    except (ProcessLookupError, ValueError, TypeError):
-        return False
-    except PermissionError:
-        return True  # exists, owned by another user
-    return True
