@@ -148,6 +148,7 @@ def test_a_run_never_starts_over_while_a_readable_checkpoint_is_on_disk(small_da
                                for suffix in (".data-00000-of-00001", ".index")]  # the first ckpt-6 kept
 
 
+@pytest.mark.slow  # two training runs (14 s); the state rebuild itself is unit-tested above
 def test_without_its_state_file_a_run_resumes_from_the_newest_checkpoint_present(small_data_dir, tmp_path,
                                                                                  capsys):
     model_dir = str(tmp_path / "model")
@@ -162,6 +163,7 @@ def test_without_its_state_file_a_run_resumes_from_the_newest_checkpoint_present
     assert listed(directory) == ["ckpt-2", "ckpt-4", "ckpt-6"]
 
 
+@pytest.mark.slow  # training runs (8-16 s)
 def test_a_directory_whose_every_checkpoint_was_set_aside_does_not_start_over(small_data_dir, tmp_path, capsys):
     model_dir = str(tmp_path / "model")
     directory = ModelDirectory(model_dir)
@@ -314,6 +316,7 @@ def test_export_reads_no_checkpoint_named_outside_the_directory(tmp_path):
         checkpoint_to_read(checkpoints.directory)
 
 
+@pytest.mark.slow  # a killed and a resumed run (7-17 s)
 def test_a_run_killed_before_its_first_checkpoint_is_logged_once_when_started_again(small_data_dir, tmp_path,
                                                                                     capsys):
     directory = ModelDirectory(str(tmp_path / "model"))
