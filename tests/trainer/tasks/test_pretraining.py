@@ -253,18 +253,26 @@ def read_at_start_up(data: Path, name: str) -> frozenset[int]:
     return frozenset([stream.first_record_index_in_file for stream in shard.streams] + [shard.records - 1])
 
 
-def test_a_damaged_shard_met_mid_run_stops_with_status_3_naming_it_and_keeps_the_checkpoints(
-        tiny_data_dir, tmp_path, capsys):
+def run_after_damage(tiny_data_dir, tmp_path: Path, capsys, split: str, *overrides: str) -> tuple[int, str, Path, Path]:
+    """Trains 2 steps (ckpt-2) on a copy of the data, damages every record of ``split``'s shards past
+    those the start-up check reads, then runs ``xlnet train`` again with ``overrides``; returns its
+    exit status, its standard error, the data and the model directory."""
     import shutil
 
     data, model_dir = tmp_path / "data", tmp_path / "model"
     shutil.copytree(tiny_data_dir, data)
     assert xlnet_cli.main(train_command(data, model_dir, "train_steps=2", "checkpoint_every=2", "eval_every=0")) == 0
-    for shard in sorted(data.glob("train-*.tfrecord")):  # past the records the start-up check reads
+    for shard in sorted(data.glob(f"{split}-*.tfrecord")):
         flip_a_byte_in_every_record(shard, keep=read_at_start_up(data, shard.name))
     capsys.readouterr()
-    code = xlnet_cli.main(train_command(data, model_dir, "train_steps=6", "checkpoint_every=2", "eval_every=0"))
-    err = capsys.readouterr().err
+    code = xlnet_cli.main(train_command(data, model_dir, "checkpoint_every=2", *overrides))
+    return code, capsys.readouterr().err, data, model_dir
+
+
+def test_a_damaged_shard_met_mid_run_stops_with_status_3_naming_it_and_keeps_the_checkpoints(
+        tiny_data_dir, tmp_path, capsys):
+    code, err, data, model_dir = run_after_damage(tiny_data_dir, tmp_path, capsys, "train", "train_steps=6",
+                                                  "eval_every=0")
     assert code == 3 and "Traceback" not in err
     assert "the training input could not be read after step 2" in err
     assert f"DAMAGED {data / 'train-00000-of-00004.tfrecord'}" in err and "first bad record 1:" in err
@@ -276,16 +284,8 @@ def test_a_damaged_shard_met_mid_run_stops_with_status_3_naming_it_and_keeps_the
 @pytest.mark.slow  # 20 s: a second run of the damaged-shard case above, on the valid split
 def test_a_damaged_evaluation_shard_met_mid_run_stops_with_status_3_and_keeps_the_checkpoints(
         tiny_data_dir, tmp_path, capsys):
-    import shutil
-
-    data, model_dir = tmp_path / "data", tmp_path / "model"
-    shutil.copytree(tiny_data_dir, data)
-    assert xlnet_cli.main(train_command(data, model_dir, "train_steps=2", "checkpoint_every=2", "eval_every=0")) == 0
-    for shard in sorted(data.glob("valid-*.tfrecord")):  # past the records the start-up check reads
-        flip_a_byte_in_every_record(shard, keep=read_at_start_up(data, shard.name))
-    capsys.readouterr()
-    code = xlnet_cli.main(train_command(data, model_dir, "train_steps=4", "checkpoint_every=2", "eval_every=4"))
-    err = capsys.readouterr().err
+    code, err, _, model_dir = run_after_damage(tiny_data_dir, tmp_path, capsys, "valid", "train_steps=4",
+                                               "eval_every=4")
     assert code == 3 and "Traceback" not in err, err[-3000:]
     assert "the evaluation input could not be read at step 4 (" in err and "--verify" in err
     assert "latest: " in err and "ckpt-4" in err
