@@ -100,7 +100,7 @@ def resolve_pretraining(run: PretrainingRun) -> ResolvedPretraining:
     check_distinct(data)
     check_distinct(data + eval_data, "--eval-data")
     weights = parse_weights(run.mixture_weights, len(data))
-    with failures_named(data[0] if len(data) == 1 else ", ".join(data), "read", "--data"):
+    with failures_named(", ".join(data), "read", "--data"):
         manifests = [load_manifest(each) for each in data]
     with failures_named(", ".join(eval_data), "read", "--eval-data"):
         eval_manifests = [load_manifest(each) for each in eval_data]
