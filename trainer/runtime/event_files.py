@@ -6,15 +6,81 @@ per process. Reading them back serves the tests and the benchmarks (ModelDirecto
 resumed run rewrites them without the events of the steps it will log again
 (ModelDirectory.forget_steps_after), so that the curves do not double. Every path goes through
 tf.io.gfile (local or gs://).
+
+A run's logs written on a full disk (its step log, its TensorBoard events) stop the run with one
+sentence naming the file and what to do (:func:`full_disk_stops_the_run`, a
+:class:`LogWriteError`, exit status 3), and an append cut short by the full disk is cut back
+(:func:`append_text`), so that the same command resumes from the last checkpoint once space is
+freed and logs each step once.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import posixpath
-from typing import Iterator
+import re
+from typing import Callable, Iterator
 
 import tensorflow as tf
 
+from tfrecords.errors import DataError
+
 EVENT_FILES = "events.out.tfevents.*"
+
+# How TensorFlow's filesystems tell a full disk or an exhausted quota (ENOSPC, EDQUOT): a
+# ResourceExhaustedError "<path>; No space left on device". The kind alone is not enough: an
+# allocator out of memory raises a ResourceExhaustedError too.
+_FULL = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT))
+_FULL_PATH = re.compile(r"(\S+); (?:" + "|".join(map(re.escape, _FULL)) + ")")
+
+
+class LogWriteError(DataError):
+    """A run's log (its step log, its TensorBoard events) could not be written for want of space;
+    the message names the file and what to do. The run stops (exit status 3); its checkpoints are kept."""
+
+
+def is_full_disk(error: BaseException) -> bool:
+    """Whether ``error`` (a ``tf.errors.OpError`` or ``OSError``) says the disk or quota is full."""
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(error, tf.errors.ResourceExhaustedError) and any(
+        text in (error.message or "") for text in _FULL)
+
+
+@contextlib.contextmanager
+def full_disk_stops_the_run(path: str, model_dir: str, latest_checkpoint: Callable[[], str | None]) -> Iterator[None]:
+    """Turns a full disk met in the block, while ``path`` (a log of the run in ``model_dir``) is
+    written, into a LogWriteError: the file, what to do, and the checkpoint the run will resume
+    from (``latest_checkpoint()``). Any other error passes unchanged."""
+    try:
+        yield
+    except (tf.errors.ResourceExhaustedError, OSError) as error:
+        if not is_full_disk(error):
+            raise
+        named = _FULL_PATH.search(error.message if isinstance(error, tf.errors.OpError) else "")
+        written = getattr(error, "filename", None) or (named.group(1) if named else path)
+        latest = latest_checkpoint()
+        raise LogWriteError(
+            f"cannot write {written}: no space left on the device. Free space under {model_dir} and run the "
+            "same command again: the run resumes from "
+            + (latest if latest else "its start, no checkpoint having been saved")
+            + " and logs the steps after it again") from None
+
+
+def append_text(path: str, text: str) -> None:
+    """Appends ``text`` to ``path``. On a local disk an append that fails part way is cut back to the
+    file's length before it, so that no torn line is left behind (an object store replaces the
+    object whole, or not at all)."""
+    local = "://" not in path
+    before = os.path.getsize(path) if local and os.path.exists(path) else 0
+    try:
+        with tf.io.gfile.GFile(path, "a") as handle:
+            handle.write(text)
+    except (tf.errors.OpError, OSError):
+        if local and os.path.exists(path):
+            os.truncate(path, before)
+        raise
 
 
 def event_files(directory: str) -> list[str]:

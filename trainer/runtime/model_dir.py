@@ -329,7 +329,8 @@ class ModelDirectory:
         """Appends one JSON line per row to train_steps.jsonl.
 
         On an object store an append rewrites the object (as TensorBoard's event files do on
-        every flush), so rows are appended once per loop of steps, not per step."""
+        every flush), so rows are appended once per loop of steps, not per step. A full disk is a
+        LogWriteError (exit status 3) with the file left as it was (event_files.append_text)."""
         text = "".join(json.dumps(dict(row)) + "\n" for row in rows)
-        with tf.io.gfile.GFile(self.step_log, "a") as handle:
-            handle.write(text)
+        with event_files.full_disk_stops_the_run(self.step_log, self.path, self.latest_checkpoint):
+            event_files.append_text(self.step_log, text)

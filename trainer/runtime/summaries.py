@@ -4,7 +4,8 @@ The chief writes ``MODEL_DIR/tensorboard/train`` (after each loop of steps: the 
 and metrics, learning rate, gradient norm, tokens/s, examples/s, peak memory, the task's own
 scalars) and ``MODEL_DIR/tensorboard/eval`` (each evaluation's metrics); other workers write
 nothing. Each write is flushed, so TensorBoard and a resumed run's rewrite
-(trainer/runtime/event_files.py) see whole loops.
+(trainer/runtime/event_files.py) see whole loops; a full disk stops the run with one sentence
+(event_files.full_disk_stops_the_run).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Mapping
 
 import tensorflow as tf
 
+from trainer.runtime import event_files
 from trainer.runtime.model_dir import ModelDirectory
 
 WRITERS = ("train", "eval")
@@ -26,14 +28,21 @@ class SummaryManager:
     """
 
     def __init__(self, model_dir: ModelDirectory, enabled: bool = True):
-        self._writers = {name: tf.summary.create_file_writer(model_dir.tensorboard(name)) if enabled
-                         else tf.summary.create_noop_writer() for name in WRITERS}
+        self._model_dir = model_dir
+        with self._full_disk_stops_the_run(model_dir.join(model_dir.TENSORBOARD)):
+            self._writers = {name: tf.summary.create_file_writer(model_dir.tensorboard(name)) if enabled
+                             else tf.summary.create_noop_writer() for name in WRITERS}
 
     def write(self, writer: str, step: int, scalars: Mapping[str, float]) -> None:
         """Writes ``scalars`` (tag -> value, in that order) at ``step`` with writer ``writer``
         ("train" or "eval") and flushes it."""
         summary_writer = self._writers[writer]
-        with summary_writer.as_default(step=step):
-            for tag, value in scalars.items():
-                tf.summary.scalar(tag, value)
-        summary_writer.flush()
+        with self._full_disk_stops_the_run(self._model_dir.tensorboard(writer)):
+            with summary_writer.as_default(step=step):
+                for tag, value in scalars.items():
+                    tf.summary.scalar(tag, value)
+            summary_writer.flush()
+
+    def _full_disk_stops_the_run(self, path: str):
+        """A full disk while the events under ``path`` are written: a LogWriteError (exit status 3)."""
+        return event_files.full_disk_stops_the_run(path, self._model_dir.path, self._model_dir.latest_checkpoint)
