@@ -200,6 +200,42 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             attn_g *= tf.cast(query_valid, dtype)[:, None, :, None]
         return h_out, self._post_attention(g, attn_g, query_seeds[1], training)
 
+    # ------------------------------------------------------------- cached decoding (inference only)
+    def project_keys_values(self, states: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Content states (a layer's input) [B, T, d_model] -> (keys, values) [B, N, T, H] in the
+        compute dtype: what a decoder's cache holds, so that a state is projected once."""
+        states = tf.cast(states, self.compute_dtype)
+        return _heads(states, self._kernel("k")), _heads(states, self._kernel("v"))
+
+    def project_positions(self, pos_emb: tf.Tensor) -> tf.Tensor:
+        """Relative position encodings [G, R, d_model] -> position keys [G, N, R, H] (the r projection)."""
+        return _heads(tf.cast(pos_emb, self.compute_dtype), self._kernel("r"))
+
+    def attend_cached(self, rows: tf.Tensor, keys: tf.Tensor, values: tf.Tensor, position_keys: tf.Tensor,
+                      row_positions: tf.Tensor, blocked: tf.Tensor | None = None,
+                      segment_diff: tf.Tensor | None = None, r_w_bias=None, r_r_bias=None, r_s_bias=None,
+                      seg_embed=None) -> tf.Tensor:
+        """A few query rows against keys and values projected before (a decoder's cache); inference only.
+
+        rows: [B, Q, d_model] the rows' inputs (content or query stream: both share the projections).
+        keys, values: [B, N, K, H] from :meth:`project_keys_values`; key column j sits at position j.
+        position_keys: [G, N, R, H] from :meth:`project_positions` of the encodings of the distances
+          R-1, R-2, ..., 0 (RelativePositionEncoding(klen=R-1, qlen=1) with bi_data off gives them).
+        row_positions: [B, Q] int32, each row's position on the keys' axis: row q scores key j with
+          distance row_positions[q] - j, which must lie in 0..R-1 for every key it may see.
+        blocked: [B, Q, K] bool, True = may not attend; segment_diff: [B, Q, K] bool or None (no
+          segment term). Returns LayerNorm(rows + attention) [B, Q, d_model], exactly what
+          ``call`` computes for those rows when it sees the same keys, without dropout.
+        """
+        dtype = self.compute_dtype
+        biases = tuple(None if b is None else tf.cast(b, dtype) for b in (r_w_bias, r_r_bias, r_s_bias, seg_embed))
+        rows = tf.cast(rows, dtype)
+        # gather_relative picks index qlen - position + j of a table of distances R-1 .. 0: with
+        # qlen = R - 1 that is the distance row_positions[q] - j.
+        attn = self._attend(_heads(rows, self._kernel("q")), keys, values, position_keys, row_positions,
+                            position_keys.shape[2] - 1, segment_diff, blocked, biases, None, False)
+        return self._post_attention(rows, attn, None, False)
+
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(d_model=self.d_model, n_head=self.n_head, d_head=self.d_head, dropout=self.dropout_rate,

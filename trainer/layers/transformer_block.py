@@ -83,6 +83,16 @@ class XLNetBlock(keras.layers.Layer):
             g = self.feed_forward(g, training=training, seeds=seeds["feed_forward"]["query"], normalize=output_norm)
         return h, g
 
+    def cached_step(self, rows, keys, values, position_keys, row_positions, blocked=None, segment_diff=None,
+                    **biases):
+        """Inference over a decoder's cache: rows [B, Q, d_model] (content or query stream rows) attend
+        keys/values [B, N, K, H] projected before (``attention.project_keys_values``), then the
+        feed-forward: -> [B, Q, d_model]. Arguments as TwoStreamRelativeAttention.attend_cached;
+        ``biases``: r_w_bias, r_r_bias, r_s_bias, seg_embed of this layer. No dropout."""
+        attended = self.attention.attend_cached(rows, keys, values, position_keys, row_positions, blocked,
+                                                segment_diff, **biases)
+        return self.feed_forward(attended, training=False)
+
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(d_model=self.d_model, n_head=self.n_head, d_head=self.d_head, d_inner=self.d_inner,

@@ -1,0 +1,363 @@
+"""Generation in natural order with a true two-stream key/value cache, and its uncached reference.
+
+The factorisation is ``natural_order.py``'s: the prompt is the context (its tokens all see each
+other), then every new token t is predicted by the query stream at position t, which sees the
+prompt and the tokens before t; its content state sees the prompt and the tokens up to t.
+
+The cache (``GenerationCache``) holds, per layer, the KEYS and VALUES of that layer's input
+content states, projected once (a decoder's cache, not hidden states projected again):
+
+* ``start_generation``: one ``network.encode`` pass over the prompt (all prompt tokens see each
+  other) gives every layer's input; their keys and values fill the cache, and the query stream
+  at the first new position attends them, giving the first logits. That is all the prompt costs.
+* ``extend_generation(token)``: the token just chosen, at position t-1, and the query row of
+  position t go through the layers together, two rows per layer: the token's key and value are
+  projected and appended, its content row attends the cache and itself, and the query row
+  attends the same keys (the prompt and the tokens before t). Nothing of the past is recomputed:
+  a step costs O(d_model^2 + mem_len * d_model) per layer, flat in the number of tokens so far.
+* The cache has ``mem_len`` columns (the network's ``inference_config`` mem_len), right-aligned:
+  each row attends the ``mem_len`` newest cached positions plus the new one; once full, the
+  oldest position falls out (Transformer-XL memory: the states of the positions that remain are
+  not recomputed). A prompt longer than ``mem_len`` is still read whole by the first pass, then
+  only its last ``mem_len`` positions are kept. Until then (prompt columns + new tokens <=
+  ``mem_len`` + 1) the logits equal ``uncached_next_logits``, the full two-stream pass.
+
+Prompts are LEFT-padded: row b's ``prompt_lengths[b]`` tokens are the last columns of
+``prompt_ids``, so every row appends at the same column; padding keys are masked and the
+relative positions of real tokens do not depend on the padding, so each row generates what it
+generates alone (eviction included: a row's real positions are its newest columns). All
+positions are segment 0 (one text); the relative segment term is the same-segment one.
+
+XLNet needs no padding text in front of a short prompt (the original's and Hugging Face's
+trick for their own generation scripts): the prompt is a context as in pretraining and the
+relative attention needs no fixed length. A prompt must hold at least one token.
+
+Sampling (``choose_tokens``): temperature 0 is greedy (argmax, lowest id on ties); otherwise
+Gumbel-max over logits / temperature, restricted to the ``top_k`` most likely tokens (0: all)
+and to the smallest most-likely set whose probability reaches ``top_p`` (1: all; with both, the
+smaller set). The noise is a counter hash (trainer/layers/counter_hash.py) of (seed, step,
+token id): the same seed gives the same tokens eagerly, in a graph and under XLA, and a row's
+noise does not depend on its place in the batch. ``token_log_probs`` are the model's own
+log-probabilities (temperature 1, no filtering) of the chosen tokens.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import tensorflow as tf
+
+from trainer.layers.counter_hash import GOLDEN_32, mix32
+from trainer.models.inference_network import check_inference_network
+from trainer.models.natural_order import natural_order_mask
+from trainer.models.network import XLNetNetwork
+from trainer.models.scoring import token_log_probs
+
+# The largest max_new_tokens the generate signature and `xlnet generate` accept.
+MAX_NEW_TOKENS_CAP = 4096
+
+
+class GenerationCache(NamedTuple):
+    """The per-layer cache of ``start_generation`` / ``extend_generation`` (a tf.nest structure).
+
+    keys, values: n_layer x [B, n_head, mem_len, d_head] in the compute dtype, right-aligned
+      (column mem_len - 1 is the newest position).
+    key_valid: [B, mem_len] bool, False for empty columns and prompt padding.
+    position_keys: n_layer x [1, n_head, mem_len + 2, d_head], the r-projected encodings of the
+      distances mem_len + 1 .. 0 (constant during a generation).
+    """
+
+    keys: tuple
+    values: tuple
+    key_valid: tf.Tensor
+    position_keys: tuple
+
+
+def prompt_mask(prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor) -> tf.Tensor:
+    """[B, T] bool, True on the real (last ``prompt_lengths[b]``) columns of a left-padded prompt."""
+    width = tf.shape(prompt_ids)[1]
+    return tf.range(width)[None, :] >= width - tf.cast(prompt_lengths, tf.int32)[:, None]
+
+
+def _cache_size(network: XLNetNetwork) -> int:
+    check_inference_network(network)
+    if network.config.mem_len < 1:
+        raise ValueError("generation needs a cache: build the network with inference_config(config, mem_len >= 1)")
+    return network.config.mem_len
+
+
+def _left_pad_to(x: tf.Tensor, size: int, axis: int, value=0) -> tf.Tensor:
+    """``x`` padded in front along ``axis`` to ``size`` (its length there is at most ``size``)."""
+    paddings = [[0, 0] for _ in x.shape]
+    paddings[axis] = [size - tf.shape(x)[axis], 0]
+    padded = tf.pad(x, paddings, constant_values=value)
+    return tf.ensure_shape(padded, [size if i == axis else dim for i, dim in enumerate(x.shape)])
+
+
+def _same_segment(rows: int, keys: int, batch: tf.Tensor) -> tf.Tensor:
+    """[B, rows, keys] False: every position is segment 0."""
+    return tf.zeros(tf.stack([batch, rows, keys]), tf.bool)
+
+
+def _query_rows(network: XLNetNetwork, batch: tf.Tensor) -> tf.Tensor:
+    """The query stream's input, mask_emb, for one position per row: [B, 1, d_model]."""
+    return tf.tile(tf.cast(network.mask_emb, network.compute_dtype), tf.stack([batch, 1, 1]))
+
+
+def _through_layers(network: XLNetNetwork, rows: tf.Tensor, keys: Sequence[tf.Tensor], values: Sequence[tf.Tensor],
+                    position_keys: Sequence[tf.Tensor], row_positions: tf.Tensor, blocked: tf.Tensor,
+                    new_content: bool) -> tuple[tf.Tensor, list, list]:
+    """rows [B, Q, d] through every layer against the cache; with ``new_content`` row 0 is a new
+    content position whose key and value each layer appends first. -> (rows, keys, values) with
+    the keys/values each layer attended."""
+    batch = tf.shape(rows)[0]
+    attended_keys, attended_values = [], []
+    for i, block in enumerate(network.blocks):
+        layer_keys, layer_values = keys[i], values[i]
+        if new_content:
+            new_key, new_value = block.attention.project_keys_values(rows[:, :1])
+            layer_keys = tf.concat([layer_keys, new_key], axis=2)
+            layer_values = tf.concat([layer_values, new_value], axis=2)
+        segment_diff = _same_segment(rows.shape[1], layer_keys.shape[2], batch)
+        rows = block.cached_step(rows, layer_keys, layer_values, position_keys[i], row_positions, blocked,
+                                 segment_diff, **network.attention_biases(layer_index=i))
+        attended_keys.append(layer_keys)
+        attended_values.append(layer_values)
+    return rows, attended_keys, attended_values
+
+
+def start_generation(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor
+                     ) -> tuple[GenerationCache, tf.Tensor]:
+    """Reads a left-padded prompt once. prompt_ids [B, T] int, prompt_lengths [B] int (>= 1).
+
+    -> (cache, logits [B, vocab] float32 of the first new position, the query stream at column T).
+    ``network`` is built with ``inference_config(config, mem_len >= 1)``; mem_len is the cache size.
+    """
+    size = _cache_size(network)
+    prompt_ids = tf.cast(prompt_ids, tf.int32)
+    batch = tf.shape(prompt_ids)[0]
+    mask = prompt_mask(prompt_ids, prompt_lengths)
+    _, mems = network.encode(prompt_ids, tf.zeros_like(prompt_ids), input_mask=tf.cast(mask, tf.int32),
+                             training=False)
+    kept = tf.shape(mems[0])[1]  # the last min(T, mem_len) prompt columns
+    pos_emb = network.position_encoding(klen=size + 1, qlen=1, training=False)
+    keys, values, position_keys = [], [], []
+    for mem, block in zip(mems, network.blocks):
+        layer_keys, layer_values = block.attention.project_keys_values(mem)
+        keys.append(_left_pad_to(layer_keys, size, axis=2))
+        values.append(_left_pad_to(layer_values, size, axis=2))
+        position_keys.append(block.attention.project_positions(pos_emb))
+    key_valid = _left_pad_to(mask[:, tf.shape(mask)[1] - kept:], size, axis=1, value=False)
+    cache = GenerationCache(tuple(keys), tuple(values), key_valid, tuple(position_keys))
+    # The first query sits right after the newest cached column: at position `size` on its axis.
+    row_positions = tf.fill(tf.stack([batch, 1]), size)
+    query, _, _ = _through_layers(network, _query_rows(network, batch), keys, values, position_keys, row_positions,
+                                  tf.logical_not(key_valid)[:, None, :], new_content=False)
+    return cache, network.logits(query)[:, 0]
+
+
+def extend_generation(network: XLNetNetwork, cache: GenerationCache, token_ids: tf.Tensor
+                      ) -> tuple[GenerationCache, tf.Tensor]:
+    """Appends one token per row (token_ids [B] int, at the position after the cache's newest) and
+    predicts the next position: -> (cache with the token's keys and values appended, the oldest
+    column dropped; logits [B, vocab] float32 of the query stream at the next position)."""
+    size = _cache_size(network)
+    token_ids = tf.cast(token_ids, tf.int32)
+    batch = tf.shape(token_ids)[0]
+    content = tf.cast(network.word_embedding(token_ids[:, None]), network.compute_dtype)
+    rows = tf.concat([content, _query_rows(network, batch)], axis=1)
+    valid = tf.concat([cache.key_valid, tf.ones(tf.stack([batch, 1]), tf.bool)], axis=1)
+    blocked = tf.tile(tf.logical_not(valid)[:, None, :], [1, 2, 1])
+    # The new token is key column `size`; the next query one position further.
+    row_positions = tf.tile(tf.constant([[size, size + 1]], tf.int32), tf.stack([batch, 1]))
+    rows, keys, values = _through_layers(network, rows, cache.keys, cache.values, cache.position_keys, row_positions,
+                                         blocked, new_content=True)
+    cache = GenerationCache(tuple(k[:, :, 1:] for k in keys), tuple(v[:, :, 1:] for v in values), valid[:, 1:],
+                            cache.position_keys)
+    return cache, network.logits(rows[:, 1:])[:, 0]
+
+
+def uncached_next_logits(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
+                         new_ids: tf.Tensor) -> tf.Tensor:
+    """The reference: logits [B, vocab] of the position after ``new_ids`` [B, k] (tokens generated
+    so far, k >= 0) from one full two-stream pass over prompt + new tokens with the natural-order
+    mask (prompt = context, new tokens = targets). Everything is recomputed; no memory is used."""
+    prompt_ids = tf.cast(prompt_ids, tf.int32)
+    new_ids = tf.cast(new_ids, tf.int32)
+    batch, width = tf.shape(prompt_ids)[0], prompt_ids.shape[1]
+    # A placeholder at the predicted position: a target nobody before it sees, not even its query.
+    ids = tf.concat([prompt_ids, new_ids, tf.zeros(tf.stack([batch, 1]), tf.int32)], axis=1)
+    total = ids.shape[1]
+    is_target = tf.tile((tf.range(total) >= width)[None, :], tf.stack([batch, 1]))
+    input_mask = tf.concat([prompt_mask(prompt_ids, prompt_lengths), tf.ones_like(ids[:, width:], tf.bool)], axis=1)
+    logits, _ = network(ids, tf.zeros_like(ids), natural_order_mask(is_target), input_mask=tf.cast(input_mask, tf.int32),
+                        target_positions=tf.fill(tf.stack([batch, 1]), total - 1), training=False)
+    return logits[:, 0]
+
+
+def _per_row(value, batch: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """A scalar or [B] setting as [B, 1]."""
+    value = tf.cast(value, dtype)
+    return tf.broadcast_to(tf.reshape(value, [-1, 1]), tf.stack([batch, 1]))
+
+
+def gumbel_noise(seeds: tf.Tensor, step: tf.Tensor, vocab_size: int) -> tf.Tensor:
+    """[B] int seeds, a step number -> [B, vocab] float32 standard Gumbel noise from a counter hash of
+    (seed, step, token id): the same everywhere (eager, graph, XLA) and independent of the batch."""
+    seeds = tf.cast(seeds, tf.int64)
+    low = tf.cast(tf.bitwise.bitwise_and(seeds, 0xFFFFFFFF), tf.uint32)
+    high = tf.cast(tf.bitwise.right_shift(seeds, 32), tf.uint32)
+    golden = tf.constant(GOLDEN_32, tf.uint32)
+    step_key = mix32(tf.cast(step, tf.uint32) + golden)
+    key = mix32(tf.bitwise.bitwise_xor(low * golden + step_key, mix32(high + golden)))
+    counter = tf.bitcast(tf.range(vocab_size, dtype=tf.int32), tf.uint32)
+    bits = mix32(counter[None, :] * golden + key[:, None])
+    uniform = (tf.cast(tf.bitwise.right_shift(bits, 8), tf.float32) + 0.5) / float(1 << 24)  # in (0, 1)
+    return -tf.math.log(-tf.math.log(uniform))
+
+
+def _filtered(scaled: tf.Tensor, top_k: tf.Tensor, top_p: tf.Tensor) -> tf.Tensor:
+    """scaled logits [B, V] with every token outside the top_k / top_p set at -inf."""
+    vocab = tf.shape(scaled)[1]
+    ordered = tf.sort(scaled, axis=-1, direction="DESCENDING")
+    before = tf.math.cumsum(tf.nn.softmax(ordered, axis=-1), axis=-1, exclusive=True)
+    by_p = tf.reduce_sum(tf.cast(before < top_p, tf.int32), axis=-1, keepdims=True)  # >= 1 for top_p > 0
+    by_k = tf.where(top_k > 0, top_k, vocab)
+    count = tf.clip_by_value(tf.minimum(by_k, by_p), 1, vocab)
+    threshold = tf.gather(ordered, count - 1, batch_dims=1)
+    return tf.where(scaled >= threshold, scaled, tf.constant(-float("inf"), scaled.dtype))
+
+
+def choose_tokens(logits: tf.Tensor, temperature, top_k, top_p, seed, step) -> tf.Tensor:
+    """logits [B, V] float32 -> the chosen token ids [B] int32.
+
+    temperature, top_k, top_p, seed: scalars or [B]. temperature 0: greedy; else a sample from
+    softmax(logits / temperature) restricted to top_k (0: no limit) and top_p (1: no limit).
+    ``step``: the index of the token being chosen (0 for the first new token).
+    """
+    logits = tf.cast(logits, tf.float32)
+    batch = tf.shape(logits)[0]
+    temperature = _per_row(temperature, batch, tf.float32)
+    top_k, top_p = _per_row(top_k, batch, tf.int32), _per_row(top_p, batch, tf.float32)
+    greedy = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    scaled = logits / tf.where(temperature > 0, temperature, 1.0)
+    restricted = tf.logical_or(top_k > 0, top_p < 1.0)
+    scaled = tf.cond(tf.reduce_any(restricted), lambda: _filtered(scaled, top_k, top_p), lambda: scaled)
+    noise = gumbel_noise(tf.reshape(_per_row(seed, batch, tf.int64), [-1]), step, logits.shape[-1])
+    sampled = tf.argmax(scaled + noise, axis=-1, output_type=tf.int32)
+    return tf.where(temperature[:, 0] > 0, sampled, greedy)
+
+
+def check_generation_settings(prompt_lengths, max_new_tokens, temperature, top_k, top_p, width=None) -> list:
+    """In-graph checks of the settings (tf.debugging assertions, each naming the setting)."""
+    checks = [
+        tf.debugging.assert_positive(tf.cast(prompt_lengths, tf.int32), message="prompt: a prompt must hold a token"),
+        tf.debugging.assert_positive(tf.cast(max_new_tokens, tf.int32), message="max_new_tokens must be >= 1"),
+        tf.debugging.assert_less_equal(tf.cast(max_new_tokens, tf.int32), MAX_NEW_TOKENS_CAP,
+                                       message=f"max_new_tokens must be <= {MAX_NEW_TOKENS_CAP}"),
+        tf.debugging.assert_non_negative(tf.cast(temperature, tf.float32), message="temperature must be >= 0"),
+        tf.debugging.assert_non_negative(tf.cast(top_k, tf.int32), message="top_k must be >= 0"),
+        tf.debugging.assert_positive(tf.cast(top_p, tf.float32), message="top_p must be in (0, 1]"),
+        tf.debugging.assert_less_equal(tf.cast(top_p, tf.float32), 1.0, message="top_p must be in (0, 1]"),
+    ]
+    if width is not None:
+        checks.append(tf.debugging.assert_less_equal(tf.cast(prompt_lengths, tf.int32), width,
+                                                     message="prompt_lengths must be <= the prompt's width"))
+    return checks
+
+
+def _stops(tokens: tf.Tensor, stop_ids: tf.Tensor) -> tf.Tensor:
+    """[B] bool: the token is one of ``stop_ids``."""
+    return tf.reduce_any(tf.equal(tokens[:, None], stop_ids[None, :]), axis=1)
+
+
+def _outputs(prompt_ids, prompt_lengths, generated, log_probs, max_new_tokens, pad_id) -> dict[str, tf.Tensor]:
+    """The result dict from the per-step outputs generated / log_probs [B, steps] (-1 / 0.0 after a stop)."""
+    prompt_ids = tf.cast(prompt_ids, tf.int32)
+    missing = tf.cast(max_new_tokens, tf.int32) - tf.shape(generated)[1]
+    generated = tf.pad(generated, [[0, 0], [0, missing]], constant_values=-1)
+    log_probs = tf.pad(log_probs, [[0, 0], [0, missing]])
+    produced = generated >= 0
+    input_ids = tf.concat([prompt_ids, tf.where(produced, generated, tf.cast(pad_id, tf.int32))], axis=1)
+    input_mask = tf.concat([prompt_mask(prompt_ids, prompt_lengths), produced], axis=1)
+    return {"generated_ids": generated, "token_log_probs": log_probs,
+            "num_generated": tf.reduce_sum(tf.cast(produced, tf.int32), axis=1),
+            "input_ids": input_ids, "segment_ids": tf.zeros_like(input_ids), "input_mask": tf.cast(input_mask, tf.int32)}
+
+
+def generate(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor, max_new_tokens,
+             temperature=0.0, top_k=0, top_p=1.0, seed=0, stop_ids: Sequence[int] = (), pad_id: int = 0
+             ) -> dict[str, tf.Tensor]:
+    """Cached generation as one ``tf.while_loop`` (traceable into a SavedModel signature).
+
+    Args:
+      network: built with ``inference_config(config, mem_len)``; mem_len is the cache size.
+      prompt_ids: [B, T] int, LEFT-padded; prompt_lengths: [B] int, 1 <= length <= T.
+      max_new_tokens: int scalar (tensor or Python), 1 .. MAX_NEW_TOKENS_CAP.
+      temperature (>= 0, 0 = greedy), top_k (>= 0, 0 = no limit), top_p (in (0, 1]), seed (int):
+        scalars or [B]; see ``choose_tokens``.
+      stop_ids: token ids that end a row (e.g. <eod>, </s>); the stop token itself is kept.
+      pad_id: written into ``input_ids`` after a row stops.
+    Returns a dict of tensors:
+      generated_ids [B, max_new_tokens] int32 (-1 after a row stops), token_log_probs
+      [B, max_new_tokens] float32 (0.0 after a stop), num_generated [B] int32, and what the model
+      ran on: input_ids, segment_ids (zeros), input_mask (1 = a real position) [B, T + max_new_tokens].
+    """
+    prompt_ids = tf.cast(tf.convert_to_tensor(prompt_ids), tf.int32)
+    checks = check_generation_settings(prompt_lengths, max_new_tokens, temperature, top_k, top_p,
+                                       tf.shape(prompt_ids)[1])
+    with tf.control_dependencies(checks):
+        steps = tf.identity(tf.cast(max_new_tokens, tf.int32))
+    stop_ids = tf.reshape(tf.constant(list(stop_ids), tf.int32) if isinstance(stop_ids, (list, tuple))
+                          else tf.cast(stop_ids, tf.int32), [-1])
+    cache, logits = start_generation(network, prompt_ids, prompt_lengths)
+    batch = tf.shape(prompt_ids)[0]
+
+    def body(step, cache, logits, done, chosen, scores):
+        tokens = choose_tokens(logits, temperature, top_k, top_p, seed, step)
+        chosen = chosen.write(step, tf.where(done, -1, tokens))
+        scores = scores.write(step, tf.where(done, 0.0, token_log_probs(logits, tokens)))
+        done = tf.logical_or(done, _stops(tokens, stop_ids))
+        more = tf.logical_and(step + 1 < steps, tf.logical_not(tf.reduce_all(done)))
+        cache, logits = tf.cond(more, lambda: extend_generation(network, cache, tf.where(done, pad_id, tokens)),
+                                lambda: (cache, logits))
+        return step + 1, cache, logits, done, chosen, scores
+
+    def running(step, cache, logits, done, chosen, scores):
+        return tf.logical_and(step < steps, tf.logical_not(tf.reduce_all(done)))
+
+    arrays = [tf.TensorArray(dtype, size=0, dynamic_size=True, element_shape=tf.TensorShape([None]))
+              for dtype in (tf.int32, tf.float32)]
+    state = (tf.constant(0), cache, logits, tf.zeros(tf.stack([batch]), tf.bool), *arrays)
+    _, _, _, _, chosen, scores = tf.while_loop(running, body, state)
+    return _outputs(prompt_ids, prompt_lengths, tf.transpose(chosen.stack()), tf.transpose(scores.stack()),
+                    steps, pad_id)
+
+
+def generate_uncached(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor, max_new_tokens: int,
+                      temperature=0.0, top_k=0, top_p=1.0, seed=0, stop_ids: Sequence[int] = (), pad_id: int = 0,
+                      next_logits=None) -> dict[str, tf.Tensor]:
+    """``generate`` without a cache (the reference and the benchmark's baseline): each token's
+    logits come from ``uncached_next_logits``, the full two-stream pass over prompt + tokens so far.
+    A Python loop (``max_new_tokens`` a Python int); ``next_logits``: ``uncached_next_logits`` bound
+    to ``network`` by default, or a ``tf.function`` of it. Same arguments and results as ``generate``."""
+    prompt_ids = tf.cast(tf.convert_to_tensor(prompt_ids), tf.int32)
+    for check in check_generation_settings(prompt_lengths, max_new_tokens, temperature, top_k, top_p,
+                                           tf.shape(prompt_ids)[1]):
+        del check  # eager assertions have run
+    next_logits = next_logits or (lambda *args: uncached_next_logits(network, *args))
+    stop_ids = tf.constant(list(stop_ids), tf.int32)
+    batch = tf.shape(prompt_ids)[0]
+    done = tf.zeros(tf.stack([batch]), tf.bool)
+    fed = tf.zeros(tf.stack([batch, 0]), tf.int32)
+    chosen, scores = [], []
+    for step in range(int(max_new_tokens)):
+        logits = next_logits(prompt_ids, prompt_lengths, fed)
+        tokens = choose_tokens(logits, temperature, top_k, top_p, seed, step)
+        chosen.append(tf.where(done, -1, tokens))
+        scores.append(tf.where(done, 0.0, token_log_probs(logits, tokens)))
+        done = tf.logical_or(done, _stops(tokens, stop_ids))
+        if bool(tf.reduce_all(done)):
+            break
+        fed = tf.concat([fed, tf.where(done, pad_id, tokens)[:, None]], axis=1)
+    return _outputs(prompt_ids, prompt_lengths, tf.stack(chosen, axis=1), tf.stack(scores, axis=1), max_new_tokens,
+                    pad_id)
