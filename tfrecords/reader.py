@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from tfrecords import schema
 from tfrecords.errors import UsageError
+from tfrecords.input_layout import BatchLayout, InputLayoutError, too_few_streams
 from tfrecords.manifest import Manifest
 from tfrecords.record_config import RecordConfig
 from tfrecords.span_masking import SpanMasker
@@ -103,9 +104,9 @@ def row_walks(segments: Mapping[int, Segment], num_streams: int, bi_data: bool,
     """
     forward_ids = sorted(s for s in segments if s < num_streams)
     if forward_rows > len(forward_ids):
-        raise ValueError(f"the batch needs {forward_rows} forward text streams but the split has "
-                         f"{len(forward_ids)}: lower the batch size (train.train_batch_size / "
-                         "train.eval_batch_size) or preprocess with more streams")
+        raise InputLayoutError(f"{too_few_streams(forward_rows, len(forward_ids))}: lower the batch size "
+                               "(train.train_batch_size / train.eval_batch_size) or preprocess with more streams "
+                               "(xlnet preprocess --num-streams)")
     forward = [[segments[s] for s in forward_ids[r::forward_rows]] for r in range(forward_rows)]
     backward: list[list[Segment]] = []
     if bi_data:
@@ -209,13 +210,9 @@ def distribute(strategy: tf.distribute.Strategy, dataset_fn: Callable[..., tf.da
 
 
 def per_replica_batch_size(global_batch_size: int, num_replicas: int, bi_data: bool) -> int:
-    """Rows of one replica's batch; ValueError unless the global batch splits evenly (into even
-    [forward, backward] halves with bi_data)."""
-    batch, remainder = divmod(global_batch_size, num_replicas)
-    if remainder or batch == 0 or (bi_data and batch % 2):
-        raise ValueError(f"global batch size {global_batch_size} cannot be split over {num_replicas} "
-                         f"replicas{' into even [forward, backward] halves' if bi_data else ''}")
-    return batch
+    """Rows of one replica's batch; InputLayoutError (a ValueError) unless the global batch splits
+    evenly (into even [forward, backward] halves with bi_data): tfrecords/input_layout.py's rule."""
+    return BatchLayout(global_batch_size, num_replicas, bi_data=bi_data).per_replica()
 
 
 def compact_features(parsed: Mapping[str, tf.Tensor], seed: int, epoch: tf.Tensor,

@@ -142,6 +142,7 @@ def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = N
     strategy = start_run(resolved.train, run.strategy, run.tpu, strategy)
     _check_stream_starts(resolved)
     train = fit_to_device("xlnet train", model, resolved.train, strategy, run.device_memory, log)
+    check_input_layout(run, resolved.manifests, resolved.eval_manifests, model, train, strategy)
     after_first_save = None
     if is_chief(strategy):
         model_dir = ModelDirectory(run.model_dir)
@@ -175,6 +176,34 @@ def _check_stream_starts(resolved: ResolvedPretraining) -> None:
 
     for manifest in resolved.manifests + resolved.eval_manifests:
         check_stream_starts(manifest)
+
+
+def check_input_layout(run: PretrainingRun, manifests, eval_manifests, model, train, strategy) -> None:
+    """The rule of shards, streams and hosts (tfrecords/input_layout.py) at start-up, after the fit
+    check settled the micro-batch and before the model directory is written: the train split of
+    ``--data`` (the streams of all its directories, for a mixture) must give every forward row of
+    ``train_batch_size`` a stream of its own over the strategy's replicas and input pipelines, and
+    so must each valid split evaluated (``eval_every`` > 0) for ``eval_batch_size``. Otherwise the
+    readers refuse the batch only when they are built, as a traceback on every worker, and an
+    evaluation's only at the first evaluation, hours in. Raises InputLayoutError (exit status 2)."""
+    from tfrecords.input_layout import BatchLayout, check_layout
+    from trainer.runtime.distribution import input_pipelines
+
+    replicas, pipelines = strategy.num_replicas_in_sync, input_pipelines(strategy)
+
+    def layout(batch: int, field: str) -> BatchLayout:
+        return BatchLayout(batch, replicas, pipelines, model.bi_data, field)
+
+    data = ", ".join(run.data)
+    where = f"--data {data}'s train split" if len(run.data) == 1 else f"the mixture of --data {data} (train splits)"
+    check_layout(layout(train.train_batch_size, "train.train_batch_size"), list(manifests), "train", where)
+    eval_layout = layout(train.eval_batch_size, "train.eval_batch_size")
+    eval_layout.per_replica()  # the evaluation memory is sized at build time, evaluated or not
+    if train.eval_every == 0:
+        return
+    for name, manifest in zip(run.data + run.eval_data, tuple(manifests) + tuple(eval_manifests)):
+        check_layout(eval_layout, [manifest], "valid", f"{name}'s valid split (evaluated every {train.eval_every} "
+                     "steps; train.eval_every=0 turns evaluation off)")
 
 
 def _prepare_model_dir(model_dir, model, train, special_ids: dict, vocab_path: str, uncased: bool,

@@ -81,6 +81,15 @@ def worker_info(strategy: tf.distribute.Strategy) -> tuple[int, int]:
     return int(resolver.task_id or 0), len(workers)
 
 
+def input_pipelines(strategy: tf.distribute.Strategy) -> int:
+    """The input pipelines ``strategy`` runs, one per host: what its ``distribute_datasets_from_function``
+    passes as ``InputContext.num_input_pipelines`` (a TPU pod's hosts, a multi-worker cluster's
+    workers; 1 on one machine), known before any dataset is built."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return int(strategy.extended.num_hosts)
+    return worker_info(strategy)[1]
+
+
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """Whether this process writes the shared outputs (checkpoints, summaries, logs)."""
     return worker_info(strategy)[0] == 0
