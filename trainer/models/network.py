@@ -2,14 +2,20 @@
 
 Public entry points (batch-major everywhere):
   ``network(input_ids, segment_ids, perm_mask, target_mapping, mems)`` -> (logits [B, P, vocab], new_mems)
-  ``network.encode(input_ids, segment_ids, input_mask=None, mems=None)`` -> (hidden [B, L, d_model], new_mems)
+  ``network.encode(input_ids, segment_ids, input_mask=None, mems=None, mem_mask=None)``
+      -> (hidden [B, L, d_model], new_mems)
+  ``network.encode_segments(input_ids, segment_ids, input_mask=None, mems=None, mem_mask=None)``
+      [B, S, L] -> (hidden [B, S, L, d_model], new_mems): the Transformer-XL recurrence over S segments
+  ``network.memory_mask(input_mask, mem_mask=None)`` -> the mask of the memory ``encode`` returns
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Optional, Sequence
 
 import keras
 import tensorflow as tf
+from tensorflow.python.eager import record
 
 from trainer.layers import HashDropout, RelativeAttentionBiases, RelativePositionEncoding, XLNetBlock
 from trainer.layers.remat import check_remat
@@ -37,12 +43,22 @@ def _blocked(perm_mask: Optional[tf.Tensor], input_mask: Optional[tf.Tensor], ql
     return blocked
 
 
-def _with_memory_columns(mask: tf.Tensor, mlen: int) -> tf.Tensor:
-    """Prepends ``mlen`` always-visible memory columns: [B, Q, L] -> [B, Q, mlen + L]."""
+def _with_memory_columns(mask: tf.Tensor, mlen: int, memory_blocked: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """Prepends ``mlen`` memory columns: [B, Q, L] -> [B, Q, mlen + L]; always visible, or
+    blocked where ``memory_blocked`` [B, mlen] (bool) is True."""
     if mlen == 0:
         return mask
     shape = tf.shape(mask)
-    return tf.concat([tf.zeros(tf.stack([shape[0], shape[1], mlen]), tf.bool), mask], axis=-1)
+    if memory_blocked is None:
+        columns = tf.zeros(tf.stack([shape[0], shape[1], mlen]), tf.bool)
+    else:
+        columns = tf.broadcast_to(memory_blocked[:, None, :], tf.stack([shape[0], shape[1], mlen]))
+    return tf.concat([columns, mask], axis=-1)
+
+
+def _segment(tensor: Optional[tf.Tensor], index: int) -> Optional[tf.Tensor]:
+    """Segment ``index`` of a [B, S, L] tensor (or None)."""
+    return None if tensor is None else tensor[:, index]
 
 
 class XLNetNetwork(keras.Model):
@@ -116,14 +132,105 @@ class XLNetNetwork(keras.Model):
         return self._forward(input_ids, segment_ids, perm_mask, input_mask, mems, target_positions, target_valid,
                              training)
 
-    def encode(self, input_ids, segment_ids=None, input_mask=None, mems=None, training=False):
+    def encode(self, input_ids, segment_ids=None, input_mask=None, mems=None, training=False, mem_mask=None):
         """Content stream only (feature extraction): -> (hidden [B, L, d_model] in the compute dtype, new_mems).
 
         No permutation: every position sees the whole segment (and memory), or only the past for
         attn_type 'uni'. ``input_mask`` [B, L]: 1 for real tokens, 0 for padding.
+        ``mems``: n_layer [B, M, d_model] or None. ``mem_mask`` [B, M]: 1 where a memory position
+        is real, 0 where no query may see it (padding, or a segment the document does not have);
+        None: all M are visible. ``new_mems`` as for ``call``; their mask is :meth:`memory_mask`.
         """
-        hidden, _, new_mems = self._forward(input_ids, segment_ids, None, input_mask, mems, None, None, training)
+        hidden, _, new_mems = self._forward(input_ids, segment_ids, None, input_mask, mems, None, None, training,
+                                            mem_mask=mem_mask)
         return hidden, new_mems
+
+    def memory_mask(self, input_mask: Optional[tf.Tensor], mem_mask: Optional[tf.Tensor] = None,
+                    batch_size: Optional[tf.Tensor] = None, length: Optional[int] = None) -> Optional[tf.Tensor]:
+        """The mask [B, min(M + kept, mem_len)] (int32, 1 = visible) of the ``new_mems`` an ``encode``
+        call returns, by the rule of the memory itself: the ``mem_mask`` of the memory that call
+        read (None: it read none) followed by the ``input_mask`` [B, L] of the positions it
+        cached (the first reuse_len, or all with reuse_len 0), the last mem_len kept.
+        ``input_mask`` None: every position real (then ``batch_size`` and ``length`` give its shape).
+        None when mem_len is 0 (there is no memory).
+        """
+        if self.config.mem_len == 0:
+            return None
+        if input_mask is None:
+            input_mask = tf.ones(tf.stack([batch_size, length]), tf.int32)
+        current = input_mask[:, :self.config.reuse_len] if self.config.reuse_len > 0 else input_mask
+        current = tf.cast(current, tf.int32)
+        joined = current if mem_mask is None else tf.concat([tf.cast(mem_mask, tf.int32), current], axis=1)
+        return joined[:, -self.config.mem_len:]
+
+    def encode_segments(self, input_ids, segment_ids=None, input_mask=None, mems=None, training=False,
+                        mem_mask=None):
+        """The Transformer-XL recurrence over consecutive segments of one batch of documents.
+
+        Args:
+          input_ids, segment_ids, input_mask: [B, S, L] (S static): segment s of each document
+            (input_mask 1 = real token; a segment a short document does not have is all padding).
+          mems, mem_mask: the memory to start from and its mask, as for ``encode`` (None: none).
+        Returns:
+          (hidden [B, S, L, d_model] in the compute dtype, new_mems): the same as calling
+          ``encode`` on segment 0, 1, ..., S-1 in turn, each with the ``new_mems`` of the call
+          before and their :meth:`memory_mask`, so memory positions that were padding stay
+          invisible. ``new_mems`` is the last call's (None with mem_len 0); its mask is
+          :meth:`segments_memory_mask` of ``input_mask`` and ``mem_mask``: pass both on to read
+          further segments. ``mems`` without ``mem_mask``: all of that memory is visible.
+
+        Only the last segment carries gradients: the earlier ones run forward only (their
+        states, like the memory, have their gradient stopped), so a training step keeps the
+        activations of one segment, as Transformer-XL and our pretraining do. With mem_len 0
+        the segments are read independently (there is no memory).
+        """
+        *states, new_mems = self._segments(input_ids, segment_ids, input_mask, mems, training, mem_mask, True)
+        return tf.stack(states, axis=1), new_mems
+
+    def encode_last_segment(self, input_ids, segment_ids=None, input_mask=None, mems=None, training=False,
+                            mem_mask=None):
+        """``encode_segments`` returning only the last segment's states [B, L, d_model] (what a
+        sequence head reads: its ``<cls>``) and the new mems, without stacking the others."""
+        hidden, new_mems = self._segments(input_ids, segment_ids, input_mask, mems, training, mem_mask, False)
+        return hidden, new_mems
+
+    def segments_memory_mask(self, input_mask: tf.Tensor, mem_mask: Optional[tf.Tensor] = None
+                             ) -> Optional[tf.Tensor]:
+        """The mask of the mems ``encode_segments`` returns, from its [B, S, L] ``input_mask`` and the
+        ``mem_mask`` it was given (pass both on with those mems to read further segments)."""
+        input_mask = tf.convert_to_tensor(input_mask)
+        for index in range(input_mask.shape[1]):
+            mem_mask = self.memory_mask(input_mask[:, index], mem_mask)
+        return mem_mask
+
+    def _segments(self, input_ids, segment_ids, input_mask, mems, training, mem_mask, all_states: bool):
+        """(state of each segment..., new_mems) if ``all_states``, else (last state, new_mems)."""
+        input_ids = tf.convert_to_tensor(input_ids)
+        if input_ids.shape.rank != 3 or input_ids.shape[1] is None:
+            raise ValueError(f"input_ids must be [batch, segments, length] with a static number of segments, "
+                             f"got shape {input_ids.shape}")
+        count = input_ids.shape[1]
+        if mems is not None and mem_mask is None:
+            mem_mask = tf.ones(tf.shape(mems[0])[:2], tf.int32)
+        states = []
+        for index in range(count):
+            last = index == count - 1
+            # Earlier segments run outside every gradient tape: nothing of theirs is kept for a
+            # backward pass (their memory would have its gradient stopped anyway).
+            with contextlib.nullcontext() if last else record.stop_recording():
+                hidden, new_mems = self.encode(input_ids[:, index], _segment(segment_ids, index),
+                                               _segment(input_mask, index), mems, training, mem_mask)
+            if not last:
+                hidden = tf.stop_gradient(hidden)
+                if new_mems is not None:
+                    mem_mask = self.memory_mask(_segment(input_mask, index), mem_mask, tf.shape(input_ids)[0],
+                                                input_ids.shape[2])
+                else:
+                    mem_mask = None
+            if all_states or last:
+                states.append(hidden)
+            mems = new_mems
+        return (*states, mems)
 
     def logits(self, query: tf.Tensor) -> tf.Tensor:
         """[B, P, d_model] query-stream output -> [B, P, vocab] float32 via the tied embedding plus lm_bias."""
@@ -170,9 +277,10 @@ class XLNetNetwork(keras.Model):
         return tf.stop_gradient(joined[:, -self.config.mem_len:])
 
     def _forward(self, input_ids, segment_ids, perm_mask, input_mask, mems: Optional[Sequence[tf.Tensor]],
-                 target_positions, target_valid, training, content_output=True):
+                 target_positions, target_valid, training, content_output=True, mem_mask=None):
         """(content stream, query stream, new_mems); ``content_output=False``: the content stream's
-        output is None (two streams only), which the last layer then does not compute."""
+        output is None (two streams only), which the last layer then does not compute. ``mem_mask``
+        [B, M] (1 = visible) hides memory positions from both streams."""
         config = self.config
         if mems is not None and len(mems) != config.n_layer:
             raise ValueError(f"mems must hold one tensor per layer ({config.n_layer}), got {len(mems)}")
@@ -187,13 +295,23 @@ class XLNetNetwork(keras.Model):
         two_stream = target_positions is not None
 
         blocked = _blocked(perm_mask, input_mask, qlen, config.attn_type, batch_size)
+        memory_blocked = None
+        if mem_mask is not None and mlen > 0:
+            mem_mask = tf.convert_to_tensor(mem_mask)
+            if mem_mask.shape.rank != 2 or mem_mask.shape[1] not in (None, mlen):
+                raise ValueError(f"mem_mask must be [batch, {mlen}] (one column per memory position), "
+                                 f"got shape {mem_mask.shape}")
+            memory_blocked = tf.equal(tf.cast(mem_mask, tf.int32), 0)
+            if blocked is None:
+                blocked = tf.zeros(tf.stack([batch_size, qlen, qlen]), tf.bool)
         content_mask = query_mask = None
         if blocked is not None:
             # The content stream always sees its own position; the query stream only what perm_mask allows.
             content_mask = _with_memory_columns(tf.logical_and(blocked, tf.logical_not(tf.eye(qlen, dtype=tf.bool))),
-                                                mlen)
+                                                mlen, memory_blocked)
             if two_stream:
-                query_mask = _with_memory_columns(tf.gather(blocked, target_positions, batch_dims=1), mlen)
+                query_mask = _with_memory_columns(tf.gather(blocked, target_positions, batch_dims=1), mlen,
+                                                  memory_blocked)
 
         content_segment_diff = query_segment_diff = None
         if segment_ids is not None:

@@ -15,6 +15,22 @@ Layout (the one XLNet's own fine-tuning code uses)::
 * Truncation always removes pieces from the END (right) of a text: a single text keeps its first
   ``max_length - 2`` pieces; a pair trims the longer of A and B from the right (B on ties) until
   both fit in ``max_length - 3`` pieces (tfrecords/pair_lengths.py, the rule records are built with).
+* Long texts over ``max_segments`` segments (:meth:`XLNetTextEncoder.encode_segments`, for the
+  Transformer-XL recurrence of ``XLNetNetwork.encode_segments``): the same layout over
+  ``max_segments * max_length`` positions, left padded, then cut into ``max_segments`` consecutive
+  segments of ``max_length``, in reading order. So the last segment ends as a single segment does
+  (``... <sep> <cls>``, ``<cls>`` last), a text that fits one segment is encoded exactly as
+  :meth:`~XLNetTextEncoder.encode` encodes it (its earlier segments all padding, input_mask 0), and
+  a longer one fills the segments from the end: its start is left padded in the first segment it
+  reaches, so its pieces stay contiguous across segments. ``max_segments=1`` is ``encode``.
+* Which pieces are kept (:meth:`XLNetTextEncoder.kept_lengths`, the one truncation rule, also
+  the count of truncated texts): a single text keeps its FIRST ``max_segments * max_length - 2``
+  pieces (XLNet's run_classifier.py keeps the first pieces; with one segment this is that rule,
+  and a document is read from its beginning). A pair keeps B in the last segment: the last
+  segment's ``max_length - 3`` pieces are shared by B and the part of A the earlier segments do
+  not hold by the pair rule above (trim the longer); A keeps its first pieces. With one segment
+  this is exactly the pair rule; a pair is truncated only when its pieces and three symbols exceed
+  ``max_segments * max_length``, or B alone exceeds ``max_length - 3``.
 * ``<mask>``: SentencePiece treats ``<mask>`` as a control symbol and never produces it from text,
   so :meth:`XLNetTextEncoder.encode_masked` splits the normalised text on the literal ``<mask>``
   and inserts the mask id between the encoded pieces. Each ``<mask>`` stands for exactly one
@@ -98,19 +114,54 @@ class XLNetTextEncoder(tf.Module):
         Returns:
           dict of int32 [batch, max_length]: input_ids, segment_ids, input_mask.
         """
+        return self._layout(texts_a, texts_b, 1)
+
+    def encode_segments(self, texts_a: tf.Tensor, texts_b: tf.Tensor | None = None,
+                        max_segments: int = 1) -> dict[str, tf.Tensor]:
+        """Encodes texts (or A/B pairs) up to ``max_segments`` segments long, for the recurrence.
+
+        Laid out as the module docstring says ("Long texts"): consecutive segments in reading
+        order, the last one ending ``<sep> <cls>``; segments a short text does not reach are all
+        padding (input_mask 0, so the network's memory mask hides them).
+
+        Returns:
+          dict of int32 [batch, max_segments, max_length]: input_ids, segment_ids, input_mask.
+          ``encode_segments(a, b, 1)[name][:, 0]`` is ``encode(a, b)[name]``.
+        """
+        if max_segments < 1:
+            raise ValueError(f"max_segments must be at least 1, got {max_segments}")
+        flat = self._layout(texts_a, texts_b, max_segments)
+        return {name: tf.reshape(value, [-1, max_segments, self.max_length]) for name, value in flat.items()}
+
+    def kept_lengths(self, len_a: tf.Tensor, len_b: tf.Tensor | None = None,
+                     max_segments: int = 1) -> tuple[tf.Tensor, tf.Tensor | None]:
+        """The truncation rule: the pieces kept of texts of ``len_a`` (and B of ``len_b``) pieces,
+        integer tensors [batch], read in ``max_segments`` segments: (kept A, kept B or None).
+
+        A text is truncated exactly when a kept length is below its length.
+        """
+        if len_b is None:
+            return tf.minimum(len_a, max_segments * self.max_length - 2), None
+        # A's pieces beyond the earlier segments share the last segment with B by the pair rule.
+        overflow = tf.maximum(len_a - (max_segments - 1) * self.max_length, 0)
+        last_a, kept_b = pair_lengths(overflow, len_b, self.max_length - 3)
+        return len_a - overflow + last_a, kept_b
+
+    def _layout(self, texts_a: tf.Tensor, texts_b: tf.Tensor | None, max_segments: int) -> dict[str, tf.Tensor]:
+        """The layout over ``max_segments * max_length`` positions, [batch, max_segments * max_length]."""
         ids_a = self.tokenize(texts_a)
         batch_size = ids_a.nrows(out_type=tf.int32)
         sep = _column(batch_size, self.special_ids["sep"])
         if texts_b is None:
-            ids_a = _keep_first(ids_a, tf.fill([batch_size], self.max_length - 2))
-            pieces = [ids_a, sep]
+            len_a, _ = self.kept_lengths(ids_a.row_lengths(), None, max_segments)
+            pieces = [_keep_first(ids_a, len_a), sep]
             segments = [SEG_A, SEG_A]
         else:
             ids_b = self.tokenize(texts_b)
-            len_a, len_b = pair_lengths(ids_a.row_lengths(), ids_b.row_lengths(), self.max_length - 3)
+            len_a, len_b = self.kept_lengths(ids_a.row_lengths(), ids_b.row_lengths(), max_segments)
             pieces = [_keep_first(ids_a, len_a), sep, _keep_first(ids_b, len_b), sep]
             segments = [SEG_A, SEG_A, SEG_B, SEG_B]
-        return self._finish(pieces, segments, batch_size)
+        return self._finish(pieces, segments, batch_size, max_segments * self.max_length)
 
     def encode_masked(self, texts: tf.Tensor) -> dict[str, tf.Tensor]:
         """Encodes texts containing literal ``<mask>`` markers, each becoming one ``<mask>`` id.
@@ -158,19 +209,20 @@ class XLNetTextEncoder(tf.Module):
         is_first = tf.equal(tf.ragged.range(part_ids.row_lengths()), 0)
         return tf.ragged.boolean_mask(part_ids, ~(is_first & drop_first))
 
-    def _finish(self, pieces: list[tf.RaggedTensor], segments: list[int],
-                batch_size: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Appends <cls>, builds segment ids and left-pads everything to max_length."""
+    def _finish(self, pieces: list[tf.RaggedTensor], segments: list[int], batch_size: tf.Tensor,
+                length: int | None = None) -> dict[str, tf.Tensor]:
+        """Appends <cls>, builds segment ids and left-pads everything to ``length`` (default max_length)."""
+        length = self.max_length if length is None else length
         pieces = pieces + [_column(batch_size, self.special_ids["cls"])]
         segments = segments + [SEG_CLS]
         ids = tf.concat(pieces, axis=1)
         segment_ids = tf.concat([tf.ones_like(p) * s for p, s in zip(pieces, segments)], axis=1)
-        pad_lengths = self.max_length - ids.row_lengths()
+        pad_lengths = length - ids.row_lengths()
 
         def left_pad(values: tf.RaggedTensor, pad_value: int) -> tf.Tensor:
             pads = tf.RaggedTensor.from_row_lengths(
                 tf.fill([tf.reduce_sum(pad_lengths)], tf.constant(pad_value, tf.int32)), pad_lengths)
-            return tf.concat([pads, values], axis=1).to_tensor(shape=[None, self.max_length])
+            return tf.concat([pads, values], axis=1).to_tensor(shape=[None, length])
 
         return {
             "input_ids": left_pad(ids, self.special_ids["pad"]),
