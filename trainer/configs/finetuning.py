@@ -26,11 +26,19 @@ class FinetuneConfig(LoopConfig):
     ``layer_decay_rate`` r multiplies the learning rate of block l (of n) by r^(n-1-l), the
     original's ``lr_layer_decay_rate`` (see trainer/runtime/optimization.py); 1.0 turns it off.
     ``eval_every`` steps (and once at the end) the whole eval file is scored.
+
+    ``max_segments`` N > 1 (classification, regression, multiple choice): a text up to N segments of
+    ``max_seq_length`` is read segment by segment, each seeing the last ``mem_len`` states of the
+    ones before (the model's ``mem_len``: ``--set mem_len=M``), the head reading the last
+    segment's ``<cls>`` (docs/finetuning.md, "Long documents").
     """
 
     task: str = "classification"
     max_seq_length: int = 128
     layer_decay_rate: float = 1.0
+    max_segments: int = dataclasses.field(default=1, metadata={
+        "help": "segments of max_seq_length a text is read in, through the memory (mem_len); "
+                "1: one segment, as XLNet's fine-tuning; not for squad"})
     # Set from the training file, not by hand: its rows have a second text (text_b), so the
     # served signatures take one too.
     text_pair: bool = False
@@ -56,8 +64,13 @@ class FinetuneConfig(LoopConfig):
             problems.append(f"max_seq_length must be at least 3 (<sep>, <sep>, <cls>), got {self.max_seq_length}")
         if self.layer_decay_rate > 1:
             problems.append(f"layer_decay_rate must be in (0, 1], got {self.layer_decay_rate}")
+        if self.max_segments < 1:
+            problems.append(f"max_segments must be at least 1 (segments read per text), got {self.max_segments}")
         if self.task == "squad":
             problems += squad_length_problems(self.max_seq_length, self.max_query_length)
+            if self.max_segments > 1:
+                problems.append(f"max_segments must be 1 for task squad (a long context is read in windows of "
+                                f"doc_stride), got {self.max_segments}")
         return problems
 
     def for_task(self, task: str) -> "FinetuneConfig":

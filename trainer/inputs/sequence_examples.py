@@ -31,6 +31,8 @@ serving encoder, so training and serving lay text out identically). A multiple-c
 becomes one ``context <sep> qa <sep> <cls>`` sequence per option, where ``qa`` is the question
 with its ``_`` blank filled by the option, else question + " " + option (XLNet's run_race.py;
 trainer/serving/text_encoder.py's question_with_option, which the served ``choose`` signature shares).
+With ``max_segments`` N > 1 a text (for multiple choice: the context) is laid out over N segments
+by ``XLNetTextEncoder.encode_segments``, the features gaining a segment axis before the length.
 """
 from __future__ import annotations
 
@@ -217,17 +219,23 @@ def choice_pairs(examples: Sequence[ChoiceExample]) -> tuple[list[str], list[str
     return contexts, qas
 
 
-def count_truncated(examples: Sequence[TextExample] | Sequence[ChoiceExample], encoder: XLNetTextEncoder) -> int:
-    """How many examples the encoder will truncate (for choice examples: any of its options).
-
-    A single text needs its pieces + 2 positions (<sep>, <cls>), a pair its pieces + 3.
+def count_truncated(examples: Sequence[TextExample] | Sequence[ChoiceExample], encoder: XLNetTextEncoder,
+                    max_segments: int = 1) -> int:
+    """How many examples the encoder will truncate (for choice examples: any of its options), read
+    in ``max_segments`` segments: the encoder's own rule (``XLNetTextEncoder.kept_lengths``). With
+    one segment, a single text needs its pieces + 2 positions (<sep>, <cls>), a pair its pieces + 3.
     """
     if not examples:
         return 0
     is_choice = isinstance(examples[0], ChoiceExample)
     texts_a, texts_b = choice_pairs(examples) if is_choice else text_pairs(examples)
-    needed = _piece_counts(texts_a, encoder) + (2 if texts_b is None else 3 + _piece_counts(texts_b, encoder))
-    too_long = needed > encoder.max_length
+    len_a = _piece_counts(texts_a, encoder)
+    len_b = None if texts_b is None else _piece_counts(texts_b, encoder)
+    kept_a, kept_b = encoder.kept_lengths(tf.constant(len_a), None if len_b is None else tf.constant(len_b),
+                                          max_segments)
+    too_long = kept_a.numpy() < len_a
+    if len_b is not None:
+        too_long |= kept_b.numpy() < len_b
     if not is_choice:
         return int(too_long.sum())
     # Per example: any of its options, whose pairs are adjacent.
@@ -242,19 +250,29 @@ def _piece_counts(texts: list[str], encoder: XLNetTextEncoder) -> np.ndarray:
     return np.concatenate(counts)
 
 
-def example_columns(examples: Sequence[TextExample] | Sequence[ChoiceExample], encoder: XLNetTextEncoder
+def example_columns(examples: Sequence[TextExample] | Sequence[ChoiceExample], encoder: XLNetTextEncoder,
+                    max_segments: int = 1
                     ) -> tuple[dict[str, np.ndarray], Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]]:
     """The raw-string columns of ``examples`` (one row per example) and the in-graph function
-    that encodes a batch of those rows into model features."""
+    that encodes a batch of those rows into model features: [batch, (options,) max_length], or with
+    ``max_segments`` > 1 [batch, (options,) max_segments, max_length] (``encode_segments``)."""
     first = _first(examples)
+    segments = [] if max_segments == 1 else [max_segments]
+
+    def encode(texts_a: tf.Tensor, texts_b: tf.Tensor | None) -> dict[str, tf.Tensor]:
+        if max_segments == 1:
+            return encoder.encode(texts_a, texts_b)
+        return encoder.encode_segments(texts_a, texts_b, max_segments)
+
     if isinstance(first, ChoiceExample):
         num_options = _common_option_count(examples)
         contexts, qas = choice_pairs(examples)
         columns = {"context": np.reshape(contexts, [-1, num_options]), "qa": np.reshape(qas, [-1, num_options])}
 
         def encode_choices(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            flat = encoder.encode(tf.reshape(batch["context"], [-1]), tf.reshape(batch["qa"], [-1]))
-            return {name: tf.reshape(value, [-1, num_options, encoder.max_length]) for name, value in flat.items()}
+            flat = encode(tf.reshape(batch["context"], [-1]), tf.reshape(batch["qa"], [-1]))
+            return {name: tf.reshape(value, [-1, num_options, *segments, encoder.max_length])
+                    for name, value in flat.items()}
 
         return columns, encode_choices
     texts_a, texts_b = text_pairs(examples)
@@ -263,13 +281,14 @@ def example_columns(examples: Sequence[TextExample] | Sequence[ChoiceExample], e
         columns["b"] = np.asarray(texts_b, object)
 
     def encode_texts(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        return encoder.encode(batch["a"], batch.get("b"))
+        return encode(batch["a"], batch.get("b"))
 
     return columns, encode_texts
 
 
 def text_dataset(examples: Sequence[TextExample], encoder: XLNetTextEncoder, batch_size: int,
-                 targets: np.ndarray | None = None, *, pad_last_batch: bool = False) -> tf.data.Dataset:
+                 targets: np.ndarray | None = None, *, pad_last_batch: bool = False,
+                 max_segments: int = 1) -> tf.data.Dataset:
     """Batches of encoded text examples, in file order (training order is :func:`training_dataset`'s).
 
     Args:
@@ -280,35 +299,39 @@ def text_dataset(examples: Sequence[TextExample], encoder: XLNetTextEncoder, bat
       pad_last_batch: fill the last batch with copies of the last example (:func:`pad_rows`), so
         every batch has the same static shape (one compiled program on a TPU); the caller keeps
         the first ``len(examples)`` outputs.
+      max_segments: segments each text is read in (XLNetTextEncoder.encode_segments); 1: one.
     Returns:
       A dataset of ``(features, targets)`` or, without targets, ``features``: features is a dict
-      of int32 [batch, max_length] ``input_ids``, ``segment_ids``, ``input_mask``; targets is
-      [batch] (int32 label ids or float32 values).
+      of int32 [batch, max_length] (with max_segments > 1: [batch, max_segments, max_length])
+      ``input_ids``, ``segment_ids``, ``input_mask``; targets is [batch] (int32 label ids or
+      float32 values).
     """
     if isinstance(_first(examples), ChoiceExample):
         raise TypeError("text_dataset takes text examples; use choice_dataset for multiple choice")
-    columns, encode = example_columns(examples, encoder)
+    columns, encode = example_columns(examples, encoder, max_segments)
     return _batched(columns, targets, encode, batch_size, pad_last_batch)
 
 
 def choice_dataset(examples: Sequence[ChoiceExample], encoder: XLNetTextEncoder, batch_size: int,
-                   targets: np.ndarray | None = None, *, pad_last_batch: bool = False) -> tf.data.Dataset:
+                   targets: np.ndarray | None = None, *, pad_last_batch: bool = False,
+                   max_segments: int = 1) -> tf.data.Dataset:
     """Batches of encoded multiple-choice examples; every example must have as many options.
 
     Args:
       examples: from :func:`read_choice_examples`.
-      encoder, batch_size, pad_last_batch: as for :func:`text_dataset`.
+      encoder, batch_size, pad_last_batch, max_segments: as for :func:`text_dataset`.
       targets: int32 [num_examples] from :func:`choice_targets`, or None.
     Returns:
       A dataset of ``(features, targets)`` or ``features``: features is a dict of int32
-      [batch, num_options, max_length] ``input_ids``, ``segment_ids``, ``input_mask`` (one
-      ``context <sep> qa <sep> <cls>`` row per option); targets is int32 [batch].
+      [batch, num_options, max_length] (with max_segments > 1: [batch, num_options, max_segments,
+      max_length]) ``input_ids``, ``segment_ids``, ``input_mask`` (one ``context <sep> qa <sep>
+      <cls>`` sequence per option, the context the long part); targets is int32 [batch].
     Raises:
       FinetuneDataError naming the first example whose number of options differs.
     """
     if not isinstance(_first(examples), ChoiceExample):
         raise TypeError("choice_dataset takes multiple-choice examples; use text_dataset for texts")
-    columns, encode = example_columns(examples, encoder)
+    columns, encode = example_columns(examples, encoder, max_segments)
     return _batched(columns, targets, encode, batch_size, pad_last_batch)
 
 

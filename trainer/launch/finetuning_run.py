@@ -102,7 +102,20 @@ def finetuning_configs(settings: FinetuneSettings, base_model: ModelConfig | Non
         if changed:
             raise UsageError(f"--set/--config cannot change the architecture of --init-checkpoint "
                              f"({', '.join(changed)})")
-    return sequence_model_config(model), config
+    return sequence_model_config(model, segment_memory(model, config)), config
+
+
+def segment_memory(model: ModelConfig, config: FinetuneConfig) -> int:
+    """The memory a fine-tuning run reads with: with ``max_segments`` 1 none (one segment per text,
+    as ever); with more, the model's ``mem_len`` (--init-checkpoint's, the memory it was pretrained
+    with, unless ``--set mem_len=M``), which must then be positive."""
+    if config.max_segments == 1:
+        return 0
+    if model.mem_len == 0:
+        raise UsageError(f"max_segments {config.max_segments} reads the earlier segments of a text through the "
+                         "memory, but mem_len is 0: set a memory length with --set mem_len=M (M > 0), or "
+                         "--set max_segments=1")
+    return model.mem_len
 
 
 def matching_preset(model: ModelConfig | None, presets: dict[str, ModelConfig]) -> str:
@@ -191,12 +204,15 @@ def _sequence_task(run: FinetuningRun, source: ModelSource, model, config, resum
 
     encoder = XLNetTextEncoder(source.sp_model_proto, source.special_ids, config.max_seq_length, source.uncased)
     data = load_task_data(config.task, encoder, run.train, run.eval, run.test, run.fields or FieldNames(),
-                          resumed_labels)
+                          resumed_labels, max_segments=config.max_segments)
     config = config.replace(text_pair=getattr(data.train.examples[0], "text_b", None) is not None)
+    longer_than = f"max_seq_length {config.max_seq_length}"
+    if config.max_segments > 1:
+        longer_than = f"max_segments {config.max_segments} x {longer_than}"
     for name, split in (("train", data.train), ("eval", data.eval), ("test", data.test)):
         if split is not None and split.truncated:
-            log(f"{split.truncated} of {len(split.examples)} {name} examples are longer than max_seq_length "
-                f"{config.max_seq_length} and are truncated")
+            log(f"{split.truncated} of {len(split.examples)} {name} examples are longer than {longer_than} "
+                "and are truncated")
     return SequenceTask(config, model, encoder, data)
 
 

@@ -193,14 +193,22 @@ class ModelConfig(JsonConfig):
 
 
 
-def sequence_model_config(config: ModelConfig) -> ModelConfig:
-    """The architecture for whole sequences (serving, fine-tuning): same weights, no bi_data, no memory.
+def sequence_model_config(config: ModelConfig, mem_len: int = 0) -> ModelConfig:
+    """The architecture for whole sequences (serving, fine-tuning): same weights, no bi_data, and no
+    memory unless a text is read over several segments.
 
     bi_data only changes the relative positions of the backward half of a pretraining batch
     (and would require an even batch); a request or a fine-tuning example is encoded on its
-    own, so there is no memory to carry either.
+    own. ``mem_len`` 0: one segment per text, nothing to carry. ``mem_len`` > 0: a text read over
+    several segments (``XLNetNetwork.encode_segments``, fine-tuning's ``max_segments``) keeps the
+    last ``mem_len`` states of the segments before, every position of a segment cached
+    (reuse_len 0: consecutive segments do not overlap, as pretraining records do).
     """
-    return config.replace(bi_data=False, mem_len=0)
+    if mem_len < 0:
+        raise InvalidConfigError("model", [f"mem_len must be >= 0, got {mem_len}"])
+    if mem_len == 0:
+        return config.replace(bi_data=False, mem_len=0)
+    return config.replace(bi_data=False, mem_len=mem_len, reuse_len=0)
 
 # The reference table (XLNet paper / released models) for base and large; tiny is ours,
 # small enough to train on two CPU cores in minutes for tests and the demo.

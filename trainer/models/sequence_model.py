@@ -6,7 +6,8 @@ Inputs are the serving encoder's (trainer/serving/text_encoder.py): int32 ``inpu
 ``input_mask`` (1 = real token), left-padded so that ``<cls>`` is the last position. The head is
 the sequence summary of that position (trainer/layers/sequence_summary.py) followed by a dense
 layer named ``logits_proj`` to the number of labels (1 for regression, 1 per option for multiple
-choice). Fine-tuning runs without memory, permutation or bi_data.
+choice). Fine-tuning runs without permutation or bi_data, and without memory unless a text is read
+over several segments (inputs with a segment axis: the last segment's ``<cls>`` is read).
 """
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ class XLNetForSequenceTask(keras.Model):
     Call: dict of int32 ``input_ids``, ``segment_ids``, ``input_mask``, each [batch, seq_len]
     ([batch, options, seq_len] for multiple choice) -> float32 logits [batch, num_labels]
     (classification), scores [batch] (regression) or logits [batch, options] (multiple choice).
+    A long text read over S segments (fine-tuning's ``max_segments``; the text encoder's
+    ``encode_segments``): each input [batch, S, seq_len] ([batch, options, S, seq_len]); the
+    network reads the segments in order through its memory (``encode_last_segment``) and the head
+    reads the last segment's ``<cls>``.
     """
 
     def __init__(self, network: XLNetNetwork, task: str, num_labels: int = 1, **kwargs):
@@ -52,14 +57,18 @@ class XLNetForSequenceTask(keras.Model):
     def call(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> tf.Tensor:
         if self.task == "multiple-choice":
             options = tf.shape(inputs["input_ids"])[1]
-            flat = {name: tf.reshape(inputs[name], [-1, tf.shape(inputs[name])[-1]]) for name in INPUTS}
+            flat = {name: _options_flattened(inputs[name]) for name in INPUTS}
             return tf.reshape(self._logits(flat, training), [-1, options])
         logits = self._logits(inputs, training)
         return logits[:, 0] if self.task == "regression" else logits
 
     def _logits(self, inputs: Mapping[str, tf.Tensor], training: bool) -> tf.Tensor:
-        hidden, _ = self.network.encode(inputs["input_ids"], inputs["segment_ids"], input_mask=inputs["input_mask"],
-                                        training=training)
+        """Rows [rows, seq_len], or [rows, segments, seq_len] read through the memory -> logits."""
+        ids, segments, mask = (inputs[name] for name in INPUTS)
+        if ids.shape.rank == 3:
+            hidden, _ = self.network.encode_last_segment(ids, segments, input_mask=mask, training=training)
+        else:
+            hidden, _ = self.network.encode(ids, segments, input_mask=mask, training=training)
         return self.logits_from_hidden(hidden, training)
 
     def logits_from_hidden(self, hidden: tf.Tensor, training: bool = False) -> tf.Tensor:
@@ -73,6 +82,14 @@ class XLNetForSequenceTask(keras.Model):
     @classmethod
     def from_config(cls, config: dict) -> "XLNetForSequenceTask":
         return head_model_from_config(cls, config)
+
+
+def _options_flattened(tensor: tf.Tensor) -> tf.Tensor:
+    """[batch, options, ...] -> [batch * options, ...], keeping the static sizes of the trailing axes
+    (the network needs a static length, and a static number of segments)."""
+    dynamic = tf.shape(tensor)
+    trailing = [size if size is not None else dynamic[axis] for axis, size in enumerate(tensor.shape) if axis >= 2]
+    return tf.reshape(tensor, [-1, *trailing])
 
 
 def task_loss(task: str, outputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:

@@ -3,8 +3,10 @@
 What it adds to the controller (trainer/runtime/controller.py): the XLNet network with a sequence head
 (trainer/models/sequence_model.py) as the model, the labeled examples encoded by the serving encoder
 (trainer/inputs/sequence_examples.py) as the input, layer-wise learning-rate decay, and the task's
-metrics on the whole eval file (trainer/evaluation/metrics.py). No memory, no permutation, no
-bi_data: the network's config comes through ``trainer.models.config.sequence_model_config``.
+metrics on the whole eval file (trainer/evaluation/metrics.py). No permutation, no bi_data: the
+network's config comes through ``trainer.models.config.sequence_model_config``; no memory unless
+``max_segments`` > 1, when each text is read over that many segments through the memory
+(``XLNetNetwork.encode_segments``), training, evaluation and predictions alike.
 
 A checkpoint holds ``model`` (the network, so `xlnet export` and --init-checkpoint read it as
 they read a pretraining checkpoint) and ``head`` (the whole fine-tuned model). The training
@@ -84,10 +86,12 @@ def targets_of(task: str, examples: Examples, labels: Sequence[str] | None) -> n
 
 
 def load_task_data(task: str, encoder: XLNetTextEncoder, train: str, eval: str, test: str | None = None,
-                   fields: FieldNames = FieldNames(), labels: Sequence[str] | None = None) -> TaskData:
+                   fields: FieldNames = FieldNames(), labels: Sequence[str] | None = None,
+                   max_segments: int = 1) -> TaskData:
     """Reads and checks the train, eval (and unlabeled-or-labeled test) files.
 
     ``labels``: the label list of a run being resumed; None takes it from the training file.
+    ``max_segments``: the segments a text is read in (for the counts of truncated examples).
     Raises FinetuneDataError naming the file and line of any bad row, an eval label the training
     file lacks, or training and eval files that disagree on having ``text_b``.
     """
@@ -102,7 +106,7 @@ def load_task_data(task: str, encoder: XLNetTextEncoder, train: str, eval: str, 
         _check_same_layout(train_examples, examples)
         labeled = all(example.label is not None for example in examples)
         splits[name] = Split(examples, targets_of(task, examples, labels) if labeled else None,
-                             sequence_examples.count_truncated(examples, encoder))
+                             sequence_examples.count_truncated(examples, encoder, max_segments))
     return TaskData(splits["train"], splits["eval"], tuple(labels) if labels is not None else None,
                     splits.get("test"))
 
@@ -130,7 +134,7 @@ class SequenceTask(HeadTask):
         self.task = config.task
         self.metric_names = {} if self.task == "regression" else {"accuracy": "accuracy"}
         options = len(data.train.examples[0].options) if self.task == "multiple-choice" else 1
-        self.tokens_per_example = config.max_seq_length * options
+        self.tokens_per_example = config.max_seq_length * options * config.max_segments
 
     def build(self, strategy: tf.distribute.Strategy) -> None:
         """The network and its head (under the caller's strategy scope)."""
@@ -143,7 +147,8 @@ class SequenceTask(HeadTask):
         self.model = self.head = XLNetForSequenceTask(self.network, self.task, num_labels, name="finetuned")
 
     def training_columns(self) -> tuple[dict[str, np.ndarray], Callable, np.ndarray]:
-        columns, encode = sequence_examples.example_columns(self.data.train.examples, self.encoder)
+        columns, encode = sequence_examples.example_columns(self.data.train.examples, self.encoder,
+                                                            self.config.max_segments)
         return columns, encode, self.data.train.targets
 
     def compute(self, batch, state, training: bool) -> StepOutputs:
@@ -161,12 +166,9 @@ class SequenceTask(HeadTask):
     def predict(self, strategy: tf.distribute.Strategy, examples: Examples) -> np.ndarray:
         """The head's outputs for ``examples`` in file order: logits [N, labels] (classification),
         scores [N] (regression) or logits [N, options] (multiple choice)."""
-        if self.task == "multiple-choice":
-            dataset = sequence_examples.choice_dataset(examples, self.encoder, self.config.eval_batch_size,
-                                                   pad_last_batch=True)
-        else:
-            dataset = sequence_examples.text_dataset(examples, self.encoder, self.config.eval_batch_size,
-                                                 pad_last_batch=True)
+        make = sequence_examples.choice_dataset if self.task == "multiple-choice" else sequence_examples.text_dataset
+        dataset = make(examples, self.encoder, self.config.eval_batch_size, pad_last_batch=True,
+                       max_segments=self.config.max_segments)
         return self.gathered_outputs(strategy, dataset, len(examples))
 
     def scores(self, outputs: np.ndarray, targets: np.ndarray) -> dict[str, float]:
