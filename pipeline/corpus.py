@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import json
 import os
 import posixpath
 import re
@@ -36,14 +35,19 @@ from typing import Iterable, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfrecords.corpus_text import (  # noqa: F401 (read_raw_lines: this module's readers' API)
+    INPUT_FORMATS,
+    decode_line,
+    format_by_name,
+    jsonl_documents,
+    read_raw_lines,
+    text_documents,
+)
 from tfrecords.errors import UsageError
 
-INPUT_FORMATS = ("auto", "text", "jsonl")
 INPUT_FORMAT_HELP = ("text: one sentence per line, blank line between documents; jsonl: one JSON document "
                      "per line; auto: jsonl for *.jsonl/*.ndjson")
-_JSONL_NAME = re.compile(r"\.(jsonl|ndjson)(\.gz|\.bz2)?$")
 _GLOB_CHARS = re.compile(r"[*?\[]")
-_READ_CHUNK = 1 << 20
 
 
 class CorpusError(UsageError):
@@ -116,76 +120,7 @@ def resolve_format(path: str, input_format: str) -> str:
         raise CorpusError(f"--input-format must be one of {', '.join(INPUT_FORMATS)}, got {input_format!r}")
     if input_format != "auto":
         return input_format
-    return "jsonl" if _JSONL_NAME.search(path) else "text"
-
-
-def read_raw_lines(handle, max_line_bytes: int, stats: Counter) -> Iterator[bytes]:
-    """Yields the lines of a binary file handle (without line ends), skipping over-long lines."""
-    pending = b""
-    skipping = False  # inside an over-long line that was already counted
-    while True:
-        chunk = handle.read(_READ_CHUNK)
-        if not chunk:
-            break
-        lines = (pending + chunk).split(b"\n")
-        pending = lines.pop()
-        for line in lines:
-            if skipping:
-                skipping = False
-            elif len(line) > max_line_bytes:
-                stats["long_lines"] += 1
-            else:
-                yield line
-        if len(pending) > max_line_bytes:
-            if not skipping:
-                stats["long_lines"] += 1
-            skipping = True
-            pending = b""
-    if pending and not skipping:
-        yield pending
-
-
-def decode_line(raw: bytes, stats: Counter) -> str | None:
-    """UTF-8 text of a line, or None (counted as invalid) for undecodable or binary lines."""
-    if b"\x00" in raw:
-        stats["invalid_lines"] += 1
-        return None
-    try:
-        return raw.decode("utf-8").rstrip("\r")
-    except UnicodeDecodeError:
-        stats["invalid_lines"] += 1
-        return None
-
-
-def _text_documents(lines: Iterator[str], stats: Counter) -> Iterator[list[str]]:
-    document: list[str] = []
-    for line in lines:
-        stats["lines"] += 1
-        if line.strip():
-            document.append(line)
-        elif document:
-            yield document
-            document = []
-    if document:
-        yield document
-
-
-def _jsonl_documents(lines: Iterator[str], text_field: str, stats: Counter) -> Iterator[list[str]]:
-    for line in lines:
-        stats["lines"] += 1
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        text = record.get(text_field) if isinstance(record, dict) else None
-        if not isinstance(text, str):
-            stats["invalid_lines"] += 1
-            continue
-        document = [sentence for sentence in text.splitlines() if sentence.strip()]
-        if document:
-            yield document
+    return format_by_name(path)
 
 
 def _open_decompressed(path: str):
@@ -215,9 +150,9 @@ def read_documents(path: str, input_format: str = "auto", text_field: str = "tex
             decoded = (decode_line(raw, stats) for raw in read_raw_lines(handle, max_line_bytes, stats))
             valid = (line for line in decoded if line is not None)
             if file_format == "jsonl":
-                yield from _jsonl_documents(valid, text_field, stats)
+                yield from jsonl_documents(valid, text_field, stats)
             else:
-                yield from _text_documents(valid, stats)
+                yield from text_documents(valid, stats)
     except (OSError, EOFError, ValueError, zlib.error) as error:
         if isinstance(error, CorpusError):
             raise

@@ -46,3 +46,20 @@ def recomputed_flops_per_step(n_layer, d_model, d_inner, seq_len, mem_len, num_p
         return float(n_layer * layer["attention"])
     last_matmul = 2 * batch * (seq_len + num_predict) * d_inner * d_model
     return float(n_layer * (layer["attention"] + layer["rest"] - last_matmul))
+
+
+def segment_memory_length(index: int, seq_len: int, mem_len: int) -> int:
+    """Memory states segment ``index`` (from 0) of a long document reads: the first reads none,
+    each later one the last ``mem_len`` states of the segments before it."""
+    return min(mem_len, index * seq_len)
+
+
+def earlier_segments_flops(segments: int, n_layer: int, d_model: int, d_inner: int, seq_len: int, mem_len: int,
+                           batch: int, **_) -> float:
+    """Matmul FLOPs of the forward-only passes of a long document's ``segments - 1`` segments
+    before the last (fine-tuning with max_segments > 1): each layer's forward pass over its memory
+    (``segment_memory_length``), no backward pass, no head. 0 with one segment."""
+    return float(sum(n_layer * sum(layer_forward_flops(d_model, d_inner, seq_len, seq_len,
+                                                       segment_memory_length(index, seq_len, mem_len), batch,
+                                                       False).values())
+                     for index in range(segments - 1)))

@@ -9,7 +9,8 @@ fitted to measurements (benchmarks/memory.py measures how close it comes). What 
   controller.py ``_micro_steps``: one float32 copy of the trained variables, zeros before the
   first micro-step, allocated before the forward pass);
 * the Transformer-XL memory (pretraining: trainer/tasks/pretraining.py ``MemoryState``, train and
-  eval memories, and the new memory a step computes before it is stored);
+  eval memories, and the new memory a step computes before it is stored; fine-tuning on long
+  documents: the memory the last segment reads);
 * the input batch and the masks built from it on the device, shared by every layer;
 * the activations the backward pass needs, per layer and remat mode (the tensors the gradients
   of trainer/layers/attention.py, feed_forward.py and transformer_block.py read), and those of the
@@ -23,6 +24,13 @@ The peak comes in one of two phases: the start of the backward pass (every saved
 transient, the tied embedding's dense gradient) or the update after it (activations freed; the
 gradients summed, divided, clipped and applied variable by variable, so only the largest
 variables are held twice). ``MemoryBreakdown.total`` is the larger.
+
+Long documents (fine-tuning with ``max_segments`` N > 1 and a memory of M): a step reads N
+segments of L pieces in order. Only the last keeps activations for the backward pass, and they
+are those of one segment whose keys span K = M + L (``layer_activations`` with ``mem_len`` M);
+the N - 1 earlier segments run forward only, and what one of them holds at its peak besides the
+memory it reads (``earlier_segment_bytes``) counts once, whatever N; the memory the last segment
+reads is held until its backward pass (``memory_state_bytes``). So the peak grows with M, not N.
 """
 from __future__ import annotations
 
@@ -55,7 +63,9 @@ class StepShape:
     ``seq_len``; ``num_predict``: query-stream rows per sequence (0: content stream only, as in
     fine-tuning); ``mem_len``: memory length (0 without memory); ``eval_batch``: rows of the
     pretraining eval memory per replica; ``head``: "lm", "sequence" or "squad"; ``num_labels``;
-    ``precision``: a LoopConfig precision; ``accumulation_steps``: micro-steps per step.
+    ``precision``: a LoopConfig precision; ``accumulation_steps``: micro-steps per step;
+    ``segments``: segments of ``seq_len`` pieces read per row, in order (fine-tuning on long
+    documents, ``max_segments``; 1 otherwise), each after a memory of ``mem_len`` states.
     """
 
     batch: int
@@ -67,6 +77,7 @@ class StepShape:
     num_labels: int = 2
     precision: str = "float32"
     accumulation_steps: int = 1
+    segments: int = 1
 
     @property
     def activation_bytes(self) -> int:
@@ -91,17 +102,19 @@ class MemoryBreakdown:
     update_phase: int  # what the update phase holds beyond the accumulator: the variables in flight
     remat: str
     phase: str  # "backward" or "update": where the peak is
+    earlier_segments: int = 0  # long documents: the forward-only earlier segments' peak (earlier_segment_bytes)
 
     @property
     def total(self) -> int:
         persistent = self.weights + self.optimizer_slots + self.gradients + self.memory_state + self.input_batch
-        return persistent + max(self.activations + self.transient, self.update_phase)
+        return persistent + max(self.activations + self.transient + self.earlier_segments, self.update_phase)
 
     def to_dict(self) -> dict:
         return {"weights": self.weights, "gradients": self.gradients, "optimizer_slots": self.optimizer_slots,
                 "activations_per_layer": dict(self.activations_per_layer), "activations": self.activations,
                 "memory_state": self.memory_state, "input_batch": self.input_batch, "transient": self.transient,
-                "update_phase": self.update_phase, "total": self.total, "remat": self.remat, "phase": self.phase}
+                "update_phase": self.update_phase, "earlier_segments": self.earlier_segments, "total": self.total,
+                "remat": self.remat, "phase": self.phase}
 
 
 def parameter_counts(model: ModelConfig, head: str, num_labels: int = 2) -> tuple[int, int]:
@@ -239,7 +252,7 @@ def input_bytes(model: ModelConfig, shape: StepShape) -> int:
     mask, the content / query attention masks and segment differences."""
     b, l, p = shape.batch, shape.seq_len, shape.num_predict
     k = shape.mem_len + l
-    ids = 4 * b * l * INT32
+    ids = 4 * b * l * INT32 * shape.segments  # long documents: every segment's ids, segments and mask
     masks = b * l * l * BOOL + 2 * b * l * k * BOOL  # blocked, content mask, content segment difference
     if p:
         masks += 2 * b * p * k * BOOL + b * l * l * INT32  # query mask and segments; permutation ranks
@@ -247,12 +260,36 @@ def input_bytes(model: ModelConfig, shape: StepShape) -> int:
 
 
 def memory_state_bytes(model: ModelConfig, shape: StepShape) -> int:
-    """The Transformer-XL memory: the train memory, the new memory a step computes before it is
-    stored, and the eval memory; float32, one [batch, mem_len, d_model] per layer each."""
+    """The Transformer-XL memory, float32, one [batch, mem_len, d_model] per layer each. Pretraining:
+    the train memory, the new memory a step computes before it is stored, and the eval memory.
+    Fine-tuning on long documents: the memory the last segment reads, which the gradients of its
+    key and value projections read too (its own new memory is never computed: nothing reads it)."""
     if not shape.mem_len:
         return 0
     per_row = model.n_layer * shape.mem_len * model.d_model * FLOAT32
+    if shape.head != "lm":
+        return per_row * shape.batch
     return per_row * (2 * shape.batch + shape.eval_batch)
+
+
+def earlier_segment_bytes(model: ModelConfig, shape: StepShape) -> int:
+    """Long documents: what one of the forward-only segments before the last holds at its peak,
+    beside the memory it reads (``memory_state_bytes``): the new memory it builds (float32, one
+    [batch, mem_len, d_model] per layer) and one layer in flight: its input and output [B, L,
+    d_model], its keys and values over K = M + L with the position keys, and the larger of its
+    attention's scores (the position term [B, N, L, R] before rel_shift, the shifted one and the
+    content term [B, N, L, K], which their sum replaces) and its feed-forward's inner activations
+    (two [B, L, d_inner]). Nothing is kept for a backward pass and the segments run one after
+    another, so this counts once whatever their number; 0 with one segment."""
+    if shape.segments <= 1:
+        return 0
+    b, l, a, d = shape.batch, shape.seq_len, shape.activation_bytes, model.d_model
+    k = shape.mem_len + l
+    r = k + l if model.attn_type == "bi" else k + 1
+    new_memory = model.n_layer * b * shape.mem_len * d * FLOAT32
+    layer = 2 * b * l * d * a + _keys_and_values(model, shape) + r * model.n_head * model.d_head * a
+    scores = b * model.n_head * l * (2 * k + r) * a
+    return new_memory + layer + max(scores, 2 * b * l * model.d_inner * a)
 
 
 def memory_breakdown(model: ModelConfig, shape: StepShape, remat: str = "none") -> MemoryBreakdown:
@@ -274,8 +311,10 @@ def memory_breakdown(model: ModelConfig, shape: StepShape, remat: str = "none") 
                   * model.d_head)
     update = UPDATE_GRADIENT_COPIES * largest * FLOAT32
     weights = parameter_counts(model, shape.head, shape.num_labels)[0] * FLOAT32
-    phase = "backward" if activations + transient >= update else "update"
+    earlier = earlier_segment_bytes(model, shape)
+    phase = "backward" if activations + transient + earlier >= update else "update"
     return MemoryBreakdown(weights=weights, gradients=trained * FLOAT32, optimizer_slots=2 * trained * FLOAT32,
                            activations_per_layer=per_layer, activations=activations,
                            memory_state=memory_state_bytes(model, shape), input_batch=input_bytes(model, shape),
-                           transient=transient, update_phase=update, remat=remat, phase=phase)
+                           transient=transient, update_phase=update, remat=remat, phase=phase,
+                           earlier_segments=earlier)

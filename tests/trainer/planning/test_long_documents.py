@@ -1,0 +1,76 @@
+"""The planner's costs of fine-tuning on long documents (max_segments N, memory M): the memory of
+one step (trainer/planning/memory.py) and its FLOPs (trainer/planning/flops.py)."""
+from __future__ import annotations
+
+import pytest
+
+from trainer.models.config import model_preset, sequence_model_config
+from trainer.planning import flops, memory
+from trainer.planning.memory import FLOAT32, INT32, StepShape, layer_activations, memory_breakdown
+
+BASE = sequence_model_config(model_preset("base"))
+
+
+def long_document(segments: int, mem_len: int = 512, batch: int = 2, seq_len: int = 512) -> StepShape:
+    return StepShape(batch=batch, seq_len=seq_len, head="sequence", mem_len=mem_len, segments=segments)
+
+
+def test_a_step_keeps_the_activations_of_one_segment_whose_keys_span_the_memory():
+    step = memory_breakdown(BASE, long_document(8), remat="none")
+    assert step.activations_per_layer == layer_activations(BASE, long_document(1))
+    # the keys and values [B, N, M + L, H] of a layer: twice one segment's without memory
+    no_memory = layer_activations(BASE, long_document(1, mem_len=0))["none"]
+    assert step.activations_per_layer["none"] > no_memory
+
+
+def test_the_memory_is_n_layer_by_batch_by_mem_len_by_d_model_floats():
+    assert memory.memory_state_bytes(BASE, long_document(8)) == 12 * 2 * 512 * 768 * FLOAT32
+    assert memory.memory_state_bytes(BASE, long_document(1, mem_len=0)) == 0
+
+
+@pytest.mark.parametrize("remat", ["none", "attention", "full"])
+def test_more_segments_add_only_their_input_ids(remat):
+    two, eight = (memory_breakdown(BASE, long_document(n), remat) for n in (2, 8))
+    assert (two.activations, two.transient, two.memory_state, two.earlier_segments) == \
+           (eight.activations, eight.transient, eight.memory_state, eight.earlier_segments)
+    assert eight.total - two.total == 6 * 4 * 2 * 512 * INT32  # 6 more segments of ids, segments, mask, labels
+
+
+def test_the_earlier_segments_count_once_their_new_memory_and_one_layer_in_flight():
+    assert memory.earlier_segment_bytes(BASE, long_document(1)) == 0
+    earlier = memory.earlier_segment_bytes(BASE, long_document(8))
+    new_memory = 12 * 2 * 512 * 768 * FLOAT32
+    assert new_memory < earlier < new_memory + layer_activations(BASE, long_document(8))["none"]
+    step = memory_breakdown(BASE, long_document(8))
+    assert step.earlier_segments == earlier
+    assert step.total == (step.weights + step.optimizer_slots + step.gradients + step.memory_state + step.input_batch
+                          + step.activations + step.transient + earlier)
+
+
+def test_remat_cuts_the_last_segments_activations_not_the_memory():
+    none, full = (memory_breakdown(BASE, long_document(8), mode) for mode in ("none", "full"))
+    assert full.activations < none.activations
+    assert (full.memory_state, full.earlier_segments) == (none.memory_state, none.earlier_segments)
+
+
+def test_a_segment_reads_the_memory_of_the_segments_before_it_up_to_mem_len():
+    assert [flops.segment_memory_length(index, 64, 128) for index in range(4)] == [0, 64, 128, 128]
+
+
+def test_earlier_segments_run_forward_only_each_over_its_memory():
+    dims = dict(n_layer=2, d_model=64, d_inner=128, seq_len=32, mem_len=32, batch=4)
+    assert flops.earlier_segments_flops(1, **dims) == 0
+
+    def forward(memory: int) -> float:
+        return 2 * sum(flops.layer_forward_flops(64, 128, 32, 32, memory, 4, False).values())
+
+    assert flops.earlier_segments_flops(3, **dims) == forward(0) + forward(32)  # the first reads no memory
+    assert flops.earlier_segments_flops(8, **dims) == forward(0) + 6 * forward(32)
+
+
+def test_a_step_of_n_segments_costs_about_n_forward_passes_and_one_backward():
+    dims = dict(n_layer=12, d_model=768, d_inner=3072, seq_len=512, mem_len=512, batch=1)
+    last = flops.model_flops_per_step(num_predict=0, vocab=8000, bi_data=False, head="sequence", **dims)
+    eight = last + flops.earlier_segments_flops(8, **dims)
+    # the last segment: forward and backward (3 forwards); 7 forward passes before it
+    assert 8 + 2 - 0.5 < eight / (last / 3) < 8 + 2 + 0.1

@@ -1,0 +1,98 @@
+"""The corpus formats `xlnet preprocess` reads, as rules on lines: one place for the pipeline's
+reader (Beam filesystems, pipeline/corpus.py) and the trainer's (tf.io.gfile, `xlnet score`).
+
+* ``text``: the XLNet corpus format. One sentence per line; a blank line ends a document;
+  a line may end with ``<eop>`` to mark a paragraph end.
+* ``jsonl``: one JSON object per line; its ``text_field`` string is one document whose
+  non-blank lines are its sentences.
+
+Problems are counted in ``stats`` (``invalid_lines``: not UTF-8, a NUL byte, or a jsonl line that
+is not an object with a string ``text_field``; ``long_lines``: longer than ``max_line_bytes``),
+never silent. No Beam, no TensorFlow: a handle is any binary file object.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Iterator
+
+INPUT_FORMATS = ("auto", "text", "jsonl")
+JSONL_NAME = re.compile(r"\.(jsonl|ndjson)(\.gz|\.bz2)?$")
+READ_CHUNK = 1 << 20
+
+
+def format_by_name(path: str) -> str:
+    """'jsonl' for *.jsonl / *.ndjson (optionally .gz/.bz2), else 'text': what ``auto`` picks."""
+    return "jsonl" if JSONL_NAME.search(path) else "text"
+
+
+def read_raw_lines(handle, max_line_bytes: int, stats: Counter) -> Iterator[bytes]:
+    """Yields the lines of a binary file handle (without line ends), skipping over-long lines."""
+    pending = b""
+    skipping = False  # inside an over-long line that was already counted
+    while True:
+        chunk = handle.read(READ_CHUNK)
+        if not chunk:
+            break
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if skipping:
+                skipping = False
+            elif len(line) > max_line_bytes:
+                stats["long_lines"] += 1
+            else:
+                yield line
+        if len(pending) > max_line_bytes:
+            if not skipping:
+                stats["long_lines"] += 1
+            skipping = True
+            pending = b""
+    if pending and not skipping:
+        yield pending
+
+
+def decode_line(raw: bytes, stats: Counter) -> str | None:
+    """UTF-8 text of a line, or None (counted as invalid) for undecodable or binary lines."""
+    if b"\x00" in raw:
+        stats["invalid_lines"] += 1
+        return None
+    try:
+        return raw.decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError:
+        stats["invalid_lines"] += 1
+        return None
+
+
+def text_documents(lines: Iterator[str], stats: Counter) -> Iterator[list[str]]:
+    """The documents (lists of sentence lines) of decoded text-format lines."""
+    document: list[str] = []
+    for line in lines:
+        stats["lines"] += 1
+        if line.strip():
+            document.append(line)
+        elif document:
+            yield document
+            document = []
+    if document:
+        yield document
+
+
+def jsonl_documents(lines: Iterator[str], text_field: str, stats: Counter) -> Iterator[list[str]]:
+    """The documents of decoded jsonl lines: each object's ``text_field``, split into non-blank lines."""
+    for line in lines:
+        stats["lines"] += 1
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        text = record.get(text_field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            stats["invalid_lines"] += 1
+            continue
+        document = [sentence for sentence in text.splitlines() if sentence.strip()]
+        if document:
+            yield document
