@@ -6,12 +6,11 @@ import subprocess
 import sys
 
 import pytest
+from support.bundled_data import REPO
 
 import xlnet_cli
 from trainer.configs.finetuning import SQUAD_MAX_SEQ_LENGTH, FinetuneConfig, finetune_preset, squad_length_problems
 from trainer.serving.answer_signature import SquadServingConfig
-
-from support.bundled_data import REPO
 
 
 def test_squad_defaults_are_run_squads():
@@ -65,3 +64,30 @@ def test_finetune_help_shows_the_squad_defaults_of_the_configuration():
                        ("--max-answer-length", "max_answer_length"), ("--n-best", "n_best")):
         assert f"{flag} {flag[2:].upper().replace('-', '_')} " in help_text
         assert f"(default: {getattr(FinetuneConfig, name)})" in help_text
+
+
+# ------------------------------------------------------------------------------ long documents
+def test_one_segment_per_text_is_the_default():
+    assert FinetuneConfig().max_segments == 1
+    assert all(preset.max_segments == 1 for preset in (finetune_preset(name) for name in ("tiny", "base", "large")))
+
+
+def test_fewer_than_one_segment_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="max_segments must be at least 1 \\(segments read per text\\), got 0"):
+        FinetuneConfig(max_segments=0)
+
+
+def test_squad_reads_long_contexts_in_windows_not_segments():
+    with pytest.raises(ValueError, match="max_segments must be 1 for task squad .* got 2"):
+        FinetuneConfig(task="squad", max_segments=2)
+    assert FinetuneConfig(task="multiple-choice", max_segments=2).max_segments == 2
+
+
+def test_finetune_refuses_max_segments_below_one_before_reading_any_file(tmp_path, capsys):
+    code = xlnet_cli.main(["finetune", "--task", "classification", "--train", str(tmp_path / "missing.tsv"),
+                           "--eval", str(tmp_path / "missing.tsv"), "--vocab", str(tmp_path / "missing.model"),
+                           "--model-dir", str(tmp_path / "out"), "--set", "max_segments=0"])
+    assert code == 2
+    error = capsys.readouterr().err
+    assert "max_segments must be at least 1" in error and "--set max_segments=0" in error
+    assert not (tmp_path / "out").exists()
