@@ -7,16 +7,15 @@ fields, so the same checkpoint restores into either network.
 """
 from __future__ import annotations
 
-from trainer.models.config import ModelConfig
+from trainer.models.config import ModelConfig, sequence_model_config
 from trainer.models.network import XLNetNetwork
 
 
 def inference_config(config: ModelConfig, mem_len: int) -> ModelConfig:
     """``config`` for natural-order reading: ``mem_len`` positions of memory (the generation cache's
-    size, or the scoring memory), every position of a segment cached (reuse_len 0), no bi_data."""
-    if mem_len < 0:
-        raise ValueError(f"mem_len must be >= 0, got {mem_len}")
-    return config.replace(bi_data=False, reuse_len=0, mem_len=mem_len)
+    size, or the scoring memory), every position of a segment cached (reuse_len 0), no bi_data:
+    the whole-sequence architecture with memory, ``sequence_model_config(config, mem_len)``."""
+    return sequence_model_config(config, mem_len)
 
 
 def is_inference_network(network: XLNetNetwork, mem_len: int | None = None) -> bool:
