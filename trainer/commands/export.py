@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Iterator
 
+from tfrecords.errors import UsageError
 from trainer.serving.publishing import abandon_export
 from trainer.serving.saved_model import ExportConfig, signature_names
 
@@ -77,6 +78,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="savedmodel: the serving SavedModel under OUTPUT/<version>/; huggingface: config.json, "
                              "model.safetensors and tokenizer files in OUTPUT for transformers (docs/interop.md); "
                              "tf1: the original release layout (xlnet_model.ckpt, xlnet_config.json) in OUTPUT")
+    parser.add_argument("--max-segments", type=int, default=None,
+                        help="segments of --max-length a text may span: more than 1 reads them in order with "
+                             "Transformer-XL memory, in the graph (docs/serving.md, long texts) (default: a "
+                             "fine-tuned model's max_segments, else 1)")
+    parser.add_argument("--mem-len", type=int, default=None,
+                        help="with --max-segments above 1: the memory, how many states of the segments before "
+                             "a segment it sees (default: the model's mem_len from model_config.json; required "
+                             "for a model fine-tuned on one segment, whose mem_len is 0)")
     parser.add_argument("--top-k", type=int, default=ExportConfig.top_k,
                         help="candidates predict_masked returns for each <mask>")
     parser.add_argument("--version", type=int, default=None,
@@ -102,14 +111,15 @@ def run(args: argparse.Namespace) -> int:
 def _run_savedmodel_export(args: argparse.Namespace) -> int:
     """`xlnet export` (the SavedModel): prints where it went."""
     from trainer.runtime.restore import open_model_directory, resolve_uncased
-    from trainer.serving.saved_model import default_max_length, export_saved_model
+    from trainer.serving.saved_model import export_saved_model, resolve_export_config
 
     started = time.time()
     model_dir = open_model_directory(args.model_dir)  # read once, for the casing and the export
     uncased, why = resolve_uncased(model_dir, args.uncased)
-    config = ExportConfig(max_length=args.max_length or default_max_length(model_dir), top_k=args.top_k,
-                          uncased=uncased)
-    print(f"exporting {args.model_dir} (max_length={config.max_length}, top_k={config.top_k}, "
+    config = resolve_export_config(model_dir, args.max_length, args.top_k, uncased, args.max_segments, args.mem_len)
+    segments = (f", max_segments={config.max_segments}, mem_len={config.mem_len}"
+                if config.max_segments > 1 else "")
+    print(f"exporting {args.model_dir} (max_length={config.max_length}{segments}, top_k={config.top_k}, "
           f"{'uncased' if uncased else 'cased'} text: {why})", flush=True)
     target = export_saved_model(model_dir, args.output, config, version=args.version, checkpoint=args.checkpoint)
     task = model_dir.finetune_config.task if model_dir.finetune_config else None
@@ -122,6 +132,9 @@ def _run_format_export(args: argparse.Namespace) -> int:
     """`xlnet export --format huggingface|tf1`: prints where the files went."""
     from trainer.conversion.format_export import export_format
 
+    for flag, value in (("--max-segments", args.max_segments), ("--mem-len", args.mem_len)):
+        if value is not None:
+            raise UsageError(f"{flag} applies to the SavedModel (--format savedmodel), not to --format {args.format}")
     started = time.time()
     files, note = export_format(args.model_dir, args.output, args.format, checkpoint=args.checkpoint,
                                 uncased=args.uncased)

@@ -104,8 +104,12 @@ class ModelDirectory:
         return tf.io.gfile.exists(self.join(name))
 
     def require(self, flag: str, names: Iterable[str] = REQUIRED) -> None:
-        """Raises ModelDirectoryError naming ``flag`` and every missing file of ``names``."""
+        """Raises ModelDirectoryError naming ``flag`` and every missing file of ``names`` (or a file
+        given for the directory)."""
         if not self.exists():
+            if tf.io.gfile.exists(self.path):
+                raise ModelDirectoryError(f"{flag} {self.path!r} is a file, not a model directory (give the directory "
+                                          "`xlnet train` or `xlnet import-checkpoint` wrote)")
             raise ModelDirectoryError(f"{flag} {self.path!r} does not exist")
         missing = [name for name in names if not self.has(name)]
         if missing:

@@ -90,20 +90,22 @@ def checkpoint_to_read(directory: ModelDirectory, checkpoint: str | None = None)
     return checkpoint
 
 
-def restore_model(directory: ModelDirectory, checkpoint: str | None = None, whole_sequence: bool = True
-                  ) -> RestoredModel:
+def restore_model(directory: ModelDirectory, checkpoint: str | None = None, whole_sequence: bool = True,
+                  mem_len: int = 0) -> RestoredModel:
     """Builds ``directory``'s network and, when it is fine-tuned, its head, and restores
     ``checkpoint`` (default: the latest) into them; every variable they hold must be found.
 
     ``whole_sequence``: the network as serving and fine-tuning run it (no memory, no bi_data:
-    ``sequence_model_config``); False keeps model_config.json as it is (the same variables)."""
+    ``sequence_model_config``); False keeps model_config.json as it is (the same variables).
+    ``mem_len`` > 0 (with ``whole_sequence``): the network reads texts of several segments, keeping
+    the last ``mem_len`` states of whole segments as memory (``sequence_model_config``)."""
     checkpoint = checkpoint_to_read(directory, checkpoint)
     try:
         spec = directory.head_spec
     except StorageError as error:
         raise RestoreError(str(error)) from None
     config = directory.model_config
-    network = build_network(sequence_model_config(config) if whole_sequence else config)
+    network = build_network(sequence_model_config(config, mem_len) if whole_sequence else config)
     if spec is None:
         _restore(checkpoint, "match model_config.json", model=network)
         return RestoredModel(network, None, None, checkpoint)

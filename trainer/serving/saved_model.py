@@ -62,6 +62,7 @@ from trainer.runtime.restore import checkpoint_to_read, open_model_directory, re
 from trainer.runtime.storage import check_output_directory, failures_named, write_bytes, write_json
 from trainer.serving.answer_signature import SquadServingConfig, answer
 from trainer.serving.publishing import next_version, publish_version
+from trainer.serving.segment_reading import check_recurrent, read_segments
 from trainer.serving.text_encoder import XLNetTextEncoder, question_with_option_graph
 
 EXPORT_FORMAT_VERSION = 1
@@ -82,12 +83,25 @@ class ExportConfig:
     max_length: int = 128
     top_k: int = 5
     uncased: bool = False
+    # Segments of max_length a text may span; more than 1 reads them with the Transformer-XL
+    # recurrence (trainer/serving/segment_reading.py), each seeing the last mem_len states before it.
+    max_segments: int = 1
+    mem_len: int = 0  # only read with max_segments > 1
 
     def __post_init__(self) -> None:
         if self.max_length < 3:
             raise ExportError(f"--max-length must be at least 3 (<sep>, <sep>, <cls>), got {self.max_length}")
         if self.top_k < 1:
             raise ExportError(f"--top-k must be at least 1, got {self.top_k}")
+        if self.max_segments < 1:
+            raise ExportError(f"--max-segments must be at least 1, got {self.max_segments}")
+        if self.mem_len < 0:
+            raise ExportError(f"--mem-len must be at least 0, got {self.mem_len}")
+        if self.max_segments > 1 and self.mem_len == 0:
+            raise ExportError(f"--max-segments {self.max_segments} reads a text with memory, but --mem-len is 0: "
+                              f"pass --mem-len M (e.g. {self.max_length}, one whole segment)")
+        if self.max_segments == 1 and self.mem_len:
+            raise ExportError(f"--mem-len {self.mem_len} needs --max-segments above 1 (one segment reads no memory)")
 
 
 def default_max_length(directory: ModelDirectory) -> int:
@@ -95,6 +109,35 @@ def default_max_length(directory: ModelDirectory) -> int:
     was trained at, else ExportConfig's default."""
     finetuned = directory.finetune_config
     return finetuned.max_seq_length if finetuned is not None else ExportConfig.max_length
+
+
+def default_max_segments(directory: ModelDirectory) -> int:
+    """The segments a text may span when --max-segments is not given: what a fine-tuned model was
+    trained with, else 1."""
+    finetuned = directory.finetune_config
+    return finetuned.max_segments if finetuned is not None else 1
+
+
+def resolve_export_config(directory: ModelDirectory, max_length: int | None = None, top_k: int = ExportConfig.top_k,
+                          uncased: bool = False, max_segments: int | None = None,
+                          mem_len: int | None = None) -> ExportConfig:
+    """The ExportConfig of ``directory`` with the flags given (None: the directory's default).
+
+    max_length: a fine-tuned model's max_seq_length, else 128. max_segments: a fine-tuned model's,
+    else 1. mem_len, read only with more than one segment: the model's own (model_config.json: what
+    a model fine-tuned with several segments was trained with, a pretrained model's memory); a
+    model without memory (fine-tuned on one segment) needs --mem-len.
+    """
+    max_length = max_length or default_max_length(directory)
+    max_segments = default_max_segments(directory) if max_segments is None else max_segments
+    if mem_len is None and max_segments > 1:
+        mem_len = directory.model_config.mem_len
+        if mem_len == 0:
+            raise ExportError(f"--max-segments {max_segments} reads a text with memory, but the model of "
+                              f"{directory.path!r} has mem_len 0 (fine-tuned on one segment): pass --mem-len M "
+                              f"(e.g. {max_length}, one whole segment)")
+    return ExportConfig(max_length=max_length, top_k=top_k, uncased=uncased, max_segments=max_segments,
+                        mem_len=mem_len or 0)
 
 
 def squad_serving_config(directory: ModelDirectory, max_length: int) -> SquadServingConfig:
@@ -144,12 +187,16 @@ class XLNetServingModule(tf.Module):
       text_pair: ``head`` was trained on text pairs (its text signatures take ``text_b``).
       squad: the ``answer`` signature's settings, required when ``head`` is a
         XLNetForQuestionAnswering.
+      max_segments: segments of ``encoder.max_length`` a text may span. Above 1, every signature
+        but ``predict_masked`` reads [batch, segments, length] inputs with the Transformer-XL
+        recurrence (trainer/serving/segment_reading.py; ``network`` must have a memory); 1 is
+        the single-segment export.
     """
 
     def __init__(self, network, encoder: XLNetTextEncoder, top_k: int, assets: dict[str, str] | None = None,
                  head: XLNetForSequenceTask | XLNetForQuestionAnswering | None = None,
                  labels: tuple[str, ...] | None = None, text_pair: bool = False,
-                 squad: SquadServingConfig | None = None):
+                 squad: SquadServingConfig | None = None, max_segments: int = 1):
         super().__init__(name="xlnet_serving")
         # The Keras models are kept out of the object graph (Keras would add its own default
         # serving signature, which cannot call a multi-input network); their variables are
@@ -166,14 +213,23 @@ class XLNetServingModule(tf.Module):
         self.vocab_size = int(network.config.vocab_size)
         self.assets = {name: tf.saved_model.Asset(path) for name, path in (assets or {}).items()}
         self.length_buckets = length_buckets(encoder.max_length)
-        ids_spec = tf.TensorSpec([None, None], tf.int32)  # [batch, length], length <= max_length
+        self.max_segments = int(max_segments)
+        if self.max_segments > 1:
+            check_recurrent(network)
+            if self.task == "squad":
+                raise ValueError("the answer signature reads a context in windows, not segments: max_segments 1")
+            # [batch, segments, max_length]: every segment at the length the recurrence was read at
+            ids_spec = tf.TensorSpec([None, None, encoder.max_length], tf.int32)
+        else:
+            ids_spec = tf.TensorSpec([None, None], tf.int32)  # [batch, length], length <= max_length
         text_spec = tf.TensorSpec([None], tf.string)
         self.encode = tf.function(self._encode, input_signature=[ids_spec, ids_spec, ids_spec])
         self.encode_text = tf.function(self._encode_text, input_signature=[text_spec])
         self.encode_text_pair = tf.function(self._encode_text_pair, input_signature=[text_spec, text_spec])
         self.predict_masked = tf.function(self._predict_masked, input_signature=[text_spec])
         if self.task == "multiple-choice":
-            choice_ids_spec = tf.TensorSpec([None, None, None], tf.int32)  # [batch, options, length]
+            # [batch, options, length], or [batch, options, segments, max_length]
+            choice_ids_spec = tf.TensorSpec([None, *ids_spec.shape], tf.int32)
             self.choose = tf.function(self._choose, input_signature=[text_spec, text_spec,
                                                                      tf.TensorSpec([None, None], tf.string)])
             self.choose_ids = tf.function(self._choose_ids, input_signature=[choice_ids_spec] * 3)
@@ -207,7 +263,12 @@ class XLNetServingModule(tf.Module):
 
     def _encode(self, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
         """int32 [batch, length] ids, left-padded with <cls> last, 1 <= length <= max_length ->
-        sequence_output float32 [batch, length, d_model], pooled_output float32 [batch, d_model]."""
+        sequence_output float32 [batch, length, d_model], pooled_output float32 [batch, d_model].
+        Several segments: [batch, segments, max_length] ids, 1 <= segments <= max_segments ->
+        sequence_output [batch, segments, max_length, d_model] (:meth:`_read_segments`)."""
+        if self.max_segments > 1:
+            with tf.control_dependencies(self._segment_checks(input_ids, segment_ids, input_mask)):
+                return self._read_segments(tf.identity(input_ids), segment_ids, input_mask)
         # The network is traced for static lengths only: one branch per bucket, and the request
         # runs in the smallest that holds it (its index = the number of buckets shorter than it).
         branches = [functools.partial(self._features_at, bucket, input_ids, segment_ids, input_mask)
@@ -233,6 +294,42 @@ class XLNetServingModule(tf.Module):
                                             message=f"input_ids must be < vocab_size {self.vocab_size}")]
         return checks
 
+    def _segment_checks(self, input_ids, segment_ids, input_mask) -> list[tf.Operation]:
+        """Assertions on the [batch, segments, max_length] inputs of a multi-segment ``encode``."""
+        segments = tf.shape(input_ids)[1]
+        checks = [tf.debugging.assert_positive(segments, message="input_ids must have at least one segment"),
+                  tf.debugging.assert_less_equal(segments, self.max_segments,
+                                                 message=f"input_ids must have at most max_segments="
+                                                         f"{self.max_segments} segments (the last one ends <cls>)")]
+        checks += [tf.debugging.assert_equal(tf.shape(input_ids), tf.shape(tensor),
+                                             message=f"{name} must have the shape of input_ids")
+                   for name, tensor in (("segment_ids", segment_ids), ("input_mask", input_mask))]
+        checks += [tf.debugging.assert_non_negative(input_ids, message="input_ids must be >= 0"),
+                   tf.debugging.assert_less(input_ids, self.vocab_size,
+                                            message=f"input_ids must be < vocab_size {self.vocab_size}")]
+        return checks
+
+    def _read_segments(self, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
+        """The recurrence on int32 [batch, segments, max_length] inputs -> sequence_output float32
+        [batch, segments, max_length, d_model] (0 at padding) and pooled_output [batch, d_model]
+        (the last segment's <cls>)."""
+        hidden = read_segments(self.network, input_ids, segment_ids, input_mask)
+        return {"sequence_output": hidden, "pooled_output": hidden[:, -1, -1]}
+
+    def _text_features(self, texts_a, texts_b=None) -> dict[str, tf.Tensor]:
+        """Raw strings (and second texts) -> the features and the ids they were encoded to: one
+        segment ([batch, max_length]) or up to max_segments ([batch, max_segments, max_length])."""
+        if self.max_segments > 1:
+            inputs = self.encoder.encode_segments(texts_a, texts_b, max_segments=self.max_segments)
+            return {**self._read_segments(**inputs), **inputs}
+        inputs = self.encoder.encode(texts_a, texts_b)
+        return {**self._features(**inputs), **inputs}
+
+    def _last_segment(self, sequence_output: tf.Tensor) -> tf.Tensor:
+        """The states a task head reads, [batch, max_length, d_model] with <cls> last, of a
+        ``sequence_output``: the last segment's when there are several."""
+        return sequence_output[:, -1] if self.max_segments > 1 else sequence_output
+
     def _features_at(self, bucket: int, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
         """Runs [batch, length] inputs at the static length ``bucket`` >= length: left-pads them with
         masked padding, then keeps the outputs of their own positions (see ``_encode``)."""
@@ -252,16 +349,14 @@ class XLNetServingModule(tf.Module):
 
     def _encode_text(self, text) -> dict[str, tf.Tensor]:
         """Raw strings [batch] -> encode outputs plus the ids the text became."""
-        inputs = self.encoder.encode(text)
-        return {**self._features(**inputs), **inputs}
+        return self._text_features(text)
 
     def _encode_text_pair(self, text, text_b) -> dict[str, tf.Tensor]:
         """Raw string pairs (A = text, B = text_b), each [batch] -> encode outputs plus the ids."""
         checks = [tf.debugging.assert_equal(tf.size(text), tf.size(text_b),
                                             message="text and text_b must hold the same number of strings")]
         with tf.control_dependencies(checks):
-            inputs = self.encoder.encode(tf.identity(text), text_b)
-        return {**self._features(**inputs), **inputs}
+            return self._text_features(tf.identity(text), text_b)
 
     def _predict_masked(self, text) -> dict[str, tf.Tensor]:
         """Raw strings with ``<mask>`` [batch] -> top-k pieces and probabilities for every mask."""
@@ -303,13 +398,13 @@ class XLNetServingModule(tf.Module):
     def _predict_text(self, text, text_b=None) -> dict[str, tf.Tensor]:
         """Raw strings [batch] (and their second texts) -> ``classify`` / ``regress`` outputs."""
         # Calling the encoder's tf.functions (not their Python bodies) reuses their traced graphs.
-        if text_b is None:
-            return self._task_outputs(self.encode_text(text)["sequence_output"])
-        return self._task_outputs(self.encode_text_pair(text, text_b)["sequence_output"])
+        features = self.encode_text(text) if text_b is None else self.encode_text_pair(text, text_b)
+        return self._task_outputs(self._last_segment(features["sequence_output"]))
 
     def _predict_ids(self, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
         """Ids as ``encode`` takes them -> ``classify_ids`` / ``regress_ids`` outputs."""
-        return self._task_outputs(self.encode(input_ids, segment_ids, input_mask)["sequence_output"])
+        features = self.encode(input_ids, segment_ids, input_mask)
+        return self._task_outputs(self._last_segment(features["sequence_output"]))
 
     def _choice_outputs(self, hidden, batch_size, num_options) -> dict[str, tf.Tensor]:
         """States of every (example, option) row -> probabilities [batch, options] and the choice."""
@@ -329,14 +424,17 @@ class XLNetServingModule(tf.Module):
         repeated = tf.repeat(tf.reshape(question, [-1, 1]), num_options, axis=1)
         qas = question_with_option_graph(repeated, options)
         contexts = tf.repeat(context, num_options)
-        inputs = self.encoder.encode(contexts, tf.reshape(qas, [-1]))
-        return self._choice_outputs(self._features(**inputs)["sequence_output"], batch_size, num_options)
+        hidden = self._text_features(contexts, tf.reshape(qas, [-1]))["sequence_output"]
+        return self._choice_outputs(self._last_segment(hidden), batch_size, num_options)
 
     def _choose_ids(self, input_ids, segment_ids, input_mask) -> dict[str, tf.Tensor]:
-        """ids [batch, options, length] as ``encode`` takes them per option -> ``choose`` outputs."""
+        """ids [batch, options, length] (or [batch, options, segments, max_length]) as ``encode``
+        takes them per option -> ``choose`` outputs."""
         shape = tf.shape(input_ids)
-        flat = [tf.reshape(tensor, [-1, shape[2]]) for tensor in (input_ids, segment_ids, input_mask)]
-        return self._choice_outputs(self.encode(*flat)["sequence_output"], shape[0], shape[1])
+        flat = [tf.reshape(tensor, tf.concat([[-1], shape[2:]], axis=0)) for tensor in
+                (input_ids, segment_ids, input_mask)]
+        hidden = self.encode(*flat)["sequence_output"]
+        return self._choice_outputs(self._last_segment(hidden), shape[0], shape[1])
 
     def _answer(self, question, context) -> dict[str, tf.Tensor]:
         """question, context string [batch] -> ``answer`` string, ``char_start``, ``char_end`` int32,
@@ -378,14 +476,18 @@ def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: st
         raise ExportError(f"--top-k {config.top_k} exceeds the vocabulary size {model_config.vocab_size}")
     finetuned = directory.finetune_config
     squad = squad_serving_config(directory, config.max_length) if finetuned and finetuned.task == "squad" else None
-    restored = restore_model(directory, checkpoint)
+    if squad is not None and config.max_segments > 1:
+        raise ExportError(f"--max-segments {config.max_segments}: a SQuAD model reads its contexts in windows "
+                          "(doc_stride), not segments; export it with --max-segments 1")
+    restored = restore_model(directory, checkpoint, mem_len=config.mem_len if config.max_segments > 1 else 0)
     head, network = restored.head, restored.network
     encoder = XLNetTextEncoder(directory.sp_model_proto, directory.special_ids, config.max_length, config.uncased)
 
     def write(staging: str) -> str:
         assets = _write_assets(posixpath.join(staging, "asset_sources"), directory, checkpoint, config, version)
         module = XLNetServingModule(network, encoder, config.top_k, assets, head=head, labels=directory.labels,
-                                    text_pair=bool(finetuned and finetuned.text_pair), squad=squad)
+                                    text_pair=bool(finetuned and finetuned.text_pair), squad=squad,
+                                    max_segments=config.max_segments)
         saved = posixpath.join(staging, "saved_model")
         tf.saved_model.save(module, saved, signatures=module.signatures())
         return saved
@@ -411,8 +513,18 @@ def _write_assets(directory: str, source: ModelDirectory, checkpoint: str, confi
         "signatures": list(signature_names(source.finetune_config.task if source.finetune_config else None)),
         "task": source.finetune_config.task if source.finetune_config else None,
         "labels": list(source.labels) if source.labels else None,
-        "layout": "left-padded (to max_length by the text signatures, to at most max_length for encode); "
-                  "A <sep> [B <sep>] <cls>; <cls> is the last position",
+        "layout": _layout_description(config),
     })
     return {name: posixpath.join(directory, name)
             for name in (ModelDirectory.VOCAB, ModelDirectory.MODEL_CONFIG, "export_config.json")}
+
+
+def _layout_description(config: ExportConfig) -> str:
+    """export_config.json's ``layout``: how the signatures lay a text out."""
+    if config.max_segments == 1:
+        return ("left-padded (to max_length by the text signatures, to at most max_length for encode); "
+                "A <sep> [B <sep>] <cls>; <cls> is the last position")
+    return (f"[batch, segments, max_length]: A <sep> [B <sep>] <cls> left-padded over up to max_segments="
+            f"{config.max_segments} segments of max_length, cut in reading order (the last segment ends <sep> "
+            f"<cls>), read in order with the last mem_len={config.mem_len} states as memory; <cls> is the last "
+            "position of the last segment")

@@ -56,3 +56,24 @@ def test_a_classification_directory_without_labels_names_the_missing_file(tmp_pa
     directory.write_finetune_files(FinetuneConfig(task="classification"), None)
     with pytest.raises(ModelDirectoryError, match="is a classification model without labels.json"):
         directory.head_spec
+
+
+def test_a_file_given_as_the_model_directory_is_named_a_file_not_missing(tmp_path):
+    path = tmp_path / "model.json"
+    path.write_text("{}")
+    with pytest.raises(ModelDirectoryError) as error:
+        ModelDirectory(str(path)).require("--model-dir")
+    assert str(error.value) == (f"--model-dir '{path}' is a file, not a model directory (give the directory "
+                                "`xlnet train` or `xlnet import-checkpoint` wrote)")
+
+
+def test_export_of_a_file_as_model_directory_says_it_is_a_file(tmp_path, capsys):
+    import xlnet_cli
+
+    path = tmp_path / "ckpt-4.index"
+    path.write_bytes(b"")
+    assert xlnet_cli.main(["export", "--model-dir", str(path), "--output", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"xlnet export: error: --model-dir '{path}' is a file, not a model directory (give the directory "
+        "`xlnet train` or `xlnet import-checkpoint` wrote)"]
+    assert not (tmp_path / "out").exists()
