@@ -15,10 +15,8 @@ import logging
 import os
 import re
 import signal
-import sys
 import threading
 import time
-from typing import Iterator
 
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, expand_inputs
 from pipeline.data_directory import (abandon_run, found_write_error, has_manifest, is_local_path,
@@ -28,6 +26,7 @@ from pipeline.output_lock import OutputInUseError, OutputLock
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from pipeline.vocab import load_vocab
 from tfrecords.errors import DataError
+from tfrecords.interruption import ending_on_signals
 from tfrecords.manifest import MANIFEST_NAME
 from tfrecords.record_config import ConfigError
 
@@ -324,26 +323,14 @@ def failed_run_error(output: str, error: BaseException | str) -> Exception | Non
     return type(known)(f"{known}; {removed}")
 
 
-INTERRUPTING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+def ending_cleanly_on_signals(output: str, lock: OutputLock) -> contextlib.AbstractContextManager:
+    """While the block runs, SIGINT and SIGTERM end the run at once and quietly
+    (tfrecords/interruption.py): the local Beam worker processes are killed (otherwise they outlive
+    the launcher, logging gRPC errors), the partial shards are removed (a manifest is never partial:
+    it is written last, whole), the lock is released, one line says so, and the exit status is 128 +
+    the signal's number (130, 143)."""
 
-
-@contextlib.contextmanager
-def ending_cleanly_on_signals(output: str, lock: OutputLock) -> Iterator[None]:
-    """While the block runs, SIGINT and SIGTERM end the run at once and quietly: the local Beam
-    worker processes are killed (otherwise they outlive the launcher, logging gRPC errors), the
-    partial shards are removed (a manifest is never partial: it is written last, whole), the lock
-    is released, one line says so, and the exit status is 128 + the signal's number (130, 143).
-    The previous handlers come back afterwards. (Main thread only, where Python runs handlers.)
-
-    The handler exits rather than raising: an exception raised inside Beam's gRPC machinery
-    would come out as another error, with tracebacks of its threads."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame) -> None:
-        for each in INTERRUPTING_SIGNALS:  # a second signal must not cut the clean-up short
-            signal.signal(each, signal.SIG_IGN)
+    def clean_up() -> str:
         logging.disable(logging.CRITICAL)  # Beam's threads notice their workers die: not worth a word
         threading.excepthook = lambda args: None
         end_worker_processes()
@@ -353,19 +340,12 @@ def ending_cleanly_on_signals(output: str, lock: OutputLock) -> Iterator[None]:
             else:
                 remove_run_files(output)
                 what = f"nothing was published in {output} and its partial shards were removed"
-        except Exception as error:  # the handler must still exit; the next run refuses the leftovers
+        except Exception as error:  # the process must still end; the next run refuses the leftovers
             what = f"what it wrote in {output} could not all be removed ({error})"
         lock.release()
-        message = f"xlnet preprocess: interrupted by {signal.Signals(signum).name}; {what}\n"
-        os.write(sys.stderr.fileno(), message.encode())  # the main thread may be inside a print
-        os._exit(128 + signum)
+        return what
 
-    previous = {each: signal.signal(each, interrupt) for each in INTERRUPTING_SIGNALS}
-    try:
-        yield
-    finally:
-        for each, handler in previous.items():
-            signal.signal(each, handler)
+    return ending_on_signals("preprocess", clean_up)
 
 
 def end_worker_processes() -> list[int]:

@@ -3,51 +3,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import signal
-import sys
-import threading
 import time
-from typing import Iterator
 
 from tfrecords.errors import UsageError
+from tfrecords.interruption import ending_on_signals
 from trainer.serving.publishing import abandon_export
 from trainer.serving.saved_model import ExportConfig, signature_names
 
-# An export stopped by SIGINT or SIGTERM exits with 128 + the signal's number (130, 143), the
-# status a shell gives a command the signal killed.
-INTERRUPTING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CASING_DEFAULT = "default: as training recorded, else detected from the vocabulary"
 
 
-@contextlib.contextmanager
-def exit_quietly_on_signals(args: argparse.Namespace) -> Iterator[None]:
+def exit_quietly_on_signals(args: argparse.Namespace) -> contextlib.AbstractContextManager:
     """While the block runs, SIGINT and SIGTERM end the process at once: what the export wrote is
-    removed, one line says so, and the status is 128 + the signal's number. The previous handlers
-    come back afterwards. (Main thread only, where Python runs signal handlers.)
-
-    The handler exits rather than raising: an exception raised in the middle of TensorFlow's C++
-    code, which calls back into Python, can come out as another error, after TensorFlow printed
-    a traceback of its own.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame) -> None:
-        for each in INTERRUPTING_SIGNALS:  # a second signal must not cut the clean-up short
-            signal.signal(each, signal.SIG_IGN)
-        message = f"xlnet export: interrupted by {signal.Signals(signum).name}; {_abandon(args)}\n"
-        # os.write: the main thread may have been stopped inside a print, holding sys.stderr.
-        os.write(sys.stderr.fileno(), message.encode())
-        os._exit(128 + signum)
-
-    previous = {each: signal.signal(each, interrupt) for each in INTERRUPTING_SIGNALS}
-    try:
-        yield
-    finally:
-        for each, handler in previous.items():
-            signal.signal(each, handler)
+    removed, one line says so, and the status is 128 + the signal's number
+    (tfrecords/interruption.py)."""
+    return ending_on_signals("export", lambda: _abandon(args))
 
 
 def _abandon(args: argparse.Namespace) -> str:
