@@ -14,7 +14,12 @@ from tfrecords.errors import UsageError
 from trainer.configs.training import REMAT_MODES, LoopConfig, TrainConfig
 from trainer.models.config import ModelConfig
 from trainer.planning.devices import Device, format_bytes
-from trainer.planning.flops import model_flops_per_step, recomputed_flops_per_step
+from trainer.planning.flops import (
+    earlier_segments_flops,
+    model_flops_per_step,
+    recomputed_flops_per_step,
+    segment_memory_length,
+)
 from trainer.planning.memory import MemoryBreakdown, StepShape, memory_breakdown
 
 # Share of the device's memory a plan may fill: the rest is the runtime's own (kernels' scratch
@@ -50,6 +55,17 @@ class Workload:
         return self.config.seq_len if self.pretraining else self.config.max_seq_length
 
     @property
+    def segments(self) -> int:
+        """Segments of ``seq_len`` read per text: fine-tuning's ``max_segments`` (long documents), else 1."""
+        return 1 if self.pretraining else self.config.max_segments
+
+    @property
+    def mem_len(self) -> int:
+        """The model's memory length: pretraining's, or the memory a long document's segments read
+        (0 when fine-tuning reads one segment: the run's model config has none then)."""
+        return self.model.mem_len if self.pretraining or self.segments > 1 else 0
+
+    @property
     def batch_step(self) -> int:
         """Per-replica micro-batches must be a multiple of this (bi_data: forward and backward halves)."""
         return 2 if self.pretraining and self.model.bi_data else 1
@@ -72,8 +88,12 @@ class Workload:
                              mem_len=model.mem_len, eval_batch=max(1, config.eval_batch_size // self.replicas),
                              head="lm", precision=config.precision, accumulation_steps=config.accumulation_steps)
         head = "squad" if config.task == "squad" else "sequence"
+        # Long documents: the last segment, the one a step keeps activations of, reads the memory
+        # of the segments before it.
+        memory = segment_memory_length(self.segments - 1, config.max_seq_length, self.mem_len)
         return StepShape(batch=batch * self.rows_per_example, seq_len=config.max_seq_length, head=head,
-                         precision=config.precision, accumulation_steps=config.accumulation_steps)
+                         precision=config.precision, accumulation_steps=config.accumulation_steps,
+                         mem_len=memory, segments=self.segments)
 
     def breakdown(self, micro_batch: int | None = None, remat: str | None = None,
                   accumulation_steps: int | None = None) -> MemoryBreakdown:
@@ -84,13 +104,14 @@ class Workload:
 
     def step_flops(self, remat: str | None = None) -> tuple[float, float]:
         """(model FLOPs, FLOPs the device computes including remat's recomputation) of one step of one
-        replica: ``global_batch / replicas`` examples."""
+        replica: ``global_batch / replicas`` examples. Long documents: the last segment's forward and
+        backward passes, and the forward passes of the segments before it."""
         model, shape = self.model, self.shape(1)
         rows = self.global_batch // self.replicas * self.rows_per_example
         dims = dict(n_layer=model.n_layer, d_model=model.n_head * model.d_head, d_inner=model.d_inner,
                     seq_len=shape.seq_len, mem_len=shape.mem_len, num_predict=shape.num_predict, batch=rows,
                     vocab=model.vocab_size, bi_data=self.pretraining and model.bi_data, head=shape.head)
-        flops = model_flops_per_step(**dims)
+        flops = model_flops_per_step(**dims) + earlier_segments_flops(self.segments, **dict(dims, mem_len=self.mem_len))
         return flops, flops + recomputed_flops_per_step(**dims, remat=remat or self.config.remat)
 
 
@@ -160,13 +181,14 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         workload, config = self.workload, self.workload.config
         seconds = {mode: self.step_seconds(mode) for mode in REMAT_MODES}
-        tokens = workload.global_batch * workload.seq_len * workload.rows_per_example
+        tokens = workload.global_batch * workload.seq_len * workload.rows_per_example * workload.segments
         step = self.step_seconds()
         return {
             "model": {"n_layer": workload.model.n_layer, "d_model": workload.model.d_model,
                       "vocab_size": workload.model.vocab_size},
             "run": "pretraining" if workload.pretraining else f"finetune:{config.task}",
-            "seq_len": workload.seq_len, "precision": config.precision, "remat": config.remat,
+            "seq_len": workload.seq_len, "max_segments": workload.segments, "mem_len": workload.mem_len,
+            "precision": config.precision, "remat": config.remat,
             "replicas": workload.replicas, "micro_batch_per_replica": workload.micro_batch,
             "train_batch_size": config.train_batch_size, "accumulation_steps": config.accumulation_steps,
             "global_batch": workload.global_batch,
@@ -184,7 +206,9 @@ class Plan:
     def summary(self) -> str:
         """One line: the predicted peak against the device, the largest micro-batches, the step time."""
         workload, config = self.workload, self.workload.config
-        line = (f"plan: {workload.model.n_layer}x{workload.model.d_model}, seq {workload.seq_len}, "
+        segments = (f" x {workload.segments} segments with memory {workload.mem_len}" if workload.segments > 1
+                    else "")
+        line = (f"plan: {workload.model.n_layer}x{workload.model.d_model}, seq {workload.seq_len}{segments}, "
                 f"micro-batch {workload.micro_batch}/replica x {workload.replicas} x {config.accumulation_steps} "
                 f"accumulation, remat {config.remat}, {config.precision}: predicted peak "
                 f"{format_bytes(self.predicted_peak_bytes)}")
@@ -263,8 +287,10 @@ def render_text(plan: Plan) -> str:
     rows = [("weights", b.weights), ("gradients (accumulator)", b.gradients), ("optimizer slots (AdamW m, v)",
             b.optimizer_slots), (f"activations ({workload.model.n_layer} layers and the rest)", b.activations),
             ("Transformer-XL memory state", b.memory_state), ("input batch and masks", b.input_batch),
-            ("largest transient", b.transient), ("update phase (variables in flight)", b.update_phase),
-            ("total (predicted peak)", b.total)]
+            ("largest transient", b.transient)]
+    if workload.segments > 1:
+        rows.append((f"earlier segments ({workload.segments - 1}, forward only)", b.earlier_segments))
+    rows += [("update phase (variables in flight)", b.update_phase), ("total (predicted peak)", b.total)]
     lines += [f"  {name:<40} {format_bytes(value):>12}" for name, value in rows]
     lines.append("  activations per layer: " + ", ".join(f"{mode} {format_bytes(value)}"
                                                        for mode, value in b.activations_per_layer.items()))

@@ -1,12 +1,16 @@
 """The planner's costs of fine-tuning on long documents (max_segments N, memory M): the memory of
-one step (trainer/planning/memory.py) and its FLOPs (trainer/planning/flops.py)."""
+one step (trainer/planning/memory.py), its FLOPs (trainer/planning/flops.py), and the plan of a
+fine-tuning configuration that reads them (trainer/planning/plan.py)."""
 from __future__ import annotations
 
 import pytest
 
+from trainer.configs.finetuning import finetune_preset
 from trainer.models.config import model_preset, sequence_model_config
 from trainer.planning import flops, memory
+from trainer.planning.devices import DEVICES
 from trainer.planning.memory import FLOAT32, INT32, StepShape, layer_activations, memory_breakdown
+from trainer.planning.plan import Workload, make_plan
 
 BASE = sequence_model_config(model_preset("base"))
 
@@ -74,3 +78,42 @@ def test_a_step_of_n_segments_costs_about_n_forward_passes_and_one_backward():
     eight = last + flops.earlier_segments_flops(8, **dims)
     # the last segment: forward and backward (3 forwards); 7 forward passes before it
     assert 8 + 2 - 0.5 < eight / (last / 3) < 8 + 2 + 0.1
+
+
+def long_document_workload(segments: int, mem_len: int = 512) -> Workload:
+    config = finetune_preset("base").replace(max_seq_length=512, max_segments=segments, train_batch_size=8)
+    return Workload(sequence_model_config(model_preset("base"), mem_len if segments > 1 else 0), config)
+
+
+def test_the_plan_of_a_fine_tuning_run_reads_its_segments_and_memory():
+    workload = long_document_workload(8)
+    assert (workload.shape().segments, workload.shape().mem_len) == (8, 512)
+    plan = make_plan(workload)
+    assert (plan.to_dict()["max_segments"], plan.to_dict()["mem_len"]) == (8, 512)
+    assert plan.summary().startswith("plan: 12x768, seq 512 x 8 segments with memory 512, micro-batch 8/replica")
+    one = long_document_workload(1)
+    assert (one.shape().segments, one.shape().mem_len, make_plan(one).to_dict()["mem_len"]) == (1, 0, 0)
+
+
+def test_the_last_segment_reads_no_more_memory_than_the_segments_before_it_hold():
+    assert long_document_workload(2, mem_len=2048).shape().mem_len == 512
+    assert long_document_workload(8, mem_len=2048).shape().mem_len == 2048
+
+
+def test_the_step_time_counts_the_forward_passes_of_the_earlier_segments():
+    plan_1, plan_8 = (make_plan(long_document_workload(n), DEVICES["v100-16gb"]) for n in (1, 8))
+    dims = dict(n_layer=12, d_model=768, d_inner=3072, seq_len=512, mem_len=512, batch=8)
+    last = flops.model_flops_per_step(num_predict=0, vocab=32000, bi_data=False, head="sequence", **dims)
+    assert plan_8.model_flops == pytest.approx(last + flops.earlier_segments_flops(8, **dims))
+    assert plan_8.step_seconds() == pytest.approx(plan_8.model_flops / (DEVICES["v100-16gb"].peak_flops("float32")
+                                                                         * plan_8.mfu))
+    assert plan_8.step_seconds() > 3 * plan_1.step_seconds()
+
+
+def test_the_fitting_settings_of_a_long_document_run_count_its_memory():
+    workload = long_document_workload(8)
+    plan = make_plan(workload, DEVICES["v100-16gb"])
+    for mode, choice in plan.choices.items():
+        assert choice.predicted_peak_bytes == workload.breakdown(choice.micro_batch, mode,
+                                                                 choice.accumulation_steps).total
+    assert plan.max_micro_batch["none"] < make_plan(long_document_workload(1), DEVICES["v100-16gb"]).max_micro_batch["none"]
