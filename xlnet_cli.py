@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import sys
+import time
 
 from tfrecords.errors import EXIT_DATA, EXIT_OK, EXIT_USAGE
 
@@ -31,6 +32,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
               "with Transformer-XL memory (JSON lines)"),
     "inspect": ("trainer.commands.inspect", "decode a data directory's records as the model sees them, its "
                 "statistics (--stats), the trainer's permutations (--permutation), or verify it (--verify)"),
+    "goodput": ("trainer.commands.goodput", "where a training job's wall time went (goodput, start-up, compilation, "
+                "evaluation, checkpoints, work lost to kills), over all its runs"),
 }
 # Said under every --help; the codes themselves are tfrecords/errors.py's.
 EXIT_STATUS = (f"exit status: {EXIT_OK} done (or preempted, with a checkpoint saved); {EXIT_USAGE} usage or bad "
@@ -38,7 +41,7 @@ EXIT_STATUS = (f"exit status: {EXIT_OK} done (or preempted, with a checkpoint sa
                "diverged run, no readable checkpoint, a corpus too short for any record)")
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
 # Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/commands/tensorflow_startup.py).
-TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "inspect", "plan", "score")
+TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "inspect", "plan", "score", "goodput")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -59,6 +62,7 @@ def _load(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from_process = argv is None  # the process runs this command: its start-up counts from the process's
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="xlnet", description=__doc__.splitlines()[0], epilog=EXIT_STATUS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -70,10 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] not in SUBCOMMANDS:
         parser.parse_args(argv)  # --help exits 0; an unknown command exits 2 naming it
         return EXIT_USAGE
-    return run_subcommand(argv[0], argv[1:])
+    return run_subcommand(argv[0], argv[1:], started=process_started() if from_process else None)
 
 
-def run_subcommand(name: str, argv: list[str], prog: str | None = None) -> int:
+def process_started() -> float | None:
+    """When this process started (a training run's goodput counts its start-up from then); None if
+    the system does not say."""
+    from trainer.runtime.run_clock import process_start_time
+
+    return process_start_time()
+
+
+def run_subcommand(name: str, argv: list[str], prog: str | None = None, started: float | None = None) -> int:
     """Parses ``argv`` with subcommand ``name``'s flags and runs it; ``prog`` names it in usage
     lines (``python -m trainer.task`` runs `xlnet train` under its own name).
 
@@ -81,11 +93,16 @@ def run_subcommand(name: str, argv: list[str], prog: str | None = None) -> int:
     UsageError (2) or DataError (3), tfrecords/errors.py, as one line ``xlnet NAME: error: MESSAGE``
     on standard error; Ctrl-C before a command handles it itself (while TensorFlow loads, say) ends
     quietly with 130; a reader that closes the pipe early (``xlnet plan | head``) ends it with
-    141, as a process killed by SIGPIPE. Anything else is a bug and keeps its traceback."""
+    141, as a process killed by SIGPIPE. Anything else is a bug and keeps its traceback.
+
+    ``started``: when the command started (time.time()), the origin of a training run's goodput
+    (trainer/runtime/run_clock.py); now when not given."""
     from tfrecords.errors import exit_code
+    from trainer.runtime.run_clock import command_started
 
     try:
-        return _run_subcommand(name, argv, prog)
+        with command_started(started or time.time()):
+            return _run_subcommand(name, argv, prog)
     except KeyboardInterrupt:
         print(f"xlnet {name}: interrupted", file=sys.stderr)
         return 130

@@ -10,9 +10,11 @@ from typing import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs `xlnet train` with ``argv`` (default: the process's arguments)."""
-    from xlnet_cli import run_subcommand
+    from xlnet_cli import process_started, run_subcommand
 
-    return run_subcommand("train", list(sys.argv[1:] if argv is None else argv), prog="python -m trainer.task")
+    started = process_started() if argv is None else None  # a run's start-up counts from the process's
+    return run_subcommand("train", list(sys.argv[1:] if argv is None else argv), prog="python -m trainer.task",
+                          started=started)
 
 
 if __name__ == "__main__":

@@ -71,9 +71,10 @@ def assert_same_steps(actual: list[dict], expected: list[dict]) -> None:
 
 
 # Training settings added after the pinned commit, at the defaults that keep its behaviour.
-SETTINGS_ADDED_SINCE = {"remat": "none", "auto_fit": False}
-# Step-log fields added after the pinned commit (the allocator's peak memory of each window).
-STEP_FIELDS_ADDED_SINCE = {"peak_memory_bytes"}
+SETTINGS_ADDED_SINCE = {"remat": "none", "auto_fit": False, "profile_steps": ""}
+# Step-log fields added after the pinned commit, each a figure of the loop of steps a row is in: the
+# allocator's peak memory, the model FLOPs per second, the MFU and the peak it is measured against.
+STEP_FIELDS_ADDED_SINCE = {"peak_memory_bytes", "model_flops_per_sec", "mfu", "mfu_peak_source"}
 
 
 def test_a_pretrained_directory_resumes_to_the_losses_an_uninterrupted_run_logged(tmp_path):

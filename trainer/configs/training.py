@@ -12,6 +12,7 @@ the two configurations.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from tfrecords.errors import UsageError
 from tfrecords.record_config import undivided_parts
@@ -23,6 +24,15 @@ DECAYS = ("linear", "cosine")
 # nothing; each layer's attention (scores, position and segment terms, probabilities, their dropout);
 # or each whole layer, keeping only its inputs (the content and query streams).
 REMAT_MODES = ("none", "attention", "full")
+
+
+def profile_window(text: str) -> tuple[int, int] | None:
+    """The (START, END) steps of a ``START:END`` profile window, None unless 1 <= START <= END."""
+    match = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text)
+    if match is None:
+        return None
+    first, last = int(match.group(1)), int(match.group(2))
+    return (first, last) if 1 <= first <= last else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +73,9 @@ class LoopConfig(JsonConfig):
     # Before building, shrink the micro-batch (raising accumulation_steps, same global batch) and pick a
     # remat mode until the planned peak fits the device's memory (trainer/planning/).
     auto_fit: bool = False
+    # Steps traced by TensorFlow's profiler, "START:END" (1-based, both included), into
+    # tensorboard/train/plugins/profile/ where TensorBoard's profile plugin reads them; "" traces nothing.
+    profile_steps: str = ""
 
     CONFIG_KIND = "training"
     POSITIVE = ("train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop", "accumulation_steps",
@@ -94,7 +107,15 @@ class LoopConfig(JsonConfig):
             problems.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.remat not in REMAT_MODES:
             problems.append(f"remat must be one of {', '.join(REMAT_MODES)}, got {self.remat!r}")
+        if self.profile_steps and profile_window(self.profile_steps) is None:
+            problems.append(f"profile_steps must be START:END, whole steps with 1 <= START <= END (e.g. 100:105), "
+                            f"got {self.profile_steps!r}")
         return problems
+
+    @property
+    def profile_window(self) -> tuple[int, int] | None:
+        """(first, last) step the profiler traces, both included; None when nothing is traced."""
+        return profile_window(self.profile_steps) if self.profile_steps else None
 
     @property
     def examples_per_step(self) -> int:

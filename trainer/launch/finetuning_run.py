@@ -168,6 +168,7 @@ def build_finetuning(run: FinetuningRun, held: contextlib.ExitStack | None = Non
     ``held``, the chief first takes the model directory's run lock, released when ``held`` closes."""
     from trainer.launch.fit_check import fit_to_device
     from trainer.launch.run_setup import hold_run_lock, settings_replacement, start_run
+    from trainer.launch.utilisation import run_step_flops
     from trainer.runtime.controller import Controller
     from trainer.runtime.distribution import is_chief
     from trainer.runtime.model_dir import ModelDirectory
@@ -192,8 +193,10 @@ def build_finetuning(run: FinetuningRun, held: contextlib.ExitStack | None = Non
         after_first_save = settings_replacement(out, out.FINETUNE_CONFIG, task.config, log)
         if labels is not None:
             out.write_json(out.LABELS, list(labels))  # the same as a resumed run's (_check_resume)
+    options = task.tokens_per_example // task.config.max_seq_length  # rows per multiple-choice example
     return Controller(task, task.config, model_dir=run.model_dir, strategy=strategy,
-                      init_checkpoint=run.init_checkpoint, log=log, after_first_save=after_first_save)
+                      init_checkpoint=run.init_checkpoint, log=log, after_first_save=after_first_save,
+                      step_flops=run_step_flops(model, task.config, strategy, options))
 
 
 def _sequence_task(run: FinetuningRun, source: ModelSource, model, config, resumed_labels,

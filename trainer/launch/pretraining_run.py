@@ -133,6 +133,7 @@ def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = N
     ``held``, the chief first takes the model directory's run lock, released when ``held`` closes."""
     from trainer.launch.fit_check import fit_to_device
     from trainer.launch.run_setup import hold_run_lock, start_run
+    from trainer.launch.utilisation import run_step_flops
     from trainer.runtime.distribution import is_chief
     from trainer.runtime.model_dir import ModelDirectory
     from trainer.tasks.pretraining import pretraining_controller
@@ -151,7 +152,8 @@ def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = N
                                               uncased=bool(manifest.config.get("uncased", False)), log=log)
     return pretraining_controller(model, train, manifest=manifest, model_dir=run.model_dir, strategy=strategy,
                                   init_checkpoint=run.init_checkpoint, log=log, after_first_save=after_first_save,
-                                  mixture=resolved.mixture(run), eval_sources=resolved.eval_sources(run))
+                                  mixture=resolved.mixture(run), eval_sources=resolved.eval_sources(run),
+                                  step_flops=run_step_flops(model, train, strategy))
 
 
 def _check_shard_files(manifest, data: str) -> None:

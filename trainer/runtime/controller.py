@@ -17,7 +17,9 @@ save; the :class:`Controller` owns the loop every objective shares:
 
 What the loop calls upon lives beside it: SIGTERM / SIGINT preemption agreed by all workers
 (trainer/runtime/preemption.py), the TensorBoard writers (trainer/runtime/summaries.py), the
-allocator's peak memory per loop of steps (trainer/runtime/peak_memory.py).
+allocator's peak memory per loop of steps (trainer/runtime/peak_memory.py), model FLOPs/s and MFU
+(trainer/runtime/throughput.py), the goodput accounting (trainer/runtime/goodput.py), the
+profiler window (trainer/runtime/profiling.py).
 
 Losses: the step log has every step's loss; TensorBoard's train ``loss`` and the console's
 progress line have the mean over the loop of steps they close (the line names those steps);
@@ -25,11 +27,12 @@ progress line have the mean over the loop of steps they close (the line names th
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import posixpath
 import sys
 import time
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 import keras
 import numpy as np
@@ -41,12 +44,16 @@ from tfrecords.tensorflow_errors import error_text
 from trainer.configs.training import LoopConfig
 from trainer.runtime import checkpoint_history
 from trainer.runtime.distribution import is_chief, worker_info
+from trainer.runtime.goodput import GoodputRecorder, log_breakdown
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
 from trainer.runtime.optimization import build_optimizer, clip_by_global_norm
 from trainer.runtime.peak_memory import PeakMemory
 from trainer.runtime.preemption import Preemption
+from trainer.runtime.profiling import ProfileWindow
+from trainer.runtime.run_clock import command_start_time
 from trainer.runtime.summaries import SummaryManager
 from trainer.runtime.task_protocol import Task
+from trainer.runtime.throughput import StepFlops
 
 
 class TrainingStopped(DataError):
@@ -105,13 +112,17 @@ class Controller:
         error unless given.
       after_first_save: called once, with the step the run started at, after the run's first
         checkpoint is saved (the command saves changed settings then: trainer/commands/training_command.py).
+      step_flops: the model FLOPs of a step and the devices' peak (trainer/runtime/throughput.py):
+        with them the step log, TensorBoard and the progress lines have model FLOPs/s and MFU.
     """
 
     def __init__(self, task: Task, config: LoopConfig, *, model_dir: str, strategy: tf.distribute.Strategy,
                  init_checkpoint: str | None = None, log: Callable[[str], None] = print,
                  after_first_save: Callable[[int], None] | None = None,
-                 warn: Callable[[str], None] = warn_on_stderr):
+                 warn: Callable[[str], None] = warn_on_stderr, step_flops: StepFlops | None = None):
+        self._started = command_start_time(default=time.time())  # the run's wall time counts from here
         self.task, self.config, self.strategy, self.log, self.warn = task, config, strategy, log, warn
+        self.step_flops = step_flops
         self._after_first_save = after_first_save
         self.worker, self.num_workers = worker_info(strategy)
         self.chief = is_chief(strategy)
@@ -316,39 +327,30 @@ class Controller:
     def train(self, evaluate_at_end: bool = False) -> TrainResult:
         """Trains to ``train_steps``; checkpoints every ``checkpoint_every`` steps and at exit,
         evaluates every ``eval_every`` steps and, with ``evaluate_at_end``, once more at the end
-        (unless the last step was just evaluated)."""
+        (unless the last step was just evaluated). Where the time went is added to goodput.json
+        as the run goes and logged at its end (trainer/runtime/goodput.py)."""
         config = self.config
         start = int(self.step.numpy())
         iterator = iter(self.train_dataset())
         summaries = SummaryManager(self.model_dir, enabled=self.chief)
-        tokens_per_step = config.examples_per_step * self.task.tokens_per_example
+        goodput = GoodputRecorder(self.model_dir, self._started, enabled=self.chief)
+        profile = ProfileWindow(config.profile_window, self.model_dir.tensorboard("train"), enabled=self.chief)
         step, last_loss, eval_metrics, evaluated_at = start, None, {}, -1
         saved_at = start if self._restored else None  # the step of the newest checkpoint on disk
+        goodput.begin(start)
         began, timed_from = time.time(), start  # the ETA leaves the first (compiling) step out
-        with self.preemption.handlers():
+        with self.preemption.handlers(), _stopped_at_exit(profile):
             while step < config.train_steps and not self.preemption.stopping():
                 # the first loop of a process is one step, so that progress shows once it is compiled
-                count = 1 if step == start else self._steps_until_event(step)
-                tick = time.time()
-                self.peak_memory.reset()
-                try:
-                    losses, metrics, norms = self._train_loop(iterator, tf.constant(count))
-                except (tf.errors.DataLossError, tf.errors.NotFoundError) as error:
-                    raise TrainingDataError(self._input_error(step, error)) from None
-                except tf.errors.InvalidArgumentError as error:
-                    if not stream_ended_early(error):  # the reader's report of a short stream, else a bug
-                        raise
-                    raise TrainingDataError(self._input_error(step, error)) from None
-                losses, norms = losses.numpy(), norms.numpy()
-                metrics = {name: values.numpy() for name, values in metrics.items()}
-                elapsed = time.time() - tick
-                self._guard_finite(step, losses)
-                peak = self.peak_memory.peak()
-                self._record_steps(step, losses, metrics, norms, peak)
+                count = 1 if step == start else self._steps_until_event(step, profile.boundaries())
+                profile.before_loop(step)
+                with goodput.timed("compile" if step == start else "productive", steps=count):
+                    losses, metrics, norms, elapsed, peak = self._run_loop(iterator, step, count)
+                profile.after_loop(step + count)
+                rates = self._loop_rates(count, elapsed)
+                self._record_steps(step, losses, metrics, norms, peak, rates)
                 step += count
                 last_loss = float(losses[-1])
-                rates = {"tokens_per_sec": count * tokens_per_step / elapsed,
-                         "examples_per_sec": count * config.examples_per_step / elapsed}
                 summaries.write("train", step, self._loop_scalars(step, losses, metrics, norms, {
                     **rates, **({} if peak is None else {"peak_memory_bytes": float(peak)})}))
                 if step == start + count:
@@ -358,17 +360,55 @@ class Controller:
                 else:
                     self._progress(step, count, losses, rates, began, timed_from)
                 if step % config.checkpoint_every == 0:
-                    saved_at = self._save(step, start)
+                    with goodput.timed("checkpoint"):
+                        saved_at = self._save(step, start)
+                    goodput.saved(step)
                 if config.eval_every and step % config.eval_every == 0:
-                    eval_metrics, evaluated_at = self._run_eval(summaries, step), step
+                    with goodput.timed("evaluation"):
+                        eval_metrics, evaluated_at = self._run_eval(summaries, step), step
+                goodput.record()
             if saved_at != step:  # the last loop may have ended on a checkpoint already
-                self._save(step, start)
+                with goodput.timed("checkpoint"):
+                    self._save(step, start)
+                goodput.saved(step)
         stopped = "completed" if step >= config.train_steps else "preempted"
         if stopped == "preempted":
             self.log(f"{self.preemption.cause()}: saved checkpoint at step {step}, exiting")
         elif evaluate_at_end and evaluated_at != step:
-            eval_metrics = self._run_eval(summaries, step)
+            with goodput.timed("evaluation"):
+                eval_metrics = self._run_eval(summaries, step)
+        record = goodput.record()
+        if self.chief:
+            log_breakdown(record, self.model_dir.path, self.log)
         return TrainResult(step, stopped, last_loss, eval_metrics)
+
+    def _run_loop(self, iterator, step: int, count: int):
+        """Runs the loop of ``count`` steps after ``step`` -> (losses, metrics, grad norms, seconds,
+        peak memory); a training input that cannot be read is a TrainingDataError, a NaN loss a
+        TrainingDivergedError."""
+        tick = time.time()
+        self.peak_memory.reset()
+        try:
+            losses, metrics, norms = self._train_loop(iterator, tf.constant(count))
+        except (tf.errors.DataLossError, tf.errors.NotFoundError) as error:
+            raise TrainingDataError(self._input_error(step, error)) from None
+        except tf.errors.InvalidArgumentError as error:
+            if not stream_ended_early(error):  # the reader's report of a short stream, else a bug
+                raise
+            raise TrainingDataError(self._input_error(step, error)) from None
+        losses, norms = losses.numpy(), norms.numpy()
+        metrics = {name: values.numpy() for name, values in metrics.items()}
+        elapsed = time.time() - tick
+        self._guard_finite(step, losses)
+        return losses, metrics, norms, elapsed, self.peak_memory.peak()
+
+    def _loop_rates(self, count: int, seconds: float) -> dict[str, float]:
+        """Tokens/s, examples/s and, when the model's FLOPs are known, model FLOPs/s and MFU of a
+        loop of ``count`` steps that took ``seconds``."""
+        examples = count * self.config.examples_per_step
+        rates = {"tokens_per_sec": examples * self.task.tokens_per_example / seconds,
+                 "examples_per_sec": examples / seconds}
+        return {**rates, **(self.step_flops.rates(count, seconds) if self.step_flops else {})}
 
     # --------------------------------------------------------------------------- helpers
     def _save(self, step: int, start: int) -> int:
@@ -392,10 +432,12 @@ class Controller:
             callback(start)
         return step
 
-    def _steps_until_event(self, step: int) -> int:
+    def _steps_until_event(self, step: int, also: tuple[int, ...] = ()) -> int:
+        """Steps from ``step`` to the next loop boundary: the last step, a loop's end, a checkpoint,
+        an evaluation, or any of ``also`` (the profiler window's ends) after ``step``."""
         config = self.config
         boundaries = [config.train_steps, _next_multiple(step, config.steps_per_loop),
-                      _next_multiple(step, config.checkpoint_every)]
+                      _next_multiple(step, config.checkpoint_every), *(b for b in also if b > step)]
         if config.eval_every:
             boundaries.append(_next_multiple(step, config.eval_every))
         return min(boundaries) - step
@@ -425,8 +467,14 @@ class Controller:
                 f"loss became {losses[bad[0]]} at step {step + int(bad[0]) + 1}; training stopped without "
                 f"saving. Last good checkpoint: {last}. Lower learning_rate or check the data.")
 
-    def _record_steps(self, step: int, losses, metrics: Mapping[str, np.ndarray], norms, peak: int | None) -> None:
+    def _record_steps(self, step: int, losses, metrics: Mapping[str, np.ndarray], norms, peak: int | None,
+                      rates: Mapping[str, float]) -> None:
+        """The step log's rows of a loop of steps after ``step``; the peak memory, model FLOPs/s and
+        MFU are the loop's, in each of its rows."""
         window = {} if peak is None else {"peak_memory_bytes": peak}
+        if self.step_flops is not None:
+            window.update(model_flops_per_sec=rates["model_flops_per_sec"], mfu=rates["mfu"],
+                          mfu_peak_source=self.step_flops.peak_source)
         self.work_dir.append_steps(
             {"step": step + i + 1, "loss": float(loss), **{name: float(values[i]) for name, values in metrics.items()},
              "grad_norm": float(norm), **window, **self.task.step_details(step + i + 1)}
@@ -461,9 +509,19 @@ class Controller:
         per_step = (time.time() - began) / max(done, 1)
         eta = per_step * (self.config.train_steps - step)
         which = f" (mean of steps {step - count + 1}-{step})" if count > 1 else ""
+        mfu = f"MFU {rates['mfu']:.1%} " if "mfu" in rates else ""
         self.log(f"step {step}/{self.config.train_steps} loss {float(np.mean(losses)):.4f}{which} "
-                 f"lr {self._learning_rate(step):.3g} tokens/s {rates['tokens_per_sec']:.0f} "
+                 f"lr {self._learning_rate(step):.3g} tokens/s {rates['tokens_per_sec']:.0f} {mfu}"
                  f"ETA {_clock(eta)}")
+
+
+@contextlib.contextmanager
+def _stopped_at_exit(profile: ProfileWindow) -> Iterator[None]:
+    """A profiler still tracing when the loop ends (a preempted run, an error) is stopped."""
+    try:
+        yield
+    finally:
+        profile.stop()
 
 
 def _next_multiple(step: int, every: int) -> int:

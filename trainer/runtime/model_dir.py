@@ -15,6 +15,7 @@ by a resumed run and by `xlnet export`. Layout::
               tensorboard/{train,eval} summaries (read back and rewritten by trainer/runtime/event_files.py)
               train_steps.jsonl        one JSON line per optimizer step: step, loss, accuracy, grad_norm
               run.lock                 the run writing the directory (trainer/runtime/run_lock.py)
+              goodput.json             where the job's wall time went, over its runs (trainer/runtime/goodput.py)
               train_config.step-N.json the settings a resume at step N replaced (finetune_config too)
               finetune_config.json     how it was fine-tuned (trainer/configs/finetuning.py), `xlnet finetune` only
               labels.json              the classification labels, index = class id (`xlnet finetune`)
@@ -67,6 +68,7 @@ class ModelDirectory:
     SQUAD_TEST_PREDICTIONS = "test_predictions.json"  # squad --test: as predictions.json
     DAMAGED_CHECKPOINTS = "damaged"  # under checkpoints/: checkpoints that could not be read, set aside
     TEST_NULL_ODDS = "test_null_odds.json"  # squad --test, a model trained on SQuAD 2.0
+    GOODPUT = "goodput.json"  # where the job's wall time went, over all its runs (trainer/runtime/goodput.py)
     # What `xlnet export` and --init-checkpoint need besides a checkpoint.
     REQUIRED = (MODEL_CONFIG, VOCAB, SPECIAL_IDS)
 
@@ -322,6 +324,11 @@ class ModelDirectory:
     def write_json(self, name: str, value: Any) -> None:
         """Writes one JSON file of the directory (e.g. EVAL_RESULTS)."""
         write_json(self.join(name), value)
+
+    def replace_json(self, name: str, value: Any) -> None:
+        """Writes one JSON file of the directory whole, so that a reader never sees half of it (a
+        file rewritten as a run goes, e.g. GOODPUT)."""
+        self._replace(self.join(name), (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
     def write_json_lines(self, name: str, rows: Iterable[Mapping[str, Any]]) -> None:
         """Writes one JSON-lines file of the directory (e.g. PREDICTIONS), replacing it."""

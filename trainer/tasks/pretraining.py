@@ -26,6 +26,7 @@ from trainer.models.config import ModelConfig
 from trainer.runtime.controller import Controller
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.task_protocol import StepOutputs, Task
+from trainer.runtime.throughput import StepFlops
 
 STEP_LOG = ModelDirectory.STEP_LOG
 
@@ -251,8 +252,10 @@ def pretraining_controller(model_config: ModelConfig, train_config: TrainConfig,
                            log: Callable[[str], None] = print,
                            after_first_save: Callable[[int], None] | None = None,
                            mixture: Sequence[MixtureSource] = (),
-                           eval_sources: Sequence[MixtureSource] = ()) -> Controller:
-    """The controller of a pretraining run: what `xlnet train` builds."""
+                           eval_sources: Sequence[MixtureSource] = (),
+                           step_flops: StepFlops | None = None) -> Controller:
+    """The controller of a pretraining run: what `xlnet train` builds (``step_flops``: its MFU's
+    measure, trainer/runtime/throughput.py)."""
     task = PretrainingTask(model_config, train_config, manifest, mixture, eval_sources)
     return Controller(task, train_config, model_dir=model_dir, strategy=strategy, init_checkpoint=init_checkpoint,
-                      log=log, after_first_save=after_first_save)
+                      log=log, after_first_save=after_first_save, step_flops=step_flops)

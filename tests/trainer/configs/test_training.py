@@ -24,3 +24,19 @@ def test_a_perm_size_that_leaves_a_part_undivided_is_a_usage_error_naming_the_fi
 def test_an_impossible_field_value_is_a_usage_error():
     with pytest.raises(UsageError, match="invalid training config: perm_size must be positive, got 0"):
         TrainConfig(perm_size=0)
+
+
+def test_profile_steps_is_off_by_default_and_names_the_window_it_traces():
+    assert TrainConfig().profile_window is None
+    assert TrainConfig(profile_steps="10:12").profile_window == (10, 12)
+    assert TrainConfig(profile_steps="7:7").profile_window == (7, 7)
+
+
+@pytest.mark.parametrize("value", ["5:3", "x", "0:2", "3", "3:", "-1:2", "2:3:4"])
+def test_a_profile_window_that_is_not_start_colon_end_is_a_usage_error_set_by_its_flag(value):
+    from trainer.configs.overrides import resolve_configs
+
+    with pytest.raises(UsageError) as error:
+        resolve_configs("tiny", None, [f"profile_steps={value}"])
+    assert str(error.value) == (f"invalid training config: profile_steps must be START:END, whole steps with 1 <= "
+                                f"START <= END (e.g. 100:105), got {value!r} (set by --set profile_steps={value})")

@@ -75,8 +75,11 @@ def test_cli_train_writes_a_model_directory_export_can_use(straight_run):
     assert sorted(ModelDirectory(model_dir).step_losses()) == list(range(1, 13))
     tags = {f"{name}/{tag}" for name in ("train", "eval") for tag in ModelDirectory(model_dir).scalar_tags(name)}
     assert {"train/loss", "train/plm_accuracy", "train/learning_rate", "train/grad_norm",
-            "train/tokens_per_sec", "train/examples_per_sec",
+            "train/tokens_per_sec", "train/examples_per_sec", "train/model_flops_per_sec", "train/mfu",
             "eval/loss", "eval/accuracy", "eval/perplexity"} <= tags
+    # MFU and goodput in every run (their own tests: tests/trainer/runtime/test_run_monitoring.py, slow)
+    assert all(0 < row["mfu"] < 1 for row in ModelDirectory(model_dir).step_rows())
+    assert json.loads((model_dir / ModelDirectory.GOODPUT).read_text())["runs"] == 1
 
 
 def test_missing_data_directory_is_a_clear_error(tmp_path, capsys):

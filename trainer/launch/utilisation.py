@@ -1,0 +1,81 @@
+"""What a run's model FLOPs utilisation (MFU) is measured with (trainer/runtime/throughput.py).
+
+The model FLOPs of one optimizer step come from the plan's one FLOPs rule (trainer/planning/flops.py
+through planning.plan.Workload) for the configuration that runs: its global batch, sequence
+length, memory and head, without what remat recomputes. The peak is the device table's
+(trainer/planning/devices.py) for a TPU (by TPU_ACCELERATOR_TYPE) or a GPU (by the name TensorFlow
+reports), in the run's precision; on a CPU, or a device the table lacks, a matmul is timed now
+(``measured_matmul_peak``) with the thread settings the run uses. A CPU's figure is its host's
+(the replicas of one host share its cores); a device's is multiplied by the replicas.
+"""
+from __future__ import annotations
+
+import os
+
+from trainer.runtime.throughput import StepFlops
+
+
+def run_step_flops(model, config, strategy, options: int = 1) -> StepFlops:
+    """The StepFlops of a run of ``model`` (ModelConfig) with ``config`` (TrainConfig or
+    FinetuneConfig) under ``strategy``; ``options``: rows per multiple-choice example."""
+    from trainer.planning.plan import Workload
+
+    replicas = strategy.num_replicas_in_sync
+    per_replica, _ = Workload(model, config, replicas, options=options).step_flops()
+    peak, source = peak_flops(strategy, config.precision)
+    return StepFlops(per_replica * replicas, peak, source)
+
+
+def peak_flops(strategy, precision: str) -> tuple[float, str]:
+    """(peak FLOP/s of all of ``strategy``'s replicas in ``precision``, where the figure comes from)."""
+    import tensorflow as tf
+
+    from trainer.planning.devices import DEVICES, TPU_GENERATIONS, measured_matmul_peak
+
+    replicas = strategy.num_replicas_in_sync
+    kind = _device_kind(strategy)
+    if kind == "TPU":
+        accelerator = os.environ.get("TPU_ACCELERATOR_TYPE", "")
+        for prefix, name in TPU_GENERATIONS:
+            if accelerator.startswith(prefix):
+                return _table(DEVICES[name], precision, replicas)
+    if kind == "GPU":
+        gpus = tf.config.list_physical_devices("GPU")
+        reported = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "") if gpus else ""
+        device = _gpu_row(reported, DEVICES)
+        if device is not None:
+            return _table(device, precision, replicas)
+    dtype = "bfloat16" if precision == "mixed_bfloat16" else "float32"
+    measured = measured_matmul_peak(dtype)
+    if kind == "CPU":  # every replica of a host runs on the same cores
+        workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker") \
+            if getattr(strategy, "cluster_resolver", None) is not None else 1
+        return measured * max(1, workers), f"measured_matmul_peak ({dtype}, this CPU)"
+    return measured * replicas, f"measured_matmul_peak ({dtype}, this {kind or 'device'})"
+
+
+def _table(device, precision: str, replicas: int) -> tuple[float, str]:
+    return device.peak_flops(precision) * replicas, f"{device.name} (device table, {precision})"
+
+
+def _gpu_row(reported: str, devices) -> object | None:
+    """The device table's row of a GPU TensorFlow names ``reported`` (e.g. "NVIDIA A100-SXM4-80GB"):
+    the family in the name, the memory size too where the family has several rows."""
+    name = reported.lower().replace(" ", "")
+    rows = [row for row in devices.values() if not row.name.startswith("tpu")
+            and row.name.split("-")[0] in name and row.fp32_flops is not None]
+    sized = [row for row in rows if "-" in row.name and row.name.split("-")[1] in name]
+    return (sized or rows or [None])[0]
+
+
+def _device_kind(strategy) -> str:
+    """"TPU", "GPU" or "CPU": what ``strategy``'s replicas run on."""
+    import tensorflow as tf
+
+    if "TPU" in type(strategy).__name__:
+        return "TPU"
+    try:
+        devices = list(strategy.extended.worker_devices)
+    except (AttributeError, RuntimeError, ValueError):  # the default strategy: its default device
+        devices = [device.name for device in tf.config.list_logical_devices()[-1:]]
+    return devices[0].split("device:")[-1].split(":")[0].upper() if devices else "CPU"

@@ -1,0 +1,32 @@
+"""Model FLOPs utilisation (MFU) of a loop of training steps.
+
+MFU is the model's FLOPs per second over the peak FLOP/s of the run's devices. The model's FLOPs
+of one step come from the one FLOPs rule (trainer/planning/flops.py) for the configuration that
+runs, without what remat recomputes (recomputation is not useful work); the peak from the device
+table (trainer/planning/devices.py) or, on a CPU, from a matmul timed at start-up. The launch
+code (trainer/launch/utilisation.py) works both out; the controller only divides.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class StepFlops:
+    """What a run's MFU is measured with.
+
+    Attributes:
+      model_flops: model FLOPs of one optimizer step over every replica and micro-step.
+      peak_flops: the peak FLOP/s of every replica together.
+      peak_source: where the peak comes from, e.g. ``tpu-v4 (device table, bf16)`` or
+        ``measured_matmul_peak (float32, this CPU)``; written in every step-log row.
+    """
+
+    model_flops: float
+    peak_flops: float
+    peak_source: str
+
+    def rates(self, steps: int, seconds: float) -> dict[str, float]:
+        """``model_flops_per_sec`` and ``mfu`` (a fraction) of ``steps`` steps run in ``seconds``."""
+        per_sec = steps * self.model_flops / seconds if seconds > 0 else 0.0
+        return {"model_flops_per_sec": per_sec, "mfu": per_sec / self.peak_flops if self.peak_flops > 0 else 0.0}
