@@ -120,3 +120,19 @@ def test_the_breakdown_lists_each_category_with_its_share_largest_first():
     assert [line.split()[0] for line in lines[1:4]] == ["productive", "startup", "lost"]
     assert lines[1].split() == ["productive", "60.0", "s", "60.0%"]
     assert len(lines) == 1 + len(CATEGORIES)
+
+
+def test_on_gcs_the_record_is_kept_across_runs_and_xlnet_goodput_prints_it(gcs_prefix, capsys):
+    import xlnet_cli
+
+    directory = ModelDirectory(gcs_prefix + "model")
+    for _ in range(2):
+        recorder = GoodputRecorder(directory, time.time())
+        recorder.begin(0)
+        run_for(recorder, "productive", 0.01, steps=1)
+        recorder.record()
+    assert read_goodput(directory)["runs"] == 2
+    assert xlnet_cli.main(["goodput", directory.path]) == 0
+    assert capsys.readouterr().out.startswith(f"goodput of {directory.path}: ")
+    assert xlnet_cli.main(["goodput", gcs_prefix + "nothing"]) == 2
+    assert f"MODEL_DIR {gcs_prefix}nothing has no goodput.json" in capsys.readouterr().err
