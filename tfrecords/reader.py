@@ -196,10 +196,25 @@ def interleave_slots(count: int, slot_records: Callable[[tf.Tensor], tf.data.Dat
 
 def batched_features(records: tf.data.Dataset, batch: int, accumulation_steps: int,
                      features_fn: Callable[..., dict[str, tf.Tensor]]) -> tf.data.Dataset:
-    """Slot-major records -> one replica's step-major features per element (``features_fn``), prefetched."""
+    """Slot-major records -> one replica's step-major features per element (``features_fn``), prefetched.
+
+    The map runs batches in parallel (in order), but one after another under TensorFlow's op
+    determinism (train.deterministic): tf.data's make_deterministic rewrite would make it
+    sequential then anyway (the function holds a stateful op, check_no_missing_records's Assert)
+    and, rewriting a ParallelMapDatasetV2 into a MapDataset, keeps its ``use_unbounded_threadpool``
+    attribute, which TensorFlow reports as an error line ("NodeDef mentions attribute
+    use_unbounded_threadpool which is not in the op definition") on every run."""
     batched = records.batch(batch * accumulation_steps, drop_remainder=True)
-    return batched.map(features_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True) \
+    parallel = None if op_determinism_enabled() else tf.data.AUTOTUNE
+    return batched.map(features_fn, num_parallel_calls=parallel, deterministic=True if parallel else None) \
         .prefetch(tf.data.AUTOTUNE)
+
+
+def op_determinism_enabled() -> bool:
+    """Whether ``tf.config.experimental.enable_op_determinism`` was called in this process."""
+    from tensorflow.python.framework import config  # the getter TensorFlow does not export
+
+    return config.is_op_determinism_enabled()
 
 
 def distribute(strategy: tf.distribute.Strategy, dataset_fn: Callable[..., tf.data.Dataset]
