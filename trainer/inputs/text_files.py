@@ -24,7 +24,8 @@ from typing import Any, Iterator
 
 import tensorflow as tf
 
-from tfrecords.errors import UsageError
+from tfrecords.errors import DataError, UsageError
+from tfrecords.tensorflow_errors import UNREACHABLE_ADVICE, is_unreachable
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 _DELIMITERS = {"csv": ",", "tsv": "\t"}
@@ -38,13 +39,27 @@ class FinetuneDataError(UsageError):
     """An input file that cannot be used as given; the message names the file and line."""
 
 
+class InputUnreachableError(DataError):
+    """The storage of an input file did not answer (no network, a host that cannot be resolved);
+    the path may be right (exit status 3, as trainer/runtime/storage.py's StorageUnreachableError)."""
+
+
+def input_failure(path: str, doing: str, error: tf.errors.OpError) -> FinetuneDataError | InputUnreachableError:
+    """The error for ``error`` met while ``doing`` ("cannot read") ``path``: unreachable storage, or a
+    file that cannot be used."""
+    message = error.message.splitlines()[0]
+    if is_unreachable(message):
+        return InputUnreachableError(f"{path} cannot be reached: {message} ({UNREACHABLE_ADVICE})")
+    return FinetuneDataError(f"{path}: {doing}: {message}")
+
+
 
 def matching_files(pattern: str) -> list[str]:
     """Files matching a path or glob, sorted so reading order never depends on the filesystem."""
     try:
         files = sorted(tf.io.gfile.glob(pattern))
     except tf.errors.OpError as error:
-        raise FinetuneDataError(f"{pattern}: cannot list files: {error.message.splitlines()[0]}") from None
+        raise input_failure(pattern, "cannot list files", error) from None
     if not files:
         raise FinetuneDataError(f"{pattern}: no file matches")
     return files
@@ -56,7 +71,7 @@ def read_text(path: str) -> str:
         with tf.io.gfile.GFile(path, "rb") as handle:
             data = handle.read()
     except tf.errors.OpError as error:
-        raise FinetuneDataError(f"{path}: cannot read: {error.message.splitlines()[0]}") from None
+        raise input_failure(path, "cannot read", error) from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 import tensorflow as tf
 
 from tfrecords.errors import DataError, UsageError
-from tfrecords.tensorflow_errors import error_text
+from tfrecords.tensorflow_errors import UNREACHABLE_ADVICE, error_text, is_unreachable
 
 
 class StorageError(UsageError):
@@ -49,12 +49,6 @@ class StorageUnreachableError(DataError):
     exhausted); the message names the path, and the flag when the caller knows it."""
 
 
-# What TensorFlow's GCS filesystem says when the network, not the path, failed: libcurl's
-# resolve (6), connect (7), timeout (28) and TLS (35) failures, and its retries given up.
-_UNREACHABLE = ("libcurl code 6 ", "libcurl code 7 ", "libcurl code 28 ", "libcurl code 35 ",
-                "retry attempts failed")
-
-
 def storage_failure(error: BaseException, path: str, doing: str = "read",
                     flag: str | None = None) -> StorageError | StorageUnreachableError:
     """The error to raise for ``error`` (a ``tf.errors.OpError`` or ``OSError``) met while ``path``
@@ -69,10 +63,8 @@ def storage_failure(error: BaseException, path: str, doing: str = "read",
     else:
         text = error_text(error)  # "<Kind>: <message>", the message's first line
         message = text.split(": ", 1)[1] if ": " in text else text
-        if any(mark in message for mark in _UNREACHABLE):
-            return StorageUnreachableError(
-                f"{subject} cannot be reached: {message} (no network, or the storage service is down; the "
-                "command line may be right, try again later)")
+        if is_unreachable(message):
+            return StorageUnreachableError(f"{subject} cannot be reached: {message} ({UNREACHABLE_ADVICE})")
         # TensorFlow says "<path>; <reason>" or "<path> <reason>"; the path is named once.
         if message.startswith(path + ";"):
             message = message[len(path) + 1:].strip()

@@ -16,8 +16,9 @@ from trainer.runtime.storage import (StorageError, StorageUnreachableError, fail
                                      storage_failure, write_bytes, write_json)
 
 from support.bundled_data import SMALL_DATA_TRAINING
-from support.processes import free_ports, output_of, start
+from support.processes import output_of, start
 from support.read_only_mount import read_only_directory
+from support.unreachable_storage import unreachable_gcs_environment
 
 
 @pytest.fixture
@@ -84,11 +85,7 @@ def test_a_host_that_cannot_be_resolved_is_unreachable_storage():
 def test_xlnet_train_with_data_on_unreachable_storage_exits_3_with_one_line(tmp_path):
     """TensorFlow's GCS client pointed at a port nobody listens on (its https proxy, as the emulator
     is reached): each request fails to connect; retries bounded by GCS_RETRY_CONFIG_* (read at import)."""
-    closed = free_ports(1)[0]  # bound and released: nobody listens there
-    environment = {"https_proxy": f"http://127.0.0.1:{closed}", "HTTPS_PROXY": f"http://127.0.0.1:{closed}",
-                   "GOOGLE_AUTH_TOKEN_FOR_TESTING": "fake", "NO_GCE_CHECK": "true",
-                   "GCE_METADATA_HOST": f"127.0.0.1:{closed}", "GCE_METADATA_IP": f"127.0.0.1:{closed}",
-                   "GCS_RETRY_CONFIG_MAX_RETRIES": "1", "GCS_RETRY_CONFIG_INIT_DELAY_TIME_US": "1000"}
+    environment, closed = unreachable_gcs_environment()
     model_dir = tmp_path / "model"
     args = ["xlnet_cli.py", "train", "--data", "gs://xlnet-unreachable/data", "--model-dir", str(model_dir),
             "--preset", "tiny", *[arg for item in SMALL_DATA_TRAINING for arg in ("--set", item)]]
