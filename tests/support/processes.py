@@ -5,7 +5,7 @@ The one way tests run a command they must interrupt (a signal mid-run, a kill to
 * ``start(args)``: ``python ARGS...`` from the repository root, unbuffered, TensorFlow's C++ logs at
   warnings and up, stdout and stderr merged into one text pipe (each can be overridden).
 * ``start_as_two_workers(args)``: the same command as worker 0 (chief) and worker 1 of one
-  TF_CONFIG cluster on 127.0.0.1.
+  TF_CONFIG cluster on 127.0.0.1; ``start_as_workers(args, count)`` as ``count`` workers.
 * ``wait_for(condition, *processes)``: polls ``condition`` until it holds and returns its value; if a
   child exits first, or at the deadline, kills them all and fails with their output.
 * ``output_of(*processes)``: each child's output once it exits; all are killed if one overruns.
@@ -56,12 +56,17 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def start_as_two_workers(args: Sequence[str], **kwargs: Any) -> list[subprocess.Popen]:
-    """``python *args`` as worker 0 (chief) and worker 1 of one TF_CONFIG cluster on 127.0.0.1."""
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    configs = [{"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}} for index in range(2)]
+def start_as_workers(args: Sequence[str], count: int, **kwargs: Any) -> list[subprocess.Popen]:
+    """``python *args`` as workers 0 (chief) to ``count - 1`` of one TF_CONFIG cluster on 127.0.0.1."""
+    workers = [f"127.0.0.1:{port}" for port in free_ports(count)]
+    configs = [{"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}} for index in range(count)]
     env = kwargs.pop("env", {})
     return [start(args, env={**env, "TF_CONFIG": json.dumps(config)}, **kwargs) for config in configs]
+
+
+def start_as_two_workers(args: Sequence[str], **kwargs: Any) -> list[subprocess.Popen]:
+    """``python *args`` as worker 0 (chief) and worker 1 of one TF_CONFIG cluster on 127.0.0.1."""
+    return start_as_workers(args, 2, **kwargs)
 
 
 def _output(process: subprocess.Popen) -> str:
