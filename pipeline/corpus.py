@@ -22,8 +22,6 @@ same corpus copied from local disk to Cloud Storage keeps its keys (and its spli
 """
 from __future__ import annotations
 
-import bz2
-import gzip
 import os
 import posixpath
 import re
@@ -37,11 +35,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from tfrecords.corpus_text import (  # noqa: F401 (read_raw_lines: this module's readers' API)
     INPUT_FORMATS,
-    decode_line,
+    decompressed,
+    documents_of,
     format_by_name,
-    jsonl_documents,
     read_raw_lines,
-    text_documents,
 )
 from tfrecords.errors import UsageError
 
@@ -124,14 +121,8 @@ def resolve_format(path: str, input_format: str) -> str:
 
 
 def _open_decompressed(path: str):
-    """The file's bytes, decompressed by extension with Python's gzip/bz2 (which, unlike a raw
-    stream decompressor, raise on a truncated file instead of silently ending early)."""
-    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    if path.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if path.endswith(".bz2"):
-        return bz2.BZ2File(raw, mode="rb")
-    return raw
+    """The file's bytes, decompressed by extension (tfrecords/corpus_text.py)."""
+    return decompressed(FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED), path)
 
 
 def read_documents(path: str, input_format: str = "auto", text_field: str = "text",
@@ -147,12 +138,7 @@ def read_documents(path: str, input_format: str = "auto", text_field: str = "tex
     before = stats["lines"] + stats["invalid_lines"] + stats["long_lines"]
     try:
         with _open_decompressed(path) as handle:
-            decoded = (decode_line(raw, stats) for raw in read_raw_lines(handle, max_line_bytes, stats))
-            valid = (line for line in decoded if line is not None)
-            if file_format == "jsonl":
-                yield from jsonl_documents(valid, text_field, stats)
-            else:
-                yield from text_documents(valid, stats)
+            yield from documents_of(handle, file_format, text_field, max_line_bytes, stats)
     except (OSError, EOFError, ValueError, zlib.error) as error:
         if isinstance(error, CorpusError):
             raise

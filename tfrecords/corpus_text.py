@@ -12,10 +12,12 @@ never silent. No Beam, no TensorFlow: a handle is any binary file object.
 """
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
 import re
 from collections import Counter
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 INPUT_FORMATS = ("auto", "text", "jsonl")
 JSONL_NAME = re.compile(r"\.(jsonl|ndjson)(\.gz|\.bz2)?$")
@@ -96,3 +98,26 @@ def jsonl_documents(lines: Iterator[str], text_field: str, stats: Counter) -> It
         document = [sentence for sentence in text.splitlines() if sentence.strip()]
         if document:
             yield document
+
+
+def decompressed(raw: BinaryIO, path: str) -> BinaryIO:
+    """``raw`` (the file's bytes as stored) decompressed by ``path``'s extension with Python's
+    gzip/bz2, which, unlike a raw stream decompressor, raise on a truncated file instead of
+    silently ending early."""
+    if path.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if path.endswith(".bz2"):
+        return bz2.BZ2File(raw, mode="rb")
+    return raw
+
+
+def documents_of(handle: BinaryIO, file_format: str, text_field: str, max_line_bytes: int,
+                 stats: Counter) -> Iterator[list[str]]:
+    """The documents of a (decompressed) binary handle in ``file_format`` ('text' or 'jsonl'):
+    lines split and decoded, bad ones skipped and counted."""
+    decoded = (decode_line(raw, stats) for raw in read_raw_lines(handle, max_line_bytes, stats))
+    valid = (line for line in decoded if line is not None)
+    if file_format == "jsonl":
+        yield from jsonl_documents(valid, text_field, stats)
+    else:
+        yield from text_documents(valid, stats)

@@ -8,9 +8,7 @@ counted in ``stats``, as in preprocessing.
 """
 from __future__ import annotations
 
-import bz2
 import dataclasses
-import gzip
 import zlib
 from collections import Counter
 from typing import Iterator, Sequence
@@ -18,14 +16,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfrecords.corpus_text import (
-    INPUT_FORMATS,
-    decode_line,
-    format_by_name,
-    jsonl_documents,
-    read_raw_lines,
-    text_documents,
-)
+from tfrecords.corpus_text import INPUT_FORMATS, decompressed, documents_of, format_by_name
 from tfrecords.errors import UsageError
 from tfrecords.text_normalization import normalize_text
 
@@ -60,15 +51,6 @@ def matching_corpus_files(patterns: Sequence[str], flag: str = "--input") -> lis
     return files
 
 
-def _open(path: str):
-    raw = tf.io.gfile.GFile(path, "rb")
-    if path.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if path.endswith(".bz2"):
-        return bz2.BZ2File(raw, mode="rb")
-    return raw
-
-
 def read_corpus_documents(path: str, input_format: str = "auto", text_field: str = "text",
                           stats: Counter | None = None) -> Iterator[list[str]]:
     """The documents (lists of sentence lines) of one corpus file; CorpusInputError if unreadable."""
@@ -77,13 +59,8 @@ def read_corpus_documents(path: str, input_format: str = "auto", text_field: str
     stats = Counter() if stats is None else stats
     file_format = format_by_name(path) if input_format == "auto" else input_format
     try:
-        with _open(path) as handle:
-            decoded = (decode_line(raw, stats) for raw in read_raw_lines(handle, MAX_LINE_BYTES, stats))
-            valid = (line for line in decoded if line is not None)
-            if file_format == "jsonl":
-                yield from jsonl_documents(valid, text_field, stats)
-            else:
-                yield from text_documents(valid, stats)
+        with decompressed(tf.io.gfile.GFile(path, "rb"), path) as handle:
+            yield from documents_of(handle, file_format, text_field, MAX_LINE_BYTES, stats)
     except (OSError, EOFError, zlib.error, tf.errors.OpError) as error:
         message = error.message if isinstance(error, tf.errors.OpError) else str(error)
         raise CorpusInputError(f"{path}: cannot read: {message.splitlines()[0] if message else error}") from None

@@ -341,9 +341,8 @@ def generate_uncached(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengt
     A Python loop (``max_new_tokens`` a Python int); ``next_logits``: ``uncached_next_logits`` bound
     to ``network`` by default, or a ``tf.function`` of it. Same arguments and results as ``generate``."""
     prompt_ids = tf.cast(tf.convert_to_tensor(prompt_ids), tf.int32)
-    for check in check_generation_settings(prompt_lengths, max_new_tokens, temperature, top_k, top_p,
-                                           tf.shape(prompt_ids)[1]):
-        del check  # eager assertions have run
+    # Eagerly (this loop is Python) the assertions raise as they are made.
+    check_generation_settings(prompt_lengths, max_new_tokens, temperature, top_k, top_p, tf.shape(prompt_ids)[1])
     next_logits = next_logits or (lambda *args: uncached_next_logits(network, *args))
     stop_ids = tf.constant(list(stop_ids), tf.int32)
     batch = tf.shape(prompt_ids)[0]
