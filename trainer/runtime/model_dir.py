@@ -38,6 +38,7 @@ from typing import Any, Iterable, Mapping
 
 import tensorflow as tf
 
+from tfrecords.errors import DataError
 from trainer.models.config import ModelConfig
 from trainer.models.head_spec import HeadSpec
 from trainer.runtime import checkpoint_history, event_files
@@ -46,6 +47,26 @@ from trainer.runtime.storage import StorageError, read_bytes, read_json, write_b
 
 class ModelDirectoryError(StorageError):
     """A model directory that cannot be used as asked; the message names the directory or file."""
+
+
+class LabelsFileError(DataError):
+    """A model directory's labels.json that cannot name a classification head's classes (exit status 3:
+    the directory's state, not the command line, is wrong)."""
+
+
+def check_labels(path: str, values: Any) -> tuple[str, ...]:
+    """``values`` read from labels.json at ``path``, checked to be at least 2 distinct label names
+    (a classification head's classes, index = class id); else a LabelsFileError saying what to do."""
+    what = "what `xlnet finetune` wrote there: the classes of the head its checkpoints hold, index = class id"
+    if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
+        raise LabelsFileError(f"{path} holds {json.dumps(values)[:80]}, not a list of label names; put back {what}")
+    if len(values) < 2:
+        raise LabelsFileError(f"{path} holds {len(values)} label{'' if len(values) == 1 else 's'} "
+                              f"{json.dumps(values)}; a classification model has at least 2; put back {what}")
+    repeated = sorted({value for value in values if values.count(value) > 1})
+    if repeated:
+        raise LabelsFileError(f"{path} names {', '.join(map(repr, repeated))} more than once; put back {what}")
+    return tuple(values)
 
 
 class ModelDirectory:
@@ -201,10 +222,7 @@ class ModelDirectory:
         """The classification labels (index = class id), or None when the directory has none."""
         if not self.has(self.LABELS):
             return None
-        values = read_json(self.join(self.LABELS))
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values) or len(values) < 2:
-            raise ModelDirectoryError(f"{self.join(self.LABELS)}: expected a list of at least 2 label names")
-        return tuple(values)
+        return check_labels(self.join(self.LABELS), read_json(self.join(self.LABELS)))
 
     def step_rows(self) -> list[dict[str, Any]]:
         """The rows of train_steps.jsonl (step, loss, metrics, grad_norm), in the order written."""

@@ -77,3 +77,21 @@ def test_export_of_a_file_as_model_directory_says_it_is_a_file(tmp_path, capsys)
         f"xlnet export: error: --model-dir '{path}' is a file, not a model directory (give the directory "
         "`xlnet train` or `xlnet import-checkpoint` wrote)"]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content, says", [
+    (["fresh"], 'holds 1 label ["fresh"]; a classification model has at least 2'),
+    ([], "holds 0 labels []; a classification model has at least 2"),
+    ("fresh", 'holds "fresh", not a list of label names'),
+    (["fresh", "rotten", "fresh"], "names 'fresh' more than once"),
+])
+def test_a_labels_file_that_cannot_name_the_classes_is_a_data_error_naming_it(tmp_path, content, says):
+    from tfrecords.errors import EXIT_DATA, exit_code
+    from trainer.runtime.model_dir import LabelsFileError
+
+    (tmp_path / "labels.json").write_text(json.dumps(content))
+    with pytest.raises(LabelsFileError) as error:
+        ModelDirectory(str(tmp_path)).labels
+    assert exit_code(error.value) == EXIT_DATA
+    assert str(error.value) == (f"{tmp_path / 'labels.json'} {says}; put back what `xlnet finetune` wrote there: "
+                                "the classes of the head its checkpoints hold, index = class id")

@@ -1,0 +1,37 @@
+"""What `xlnet finetune` checks before it touches --model-dir: a resumed run whose labels.json
+cannot name its head's classes stops with exit status 3 and one line naming the file
+(trainer/runtime/model_dir.py check_labels). A copy of the committed legacy classifier, resumed."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import xlnet_cli
+from tfrecords.errors import EXIT_DATA
+
+from support.bundled_data import REPO
+
+LEGACY = REPO / "tests" / "fixtures" / "legacy"
+SETTINGS = ["train_batch_size=4", "eval_batch_size=8", "train_steps=4", "steps_per_loop=2", "checkpoint_every=2",
+            "eval_every=0"]
+
+
+def finetune(model_dir, *flags: str) -> int:
+    args = ["finetune", "--task", "classification", "--train", str(LEGACY / "train.tsv"), "--eval",
+            str(LEGACY / "dev.tsv"), "--model-dir", str(model_dir), "--max-seq-length", "32", *flags]
+    return xlnet_cli.main(args + [arg for item in SETTINGS for arg in ("--set", item)])
+
+
+def test_a_resumed_run_whose_labels_file_holds_one_label_stops_with_status_3_naming_it(tmp_path, capsys):
+    model_dir = tmp_path / "classifier"
+    shutil.copytree(LEGACY / "classifier", model_dir)
+    (model_dir / "labels.json").write_text(json.dumps(["fresh"]))
+    before = sorted(path.name for path in model_dir.iterdir())
+    assert finetune(model_dir, "--init-checkpoint", str(LEGACY / "pretrained")) == EXIT_DATA
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"xlnet finetune: error: {model_dir / 'labels.json'} holds 1 label [\"fresh\"]; a classification model has "
+        "at least 2; put back what `xlnet finetune` wrote there: the classes of the head its checkpoints hold, "
+        "index = class id")
+    assert sorted(path.name for path in model_dir.iterdir()) == before  # nothing written, no lock left
