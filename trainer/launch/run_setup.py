@@ -50,7 +50,23 @@ def hold_run_lock(held: contextlib.ExitStack | None, model_dir, strategy,
     from trainer.runtime.run_lock import RunLock
 
     if held is not None and is_chief(strategy):
+        if not model_dir.exists():  # the lock creates it: a run refused before writing leaves none behind
+            held.callback(remove_if_empty, model_dir.path)
         held.enter_context(RunLock(model_dir, log=log))
+
+
+def remove_if_empty(path: str) -> None:
+    """Removes the directory ``path`` if it is empty (run after its run lock is released), so that a run
+    refused after taking the lock, before writing anything (its data, its labels), leaves no empty
+    --model-dir. A local directory only, removed atomically (rmdir): on an object store a directory
+    with nothing in it is no more than its name."""
+    import os
+
+    if "://" not in path:
+        try:
+            os.rmdir(path)
+        except OSError:  # not empty (the run wrote something), or already gone
+            pass
 
 
 def settings_replacement(model_dir, name: str, config,

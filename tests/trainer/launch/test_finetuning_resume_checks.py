@@ -35,3 +35,21 @@ def test_a_resumed_run_whose_labels_file_holds_one_label_stops_with_status_3_nam
         "at least 2; put back what `xlnet finetune` wrote there: the classes of the head its checkpoints hold, "
         "index = class id")
     assert sorted(path.name for path in model_dir.iterdir()) == before  # nothing written, no lock left
+
+
+def test_training_data_refused_after_the_run_lock_leaves_no_model_directory(tmp_path, capsys):
+    train = tmp_path / "train.tsv"
+    train.write_text("text\tlabel\na fine film\tfresh\nanother one\tfresh\n")
+    model_dir = tmp_path / "new-classifier"
+    assert finetune(model_dir, "--init-checkpoint", str(LEGACY / "pretrained"), "--train", str(train)) == 2
+    assert "classification needs at least 2 labels" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert not model_dir.exists()
+
+
+def test_a_run_refused_in_an_existing_empty_directory_keeps_the_directory(tmp_path, capsys):
+    train = tmp_path / "train.tsv"
+    train.write_text("text\tlabel\na fine film\tfresh\nanother one\tfresh\n")
+    model_dir = tmp_path / "made-by-the-user"
+    model_dir.mkdir()
+    assert finetune(model_dir, "--init-checkpoint", str(LEGACY / "pretrained"), "--train", str(train)) == 2
+    assert model_dir.is_dir() and not any(model_dir.iterdir())
