@@ -73,6 +73,9 @@ class LoopConfig(JsonConfig):
     # Before building, shrink the micro-batch (raising accumulation_steps, same global batch) and pick a
     # remat mode until the planned peak fits the device's memory (trainer/planning/).
     auto_fit: bool = False
+    # Checkpoints written by a background thread while the next steps run (trainer/runtime/checkpoint_writer.py):
+    # a save waits only for the write before it, and the run for its last checkpoint.
+    async_checkpoint: bool = False
     # Steps traced by TensorFlow's profiler, "START:END" (1-based, both included), into
     # tensorboard/train/plugins/profile/ where TensorBoard's profile plugin reads them; "" traces nothing.
     profile_steps: str = ""

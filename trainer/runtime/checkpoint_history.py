@@ -13,6 +13,8 @@ renamed wherever it points. This module makes the files present the truth:
   keeps every checkpoint in its list (without them it silently drops them all).
 * :func:`set_aside`: a checkpoint's files moved to ``damaged/`` under a name no earlier one has:
   nothing is overwritten, nothing outside the directory is touched.
+* :func:`unfinished_saves` and :func:`remove_unfinished_save`: what a save that did not finish (a
+  full disk, a process killed while writing) left, and its removal.
 
 Every path is a plain string joined with posixpath (``gs://`` stays ``gs://``).
 """
@@ -34,6 +36,7 @@ STATE_FILE = "checkpoint"
 DAMAGED = "damaged"
 _INDEX = re.compile(r"^ckpt-(\d+)\.index$")
 _NAME = re.compile(r"^ckpt-(\d+)$")
+_UNFINISHED = re.compile(r"^ckpt-(\d+)(_temp|\.data-\d+-of-\d+)$")  # a save's temporary directory or data files
 
 
 class CheckpointNameError(DataError):
@@ -203,6 +206,20 @@ def set_aside(directory: str, prefix: str) -> str:
         if suffix == ".index" or suffix.startswith(".data-"):
             tf.io.gfile.rename(path, posixpath.join(damaged, target + suffix), overwrite=False)
     return posixpath.join(damaged, target)
+
+
+def unfinished_saves(directory: str) -> list[str]:
+    """The prefixes of checkpoints directly in ``directory`` whose save did not finish (a process
+    killed while writing): a ``ckpt-N_temp`` directory left, or ``ckpt-N.data-*`` files without
+    their ``ckpt-N.index``. By step."""
+    found = set()
+    for path in tf.io.gfile.glob(posixpath.join(directory, "ckpt-*")):
+        name = posixpath.basename(path.rstrip("/"))
+        match = _UNFINISHED.match(name)
+        if match and (match.group(2) == "_temp" or not tf.io.gfile.exists(
+                posixpath.join(directory, f"ckpt-{match.group(1)}.index"))):
+            found.add(int(match.group(1)))
+    return [posixpath.join(directory, f"ckpt-{step}") for step in sorted(found)]
 
 
 def remove_unfinished_save(directory: str, prefix: str) -> list[str]:

@@ -43,6 +43,7 @@ from tfrecords.reader import stream_ended_early
 from tfrecords.tensorflow_errors import error_text
 from trainer.configs.training import LoopConfig
 from trainer.runtime import checkpoint_history
+from trainer.runtime.checkpoint_writer import BackgroundWrites, SaveFailed
 from trainer.runtime.distribution import is_chief, worker_info
 from trainer.runtime.goodput import GoodputRecorder, log_breakdown
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
@@ -187,8 +188,19 @@ class Controller:
         return False
 
     def _checkpoint_manager(self) -> tf.train.CheckpointManager:
-        return tf.train.CheckpointManager(self.checkpoint, self.work_dir.checkpoints,
-                                          max_to_keep=self.config.keep_checkpoints, step_counter=self.step)
+        """The manager of the directory's checkpoints, once what unfinished writes left is removed (a
+        process killed while writing ckpt-N leaves ckpt-N_temp/, which a later save of ckpt-N would not
+        empty). With ``async_checkpoint`` it writes through BackgroundWrites: same numbering, list and
+        keep rule (trainer/runtime/checkpoint_writer.py)."""
+        directory = self.work_dir.checkpoints
+        for prefix in checkpoint_history.unfinished_saves(directory):
+            removed = checkpoint_history.remove_unfinished_save(directory, prefix)
+            self.warn(f"warning: removed {', '.join(posixpath.basename(p) for p in removed)} under {directory}: "
+                      "what a checkpoint write that did not finish left (a killed or failed run)")
+        self._saved_unconfirmed = False  # a checkpoint of this run saved, not yet known complete
+        target = BackgroundWrites(self.checkpoint) if self.config.async_checkpoint else self.checkpoint
+        return tf.train.CheckpointManager(target, directory, max_to_keep=self.config.keep_checkpoints,
+                                          step_counter=self.step)
 
     def _resume(self, history: checkpoint_history.History) -> None:
         """Restores the newest checkpoint of ``history`` that reads. One that does not (a truncated
@@ -371,6 +383,8 @@ class Controller:
                 with goodput.timed("checkpoint"):
                     self._save(step, start)
                 goodput.saved(step)
+            with goodput.timed("checkpoint"):
+                self._finish_saves(start)  # the last checkpoint complete before the run ends
         stopped = "completed" if step >= config.train_steps else "preempted"
         if stopped == "preempted":
             self.log(f"{self.preemption.cause()}: saved checkpoint at step {step}, exiting")
@@ -412,25 +426,61 @@ class Controller:
 
     # --------------------------------------------------------------------------- helpers
     def _save(self, step: int, start: int) -> int:
-        """Saves the checkpoint of ``step`` (returned). A full disk is a CheckpointSaveError naming
-        the directory, with the save's temporary files removed and the checkpoint before kept."""
-        try:
+        """Saves the checkpoint of ``step`` (returned) and returns when the step loop may go on: once it
+        is written or, with ``async_checkpoint``, once the write before it has finished and this one's
+        snapshot is taken (trainer/runtime/checkpoint_writer.py). A full disk is a CheckpointSaveError
+        naming the checkpoint (this one, or the one written in the background before it), with the
+        save's temporary files removed and the checkpoint before kept."""
+        with self._save_errors(step):
+            self._wait_for_write(start)
             self.manager.save(checkpoint_number=step)
-        except tf.errors.ResourceExhaustedError as error:
-            directory = self.work_dir.checkpoints
-            prefix = posixpath.join(directory, f"ckpt-{step}")
-            removed = checkpoint_history.remove_unfinished_save(directory, prefix)
-            kept = self.work_dir.latest_checkpoint()
-            raise CheckpointSaveError(
-                f"cannot save checkpoint {prefix}: no space left on the device ({error_text(error)}); "
-                + (f"its partial files were removed ({', '.join(posixpath.basename(p) for p in removed)}). "
-                   if removed else "")
-                + f"Free space under {self.work_dir.path} and run the same command again: the run resumes from "
-                + (f"{kept}" if kept else "its start, no checkpoint having been saved")) from None
-        if self._after_first_save is not None:
+            self._saved_unconfirmed = True
+            if not self.config.async_checkpoint:
+                self._wait_for_write(start)
+        return step
+
+    def _finish_saves(self, start: int) -> None:
+        """Returns once every checkpoint saved is complete (with ``async_checkpoint``, the one being
+        written): the run's last step. A full disk during that write is a CheckpointSaveError, as in
+        :meth:`_save`."""
+        with self._save_errors(None):
+            self._wait_for_write(start)
+
+    def _wait_for_write(self, start: int) -> None:
+        """Waits for the checkpoint write in flight (raising its SaveFailed); once the run's first
+        checkpoint is complete, calls ``after_first_save`` with ``start``."""
+        self.manager.sync()
+        confirmed, self._saved_unconfirmed = self._saved_unconfirmed, False
+        if confirmed and self._after_first_save is not None:
             callback, self._after_first_save = self._after_first_save, None
             callback(start)
-        return step
+
+    @contextlib.contextmanager
+    def _save_errors(self, step: int | None) -> Iterator[None]:
+        """A full disk while writing a checkpoint (that of ``step``, or one written in the background)
+        becomes a CheckpointSaveError; another error of a background write is raised as it was."""
+        try:
+            yield
+        except tf.errors.ResourceExhaustedError as error:
+            if step is None:
+                raise
+            prefix = posixpath.join(self.work_dir.checkpoints, f"ckpt-{step}")
+            raise self._save_error(prefix, error, checkpoint_history.remove_unfinished_save(
+                self.work_dir.checkpoints, prefix)) from None
+        except SaveFailed as failed:
+            if not isinstance(failed.error, tf.errors.ResourceExhaustedError):
+                raise failed.error from None
+            raise self._save_error(failed.prefix, failed.error, failed.removed) from None
+
+    def _save_error(self, prefix: str, error: tf.errors.OpError, removed: list[str]) -> CheckpointSaveError:
+        """What a full disk during the save of ``prefix`` tells, its partial files ``removed``."""
+        kept = self.work_dir.latest_checkpoint()
+        return CheckpointSaveError(
+            f"cannot save checkpoint {prefix}: no space left on the device ({error_text(error)}); "
+            + (f"its partial files were removed ({', '.join(posixpath.basename(p) for p in removed)}). "
+               if removed else "")
+            + f"Free space under {self.work_dir.path} and run the same command again: the run resumes from "
+            + (f"{kept}" if kept else "its start, no checkpoint having been saved"))
 
     def _steps_until_event(self, step: int, also: tuple[int, ...] = ()) -> int:
         """Steps from ``step`` to the next loop boundary: the last step, a loop's end, a checkpoint,

@@ -1,0 +1,156 @@
+"""What a checkpoint costs the step loop, synchronous and asynchronous (``async_checkpoint``).
+
+One process builds the controller `xlnet train` would run (trainer/launch/pretraining_run.py: the
+bundled corpus preprocessed at the chosen seq_len, the real optimizer step) at the XLNet-Large shape:
+24 layers, d_model 1024, 16 heads, d_inner 4096, float32, with the bundled data's vocabulary of
+8000 (336M weights, 25M fewer than the release's 32000-row embedding: with AdamW's two slots
+about 4.0 GB of checkpointed state, the release's 4.3 GB). The sequence and
+batch are short (default seq_len 64, mem_len 64, batch 2) so that a step is affordable on 2 CPU
+cores; a checkpoint's size does not depend on them.
+
+After two untimed steps (the first compiles), each round runs, on the same controller and data:
+
+* a loop of EVERY steps with no checkpoint after it: the round's baseline;
+* a loop, then a synchronous checkpoint (tf.train.Checkpoint's write, as without async_checkpoint);
+* a loop, then an asynchronous checkpoint (trainer/runtime/checkpoint_writer.py, as with
+  async_checkpoint=true: the call waits for the write before it, snapshots, returns);
+* a loop while that write runs, then a wait for it to finish (zero when it finished first).
+
+A checkpoint's cost to the step loop is the wall time it adds to its round: synchronous, the save
+call plus any slowdown of the loop after it against the baseline (the kernel writing the pages
+back); asynchronous, the save call, the slowdown of the loop that runs beside the write (two
+cores shared with the writing thread, the copy of each updated variable whose old value the
+snapshot holds) and the wait. Every round is one JSON line; then one line per mode with the medians
+over rounds (the step time of a run checkpointing every EVERY steps is the baseline's plus the
+cost divided by EVERY), and a last line with asynchronous over synchronous cost (goal: 0.10 or less).
+
+    flock /tmp/xlnet-heavy.lock .venv/bin/python benchmarks/checkpoints.py          # Large (~10 GB peak)
+    .venv/bin/python benchmarks/checkpoints.py --preset tiny --seq-len 64 --rounds 2 --every 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+
+def build(preset: str, seq_len: int, batch: int, workdir: str, model_dir: str):
+    """The `xlnet train` controller of ``preset`` on the bundled corpus at ``seq_len``."""
+    import bundled_data
+
+    from trainer.launch.pretraining_run import PretrainingRun, build_pretraining
+
+    data = bundled_data.prepare(workdir, seq_len=seq_len, reuse_len=seq_len // 2, num_predict=max(seq_len // 6, 1))
+    # the data's vocabulary (8000, the bundled corpus's): the embedding is 8.2M weights, not the release's 32.8M
+    sets = (f"seq_len={seq_len}", f"reuse_len={seq_len // 2}", f"num_predict={max(seq_len // 6, 1)}",
+            f"perm_size={seq_len // 2}", f"mem_len={seq_len}", f"train_batch_size={batch}", f"eval_batch_size={batch}",
+            "steps_per_loop=1000", "train_steps=100000", "eval_every=0", "checkpoint_every=100000",
+            "keep_checkpoints=1")
+    return build_pretraining(PretrainingRun(data=(data,), model_dir=model_dir, preset=preset,
+                                            overrides=sets), log=lambda line: None)
+
+
+def checkpoint_files_bytes(prefix: str) -> int:
+    """Bytes of checkpoint ``prefix``'s files (index and data)."""
+    import tensorflow as tf
+
+    return sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(prefix + ".*"))
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    import tensorflow as tf
+
+    from trainer.runtime.checkpoint_writer import BackgroundWrites
+
+    workdir = tempfile.mkdtemp(dir=args.workdir)
+    try:
+        directory = Path(workdir)
+        controller = build(args.preset, args.seq_len, args.batch, args.workdir, str(directory / "model"))
+        iterator = iter(controller.train_dataset())
+        synchronous = tf.train.CheckpointManager(controller.checkpoint, str(directory / "sync"), max_to_keep=1)
+        asynchronous = tf.train.CheckpointManager(BackgroundWrites(controller.checkpoint), str(directory / "async"),
+                                                  max_to_keep=1)
+        controller.run_steps(iterator, 1)  # traces and compiles
+        controller.run_steps(iterator, 1)
+        step = 2
+
+        def loop() -> float:
+            nonlocal step
+            began = time.perf_counter()
+            controller.run_steps(iterator, args.every)
+            step += args.every
+            return time.perf_counter() - began
+
+        def timed(call) -> float:
+            began = time.perf_counter()
+            call()
+            return time.perf_counter() - began
+
+        rows = []
+        for round_ in range(args.rounds):
+            baseline = loop()
+            sync_loop = loop()
+            sync_save = timed(lambda: synchronous.save(checkpoint_number=step))
+            after_sync = loop()
+            async_save = timed(lambda: asynchronous.save(checkpoint_number=step))
+            beside_write = loop()
+            wait = timed(asynchronous.sync)
+            rows.append({
+                "round": round_, "every": args.every, "baseline_loop_s": round(baseline, 3),
+                "sync": {"loop_before_s": round(sync_loop, 3), "save_call_s": round(sync_save, 3),
+                         "loop_after_s": round(after_sync, 3),
+                         "cost_s": round(sync_save + after_sync - baseline, 3)},
+                "async": {"save_call_s": round(async_save, 3), "loop_beside_write_s": round(beside_write, 3),
+                          "wait_s": round(wait, 3),
+                          "cost_s": round(async_save + beside_write - baseline + wait, 3)}})
+            print(json.dumps(rows[-1]), flush=True)
+        model = controller.task.model_config
+        shape = {"preset": args.preset, "n_layer": model.n_layer, "d_model": model.d_model,
+                 "vocab_size": model.vocab_size, "seq_len": args.seq_len, "batch": args.batch,
+                 "checkpoint_bytes": checkpoint_files_bytes(synchronous.latest_checkpoint)}
+        baseline_step = statistics.median(row["baseline_loop_s"] for row in rows) / args.every
+        summary = []
+        for mode in ("sync", "async"):
+            cost = statistics.median(row[mode]["cost_s"] for row in rows)
+            summary.append({"mode": mode, **shape, "every": args.every, "rounds": args.rounds,
+                            "baseline_step_s": round(baseline_step, 3), "checkpoint_cost_s": round(cost, 3),
+                            "step_s_with_checkpoints": round(baseline_step + cost / args.every, 3),
+                            "save_call_s": round(statistics.median(row[mode]["save_call_s"] for row in rows), 3)})
+            print(json.dumps(summary[-1]), flush=True)
+        sync_cost, async_cost = summary[0]["checkpoint_cost_s"], summary[1]["checkpoint_cost_s"]
+        verdict = {"async_over_sync_cost": round(async_cost / sync_cost, 3) if sync_cost > 0 else None,
+                   "goal": 0.1}
+        print(json.dumps(verdict), flush=True)
+        return rows + summary + [verdict]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="large", help="model preset (with the bundled data's vocabulary, 8000)")
+    parser.add_argument("--seq-len", type=int, default=64, help="seq_len (and mem_len) of the records trained on")
+    parser.add_argument("--batch", type=int, default=2, help="train_batch_size")
+    parser.add_argument("--every", type=int, default=3, help="steps between two checkpoints")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (one checkpoint of each mode per round)")
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-checkpoint-benchmark"),
+                        help="where the data (kept for later runs) and the checkpoints (removed) go")
+    args = parser.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
