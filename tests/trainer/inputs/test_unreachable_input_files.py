@@ -53,3 +53,4 @@ def test_xlnet_finetune_with_train_on_unreachable_storage_exits_3_with_one_line(
                   f"connect to server', error details: Failed to connect to 127.0.0.1 port {closed} after ")
         + r"\d+ ms" + re.escape(": Could not connect to server (no network, or the storage service is down; the "
                                  "command line may be right, try again later)"), err.splitlines()[-1]), err
+    assert not (tmp_path / "model").exists()  # refused after the run lock: the directory it made removed

@@ -1,6 +1,8 @@
-"""What `xlnet finetune` checks before it touches --model-dir: a resumed run whose labels.json
-cannot name its head's classes stops with exit status 3 and one line naming the file
-(trainer/runtime/model_dir.py check_labels). A copy of the committed legacy classifier, resumed."""
+"""`xlnet finetune` refused leaves --model-dir as it was: a resumed run whose labels.json cannot
+name its head's classes stops with exit status 3 and one line naming the file
+(trainer/runtime/model_dir.py check_labels; a copy of the committed legacy classifier, resumed),
+and data refused after the run lock was taken leaves no empty model directory behind
+(trainer/launch/run_setup.py hold_run_lock)."""
 from __future__ import annotations
 
 import json
