@@ -77,6 +77,7 @@ def test_each_prompt_of_a_batch_generates_what_it_generates_alone(network, promp
         np.testing.assert_allclose(batch["token_log_probs"][row], alone["token_log_probs"][0], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_alone_equals_batched_after_the_cache_is_full(prompts):
     small = strong_inference_network(mem_len=3)  # the 6-token prompt already overflows it
     batch = generate(small, prompts, PROMPT_LENGTHS, 6)

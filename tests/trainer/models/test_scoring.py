@@ -49,6 +49,7 @@ def test_segments_with_memory_covering_the_text_equal_one_pass(texts, full_memor
         np.testing.assert_array_equal(segmented["num_tokens"], [20, 13, 7])
 
 
+@pytest.mark.slow
 def test_memory_shorter_than_the_text_changes_the_scores(texts, full_memory):
     whole = score_in_one_pass(full_memory, texts, LENGTHS, CONTEXTS)
     short = score_tokens(strong_inference_network(mem_len=2), texts, LENGTHS, CONTEXTS, segment_len=4)
