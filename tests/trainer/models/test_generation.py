@@ -183,3 +183,13 @@ def test_generate_in_a_tf_function_gives_the_eager_tokens(network, prompts):
     for name in ("generated_ids", "input_ids", "input_mask"):
         np.testing.assert_array_equal(out[name], eager[name])
     np.testing.assert_allclose(out["token_log_probs"], eager["token_log_probs"], atol=1e-5)
+
+
+def test_the_loop_ends_when_every_row_has_stopped_and_pads_the_rest(network, prompts):
+    out = generate(network, prompts, PROMPT_LENGTHS, 5, stop_ids=list(range(40)))  # every token stops its row
+    first = generate(network, prompts, PROMPT_LENGTHS, 1)
+    np.testing.assert_array_equal(out["generated_ids"][:, 0], first["generated_ids"][:, 0])
+    np.testing.assert_array_equal(out["generated_ids"][:, 1:], -1)
+    np.testing.assert_array_equal(out["token_log_probs"][:, 1:], 0.0)
+    np.testing.assert_array_equal(out["num_generated"], [1, 1, 1])
+    assert out["input_ids"].shape == (3, max(PROMPT_LENGTHS) + 5)
