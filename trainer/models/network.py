@@ -215,10 +215,18 @@ class XLNetNetwork(keras.Model):
         states = []
         for index in range(count):
             last = index == count - 1
+            ids = input_ids[:, index]
+            if mems is not None:
+                # A segment starts once the memory it reads is complete. Without this, TensorFlow's
+                # executor runs every segment's work that is ready (embeddings, the first layers) at
+                # once, and a step's peak memory grows with the number of segments (measured, tiny
+                # preset, 8 segments: 374 MB instead of 294 MB; docs/benchmarks.md, "Long documents").
+                with tf.control_dependencies([mems[-1]]):
+                    ids = tf.identity(ids)
             # Earlier segments run outside every gradient tape: nothing of theirs is kept for a
             # backward pass (their memory would have its gradient stopped anyway).
             with contextlib.nullcontext() if last else record.stop_recording():
-                hidden, new_mems = self.encode(input_ids[:, index], _segment(segment_ids, index),
+                hidden, new_mems = self.encode(ids, _segment(segment_ids, index),
                                                _segment(input_mask, index), mems, training, mem_mask)
             if not last:
                 hidden = tf.stop_gradient(hidden)

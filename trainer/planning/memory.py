@@ -23,14 +23,16 @@ fitted to measurements (benchmarks/memory.py measures how close it comes). What 
 The peak comes in one of two phases: the start of the backward pass (every saved activation, the
 transient, the tied embedding's dense gradient) or the update after it (activations freed; the
 gradients summed, divided, clipped and applied variable by variable, so only the largest
-variables are held twice). ``MemoryBreakdown.total`` is the larger.
+variables are held twice). ``MemoryBreakdown.total`` is the larger (with long documents, of three).
 
 Long documents (fine-tuning with ``max_segments`` N > 1 and a memory of M): a step reads N
 segments of L pieces in order. Only the last keeps activations for the backward pass, and they
 are those of one segment whose keys span K = M + L (``layer_activations`` with ``mem_len`` M);
-the N - 1 earlier segments run forward only, and what one of them holds at its peak besides the
-memory it reads (``earlier_segment_bytes``) counts once, whatever N; the memory the last segment
-reads is held until its backward pass (``memory_state_bytes``). So the peak grows with M, not N.
+the N - 1 earlier segments run forward only, one after another (XLNetNetwork.encode_segments
+starts a segment once the memory it reads is complete), so what one of them holds at its peak
+besides the memory it reads (``earlier_segment_bytes``) is a third phase, before the last
+segment's activations exist, whatever N; the memory the last segment reads is held until its
+backward pass (``memory_state_bytes``). So the peak grows with M, not with N.
 """
 from __future__ import annotations
 
@@ -101,13 +103,13 @@ class MemoryBreakdown:
     transient: int
     update_phase: int  # what the update phase holds beyond the accumulator: the variables in flight
     remat: str
-    phase: str  # "backward" or "update": where the peak is
+    phase: str  # "backward", "update" or (long documents) "earlier segments": where the peak is
     earlier_segments: int = 0  # long documents: the forward-only earlier segments' peak (earlier_segment_bytes)
 
     @property
     def total(self) -> int:
         persistent = self.weights + self.optimizer_slots + self.gradients + self.memory_state + self.input_batch
-        return persistent + max(self.activations + self.transient + self.earlier_segments, self.update_phase)
+        return persistent + max(self.activations + self.transient, self.earlier_segments, self.update_phase)
 
     def to_dict(self) -> dict:
         return {"weights": self.weights, "gradients": self.gradients, "optimizer_slots": self.optimizer_slots,
@@ -280,7 +282,8 @@ def earlier_segment_bytes(model: ModelConfig, shape: StepShape) -> int:
     attention's scores (the position term [B, N, L, R] before rel_shift, the shifted one and the
     content term [B, N, L, K], which their sum replaces) and its feed-forward's inner activations
     (two [B, L, d_inner]). Nothing is kept for a backward pass and the segments run one after
-    another, so this counts once whatever their number; 0 with one segment."""
+    another, before the last segment's activations exist: a phase of its own, whatever their number;
+    0 with one segment."""
     if shape.segments <= 1:
         return 0
     b, l, a, d = shape.batch, shape.seq_len, shape.activation_bytes, model.d_model
@@ -312,7 +315,8 @@ def memory_breakdown(model: ModelConfig, shape: StepShape, remat: str = "none") 
     update = UPDATE_GRADIENT_COPIES * largest * FLOAT32
     weights = parameter_counts(model, shape.head, shape.num_labels)[0] * FLOAT32
     earlier = earlier_segment_bytes(model, shape)
-    phase = "backward" if activations + transient + earlier >= update else "update"
+    phases = {"backward": activations + transient, "update": update, "earlier segments": earlier}
+    phase = max(phases, key=phases.get)  # ties: the first, backward
     return MemoryBreakdown(weights=weights, gradients=trained * FLOAT32, optimizer_slots=2 * trained * FLOAT32,
                            activations_per_layer=per_layer, activations=activations,
                            memory_state=memory_state_bytes(model, shape), input_batch=input_bytes(model, shape),

@@ -40,15 +40,23 @@ def test_more_segments_add_only_their_input_ids(remat):
     assert eight.total - two.total == 6 * 4 * 2 * 512 * INT32  # 6 more segments of ids, segments, mask, labels
 
 
-def test_the_earlier_segments_count_once_their_new_memory_and_one_layer_in_flight():
+def test_the_earlier_segments_peak_is_their_new_memory_and_one_layer_in_flight():
     assert memory.earlier_segment_bytes(BASE, long_document(1)) == 0
     earlier = memory.earlier_segment_bytes(BASE, long_document(8))
     new_memory = 12 * 2 * 512 * 768 * FLOAT32
     assert new_memory < earlier < new_memory + layer_activations(BASE, long_document(8))["none"]
-    step = memory_breakdown(BASE, long_document(8))
-    assert step.earlier_segments == earlier
-    assert step.total == (step.weights + step.optimizer_slots + step.gradients + step.memory_state + step.input_batch
-                          + step.activations + step.transient + earlier)
+    assert memory_breakdown(BASE, long_document(8)).earlier_segments == earlier
+
+
+def test_the_earlier_segments_run_before_the_last_segments_activations_exist():
+    step = memory_breakdown(BASE, long_document(8, batch=1))
+    persistent = step.weights + step.optimizer_slots + step.gradients + step.memory_state + step.input_batch
+    assert step.phase == "backward" and step.total == persistent + step.activations + step.transient
+    # short segments after a long memory, remat full: the new memory an earlier segment builds is the peak
+    full = memory_breakdown(BASE, long_document(8, mem_len=4096, batch=1, seq_len=32), "full")
+    assert full.activations + full.transient < full.earlier_segments
+    persistent = full.weights + full.optimizer_slots + full.gradients + full.memory_state + full.input_batch
+    assert full.phase == "earlier segments" and full.total == persistent + full.earlier_segments
 
 
 def test_remat_cuts_the_last_segments_activations_not_the_memory():
