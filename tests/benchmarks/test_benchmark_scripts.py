@@ -184,3 +184,31 @@ def test_serving_benchmark_times_each_signature_and_python_sentencepiece_on_one_
         assert (row["benchmark"], row["batch_size"], row["max_length"], row["d_model"]) == ("serving", 4, 32, 128)
         assert row["median_batch_seconds"] > 0
         assert row["sentences_per_second"] == pytest.approx(4 / row["median_batch_seconds"], rel=0.01)
+
+
+@pytest.mark.slow  # the bundled corpus preprocessed at seq_len 64 (the vocabulary copied in), two tiny rounds
+def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_mode(tmp_path, spm_model):
+    shutil.copy(spm_model, tmp_path / "spiece.model")  # the benchmark trains a vocabulary only when none is there
+    rows = run_benchmark("checkpoints.py", "--preset", "tiny", "--seq-len", "64", "--rounds", "2", "--every", "2",
+                         "--workdir", str(tmp_path))
+
+    rounds, summaries, (verdict,) = rows[:2], rows[2:4], rows[4:]
+    assert [row["round"] for row in rounds] == [0, 1]
+    for row in rounds:
+        sync, background = row["sync"], row["async"]
+        assert sync["cost_s"] == pytest.approx(sync["save_call_s"] + sync["loop_after_s"] - row["baseline_loop_s"],
+                                               abs=0.002)
+        assert background["cost_s"] == pytest.approx(background["save_call_s"] + background["loop_beside_write_s"]
+                                                     - row["baseline_loop_s"] + background["wait_s"], abs=0.002)
+        assert sync["save_call_s"] > 0 and background["save_call_s"] > 0 and background["wait_s"] >= 0
+    assert [row["mode"] for row in summaries] == ["sync", "async"]
+    for summary in summaries:
+        mode = summary["mode"]
+        assert (summary["preset"], summary["n_layer"], summary["seq_len"], summary["every"]) == ("tiny", 4, 64, 2)
+        assert summary["checkpoint_bytes"] > 10_000_000  # the tiny preset's weights and AdamW slots
+        assert summary["checkpoint_cost_s"] == pytest.approx(sum(row[mode]["cost_s"] for row in rounds) / 2, abs=0.002)
+        assert summary["step_s_with_checkpoints"] == pytest.approx(
+            summary["baseline_step_s"] + summary["checkpoint_cost_s"] / 2, abs=0.002)
+    sync_cost, async_cost = (summary["checkpoint_cost_s"] for summary in summaries)
+    assert verdict == {"async_over_sync_cost": round(async_cost / sync_cost, 3) if sync_cost > 0 else None,
+                       "goal": 0.1}
