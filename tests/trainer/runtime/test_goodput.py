@@ -66,14 +66,21 @@ def test_a_killed_runs_work_after_its_last_checkpoint_is_lost_once_the_next_run_
     assert record["total_seconds"] == pytest.approx(sum(record["seconds"].values()), abs=1e-9)
 
 
+def run_saving_at_4(directory: ModelDirectory, seconds_after: float, steps_after: int) -> dict:
+    """A first run: 4 steps (0.04 s), the checkpoint of step 4, then ``steps_after`` steps taking
+    ``seconds_after`` and no checkpoint; its record as it stops."""
+    run = GoodputRecorder(directory, time.time())
+    run.begin(0)
+    run_for(run, "productive", 0.04, steps=4)
+    run.saved(4)
+    if steps_after:
+        run_for(run, "productive", seconds_after, steps=steps_after)
+    return run.record()
+
+
 def test_resuming_from_an_older_checkpoint_counts_the_steps_before_the_newer_one_at_the_mean_step_time(tmp_path):
     directory = ModelDirectory(str(tmp_path))
-    killed = GoodputRecorder(directory, time.time())
-    killed.begin(0)
-    run_for(killed, "productive", 0.08, steps=4)
-    killed.saved(4)
-    run_for(killed, "productive", 0.04, steps=2)
-    before = killed.record()
+    before = run_saving_at_4(directory, 0.04, steps_after=2)
     per_step = before["seconds"]["productive"] / before["productive_steps"]
     lost = GoodputRecorder(directory, time.time()).begin(2)  # checkpoint 4 was damaged: 2 resumes
     assert lost == pytest.approx(before["unsaved"]["productive_seconds"] + 2 * per_step)
@@ -82,11 +89,7 @@ def test_resuming_from_an_older_checkpoint_counts_the_steps_before_the_newer_one
 
 def test_a_run_that_saved_its_last_step_leaves_nothing_to_lose(tmp_path):
     directory = ModelDirectory(str(tmp_path))
-    first = GoodputRecorder(directory, time.time())
-    first.begin(0)
-    run_for(first, "productive", 0.02, steps=4)
-    first.saved(4)
-    first.record()
+    run_saving_at_4(directory, 0.0, steps_after=0)
     assert GoodputRecorder(directory, time.time()).begin(4) == 0.0
     assert recorded(tmp_path)["seconds"]["lost"] == 0.0
 
