@@ -31,6 +31,7 @@ def peak_flops(strategy, precision: str) -> tuple[float, str]:
     import tensorflow as tf
 
     from trainer.planning.devices import DEVICES, TPU_GENERATIONS, measured_matmul_peak
+    from trainer.runtime.distribution import worker_info
 
     replicas = strategy.num_replicas_in_sync
     kind = _device_kind(strategy)
@@ -42,15 +43,14 @@ def peak_flops(strategy, precision: str) -> tuple[float, str]:
     if kind == "GPU":
         gpus = tf.config.list_physical_devices("GPU")
         reported = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "") if gpus else ""
-        device = _gpu_row(reported, DEVICES)
+        device = gpu_table_row(reported)
         if device is not None:
             return _table(device, precision, replicas)
     dtype = "bfloat16" if precision == "mixed_bfloat16" else "float32"
     measured = measured_matmul_peak(dtype)
     if kind == "CPU":  # every replica of a host runs on the same cores
-        workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker") \
-            if getattr(strategy, "cluster_resolver", None) is not None else 1
-        return measured * max(1, workers), f"measured_matmul_peak ({dtype}, this CPU)"
+        _, workers = worker_info(strategy)
+        return measured * workers, f"measured_matmul_peak ({dtype}, this CPU)"
     return measured * replicas, f"measured_matmul_peak ({dtype}, this {kind or 'device'})"
 
 
@@ -58,11 +58,14 @@ def _table(device, precision: str, replicas: int) -> tuple[float, str]:
     return device.peak_flops(precision) * replicas, f"{device.name} (device table, {precision})"
 
 
-def _gpu_row(reported: str, devices) -> object | None:
-    """The device table's row of a GPU TensorFlow names ``reported`` (e.g. "NVIDIA A100-SXM4-80GB"):
-    the family in the name, the memory size too where the family has several rows."""
+def gpu_table_row(reported: str):
+    """The device table's row (a planning.devices.Device) of a GPU TensorFlow names ``reported``
+    (e.g. "NVIDIA A100-SXM4-80GB"): the family in the name, the memory size too where the family
+    has several rows; None for a GPU the table lacks."""
+    from trainer.planning.devices import DEVICES
+
     name = reported.lower().replace(" ", "")
-    rows = [row for row in devices.values() if not row.name.startswith("tpu")
+    rows = [row for row in DEVICES.values() if not row.name.startswith("tpu")
             and row.name.split("-")[0] in name and row.fp32_flops is not None]
     sized = [row for row in rows if "-" in row.name and row.name.split("-")[1] in name]
     return (sized or rows or [None])[0]
