@@ -156,3 +156,21 @@ def test_init_checkpoint_gives_the_architecture(tmp_path, capsys):
 def test_max_seq_length_without_a_task_is_refused(capsys):
     code, _, err = run(capsys, "plan", "--max-seq-length", "128")
     assert code == 2 and "--max-seq-length is a fine-tuning flag: give --task too" in err
+
+
+def test_a_long_document_plan_counts_the_memory_and_the_earlier_segments(capsys):
+    code, out, _ = run(capsys, "plan", "--preset", "base", "--task", "classification", "--max-seq-length", "512",
+                       "--set", "max_segments=8", "--set", "mem_len=512", "--set", "train_batch_size=4",
+                       "--format", "json")
+    assert code == 0
+    plan = json.loads(out)
+    assert (plan["max_segments"], plan["mem_len"]) == (8, 512)
+    assert plan["breakdown"]["memory_state"] == 12 * 4 * 512 * 768 * 4  # n_layer x batch x mem_len x d_model floats
+    assert plan["breakdown"]["earlier_segments"] > 0
+    code, out, _ = run(capsys, "plan", "--preset", "base", "--task", "classification", "--max-seq-length", "512",
+                       "--set", "train_batch_size=4", "--format", "json")
+    one = json.loads(out)
+    assert (one["max_segments"], one["mem_len"], one["breakdown"]["earlier_segments"]) == (1, 0, 0)
+    assert one["predicted_peak_bytes"] < plan["predicted_peak_bytes"]
+    # 7 forward passes and one forward and backward (3 forwards), the keys spanning the memory: (7 + 3) / 3 and more
+    assert 10 / 3 * one["model_flops_per_step"] < plan["model_flops_per_step"] < 8 * one["model_flops_per_step"]
