@@ -68,71 +68,103 @@ def checkpoint_files_bytes(prefix: str) -> int:
     return sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(prefix + ".*"))
 
 
+ASYNC_MODES = {"async_nice0": 0, "async_nice19": 19}  # the writing thread's niceness
+
+
+def process_cpu() -> float:
+    """User and system CPU seconds of this process so far (every thread)."""
+    times = os.times()
+    return times.user + times.system
+
+
+def costs(save: tuple[float, float], after: tuple[float, float], wait: tuple[float, float],
+          baseline: tuple[float, float]) -> dict:
+    """A checkpoint's timings and cost to its round, each (wall, CPU): the save call, the loop after it,
+    the wait for its write; cost = save + loop after - the baseline loop + wait."""
+    line = {"save_call_s": round(save[0], 3), "loop_after_s": round(after[0], 3), "wait_s": round(wait[0], 3),
+            "cost_s": round(save[0] + after[0] - baseline[0] + wait[0], 3)}
+    line["cost_cpu_s"] = round(save[1] + after[1] - baseline[1] + wait[1], 3)
+    return line
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     import tensorflow as tf
 
-    from trainer.runtime.checkpoint_writer import BackgroundWrites
+    from trainer.runtime.checkpoint_writer import BackgroundWrites, snapshot
 
     workdir = tempfile.mkdtemp(dir=args.workdir)
     try:
         directory = Path(workdir)
         controller = build(args.preset, args.seq_len, args.batch, args.workdir, str(directory / "model"))
         iterator = iter(controller.train_dataset())
-        synchronous = tf.train.CheckpointManager(controller.checkpoint, str(directory / "sync"), max_to_keep=1)
-        asynchronous = tf.train.CheckpointManager(BackgroundWrites(controller.checkpoint), str(directory / "async"),
-                                                  max_to_keep=1)
+        written = {}  # mode -> (seconds, CPU seconds of the writing thread) of its last write
+
+        def writes(mode: str, nice: int) -> tf.train.CheckpointManager:
+            record = lambda prefix, seconds, cpu: written.__setitem__(mode, (seconds, cpu))  # noqa: E731
+            return tf.train.CheckpointManager(BackgroundWrites(controller.checkpoint, on_written=record, nice=nice),
+                                              str(directory / mode), max_to_keep=1)
+
+        managers = {"sync": tf.train.CheckpointManager(controller.checkpoint, str(directory / "sync"), max_to_keep=1),
+                    **{mode: writes(mode, nice) for mode, nice in ASYNC_MODES.items()}}
         controller.run_steps(iterator, 1)  # traces and compiles
         controller.run_steps(iterator, 1)
         step = 2
 
-        def loop() -> float:
+        def loop() -> tuple[float, float]:
             nonlocal step
-            began = time.perf_counter()
-            controller.run_steps(iterator, args.every)
+            seconds = timed(lambda: controller.run_steps(iterator, args.every))
             step += args.every
-            return time.perf_counter() - began
+            return seconds
 
-        def timed(call) -> float:
-            began = time.perf_counter()
+        def timed(call) -> tuple[float, float]:
+            """(wall seconds, CPU seconds of this process) of ``call()``: the machine is shared, and
+            CPU time does not count the time other processes held the cores."""
+            began, cpu = time.perf_counter(), process_cpu()
             call()
-            return time.perf_counter() - began
+            return time.perf_counter() - began, process_cpu() - cpu
 
         rows = []
         for round_ in range(args.rounds):
             baseline = loop()
-            sync_loop = loop()
-            sync_save = timed(lambda: synchronous.save(checkpoint_number=step))
-            after_sync = loop()
-            async_save = timed(lambda: asynchronous.save(checkpoint_number=step))
-            beside_write = loop()
-            wait = timed(asynchronous.sync)
-            rows.append({
-                "round": round_, "every": args.every, "baseline_loop_s": round(baseline, 3),
-                "sync": {"loop_before_s": round(sync_loop, 3), "save_call_s": round(sync_save, 3),
-                         "loop_after_s": round(after_sync, 3),
-                         "cost_s": round(sync_save + after_sync - baseline, 3)},
-                "async": {"save_call_s": round(async_save, 3), "loop_beside_write_s": round(beside_write, 3),
-                          "wait_s": round(wait, 3),
-                          "cost_s": round(async_save + beside_write - baseline + wait, 3)}})
-            print(json.dumps(rows[-1]), flush=True)
+            row = {"round": round_, "every": args.every, "baseline_loop_s": round(baseline[0], 3),
+                   "baseline_loop_cpu_s": round(baseline[1], 3)}
+            held = []  # no write: what holding the old values costs the loop (copy on write)
+            save = timed(lambda: held.append(snapshot(controller.checkpoint)))
+            after = loop()
+            held.clear()
+            row["snapshot_held"] = costs(save, after, (0.0, 0.0), baseline)
+            save = timed(lambda: managers["sync"].save(checkpoint_number=step))
+            row["sync"] = costs(save, loop(), (0.0, 0.0), baseline)
+            for mode in ASYNC_MODES:
+                save = timed(lambda: managers[mode].save(checkpoint_number=step))
+                after = loop()
+                wait = timed(managers[mode].sync)
+                row[mode] = {**costs(save, after, wait, baseline), "write_s": round(written[mode][0], 3),
+                             "writer_thread_cpu_s": round(written[mode][1], 3)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
         model = controller.task.model_config
         shape = {"preset": args.preset, "n_layer": model.n_layer, "d_model": model.d_model,
                  "vocab_size": model.vocab_size, "seq_len": args.seq_len, "batch": args.batch,
-                 "checkpoint_bytes": checkpoint_files_bytes(synchronous.latest_checkpoint)}
+                 "checkpoint_bytes": checkpoint_files_bytes(managers["sync"].latest_checkpoint)}
         baseline_step = statistics.median(row["baseline_loop_s"] for row in rows) / args.every
         summary = []
-        for mode in ("sync", "async"):
+        for mode in ("snapshot_held", "sync", *ASYNC_MODES):
             cost = statistics.median(row[mode]["cost_s"] for row in rows)
+            cpu = statistics.median(row[mode]["cost_cpu_s"] for row in rows)
             summary.append({"mode": mode, **shape, "every": args.every, "rounds": args.rounds,
                             "baseline_step_s": round(baseline_step, 3), "checkpoint_cost_s": round(cost, 3),
+                            "checkpoint_cost_cpu_s": round(cpu, 3),
                             "step_s_with_checkpoints": round(baseline_step + cost / args.every, 3),
                             "save_call_s": round(statistics.median(row[mode]["save_call_s"] for row in rows), 3)})
             print(json.dumps(summary[-1]), flush=True)
-        sync_cost, async_cost = summary[0]["checkpoint_cost_s"], summary[1]["checkpoint_cost_s"]
-        verdict = {"async_over_sync_cost": round(async_cost / sync_cost, 3) if sync_cost > 0 else None,
-                   "goal": 0.1}
-        print(json.dumps(verdict), flush=True)
-        return rows + summary + [verdict]
+        verdict = {}
+        for key, unit in (("checkpoint_cost_s", "cost"), ("checkpoint_cost_cpu_s", "cpu")):
+            cost = {line["mode"]: line[key] for line in summary}
+            verdict.update({f"{mode}_over_sync_{unit}": round(cost[mode] / cost["sync"], 3) if cost["sync"] > 0
+                            else None for mode in ASYNC_MODES})
+        print(json.dumps({**verdict, "goal": 0.1}), flush=True)
+        return rows + summary + [{**verdict, "goal": 0.1}]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

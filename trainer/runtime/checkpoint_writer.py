@@ -31,7 +31,9 @@ interpreter exit from an atexit hook).
 """
 from __future__ import annotations
 
+import os
 import posixpath
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -41,6 +43,9 @@ from tensorflow.python.checkpoint import functional_saver
 from tensorflow.python.training.saving import saveable_object
 
 from trainer.runtime import checkpoint_history
+
+# The writing thread's niceness (Linux): see benchmarks/checkpoints.py and docs/benchmarks.md, "Checkpoints".
+WRITER_NICENESS = 0
 
 
 class SaveFailed(Exception):
@@ -57,13 +62,15 @@ class BackgroundWrites:
 
     Args:
       checkpoint: the run's tf.train.Checkpoint (restores go to it directly).
-      on_written: called on the writing thread with (prefix, seconds the write took) once a
-        checkpoint is complete and recorded in the state file.
+      on_written: called on the writing thread with (prefix, seconds the write took, CPU seconds
+        of the writing thread) once a checkpoint is complete and recorded in the state file.
+      nice: the writing thread's niceness on Linux (0: as the training threads; 19: CPU time only
+        when they leave some), measured in benchmarks/checkpoints.py.
     """
 
     def __init__(self, checkpoint: tf.train.Checkpoint,
-                 on_written: Callable[[str, float], None] | None = None):
-        self._checkpoint, self._on_written = checkpoint, on_written
+                 on_written: Callable[[str, float, float], None] | None = None, nice: int = WRITER_NICENESS):
+        self._checkpoint, self._on_written, self._nice = checkpoint, on_written, nice
         self._thread: threading.Thread | None = None
         self._failure: SaveFailed | None = None
 
@@ -103,7 +110,9 @@ class BackgroundWrites:
 
     def _run(self, prefix: str, tensors, registered, callbacks: list[Callable[[str], Any]],
              options: tf.train.CheckpointOptions | None) -> None:
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.thread_time()
+        if self._nice and sys.platform.startswith("linux"):  # per thread on Linux (per process elsewhere)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
         try:
             tf.io.gfile.makedirs(posixpath.dirname(prefix))
             functional_saver.MultiDeviceSaver(tensors, registered).save(tf.constant(prefix), options=options)
@@ -113,7 +122,7 @@ class BackgroundWrites:
             self._failure = SaveFailed(prefix, error, _remove_unfinished(prefix))
             return
         if self._on_written is not None:
-            self._on_written(prefix, time.perf_counter() - began)
+            self._on_written(prefix, time.perf_counter() - began, time.thread_time() - cpu)
 
 
 def snapshot(checkpoint: tf.train.Checkpoint) -> tuple[dict, dict]:
