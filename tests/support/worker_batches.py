@@ -32,10 +32,11 @@ def main(argv: list[str]) -> int:
     strategy.distribute_datasets_from_function(lambda context: contexts.append(context) or tf.data.Dataset.range(1))
     model, train, _ = resolve_configs("tiny", None, list(overrides))
     iterator = iter(PretrainingTask(model, train, load_manifest(data)).train_dataset(strategy, start_step=0))
-    local = [strategy.experimental_local_results(next(iterator)) for _ in range(int(steps))]
+    # each step: feature -> this worker's replicas' values, [accumulation, rows, ...] each
+    local = [tf.nest.map_structure(strategy.experimental_local_results, next(iterator)) for _ in range(int(steps))]
     (context,) = contexts
     index, _ = worker_info(strategy)
-    arrays = {name: np.stack([np.concatenate([replica[name].numpy() for replica in step], axis=1) for step in local])
+    arrays = {name: np.stack([np.concatenate([value.numpy() for value in step[name]], axis=1) for step in local])
               for name in FEATURES}
     np.savez(os.path.join(out, f"worker-{index}.npz"), **arrays, input_pipeline_id=context.input_pipeline_id,
              num_input_pipelines=context.num_input_pipelines, num_replicas_in_sync=context.num_replicas_in_sync,

@@ -51,6 +51,7 @@ from trainer.runtime.optimization import build_optimizer, clip_by_global_norm
 from trainer.runtime.peak_memory import PeakMemory
 from trainer.runtime.preemption import Preemption
 from trainer.runtime.profiling import ProfileWindow
+from trainer.runtime.resume_agreement import agreed_history, check_same_step
 from trainer.runtime.run_clock import command_start_time
 from trainer.runtime.summaries import SummaryManager
 from trainer.runtime.task_protocol import Task
@@ -161,8 +162,11 @@ class Controller:
         """Resumes from the directory's checkpoints when it has any, else starts from
         ``init_checkpoint``'s weights or from scratch; builds the checkpoint manager. True when resumed."""
         history = self.work_dir.checkpoint_history()  # every name checked to stay inside checkpoints/
+        # the workers resume together, from the newest step all of them have (runtime/resume_agreement.py)
+        history = agreed_history(history, self.strategy, self.num_workers, self.warn)
         if history.prefixes:
             self._resume(history)
+            check_same_step(self.strategy, self.num_workers, int(self.step.numpy()), self.work_dir.checkpoints)
             return True
         damaged = checkpoint_history.damaged_directory(self.work_dir.checkpoints)
         if tf.io.gfile.glob(posixpath.join(damaged, "*.index")):
@@ -173,6 +177,7 @@ class Controller:
                 f"{damaged}; start again in a new --model-dir or put a readable checkpoint back in "
                 f"{self.work_dir.checkpoints}")
         self.manager = self._checkpoint_manager()
+        check_same_step(self.strategy, self.num_workers, 0, self.work_dir.checkpoints)
         dropped = self.work_dir.forget_steps_after(0)  # a run killed before its first checkpoint
         if dropped:
             self.warn(f"warning: no checkpoint under {self.work_dir.checkpoints}: starting at step 1, the {dropped} "
