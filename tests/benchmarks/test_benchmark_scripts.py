@@ -218,3 +218,29 @@ def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_
         for key, unit in (("checkpoint_cost_s", "cost"), ("checkpoint_cost_cpu_s", "cpu")):
             expected = round(summary[key] / sync[key], 3) if sync[key] > 0 else None
             assert verdict[f"{summary['mode']}_over_sync_{unit}"] == expected
+
+
+@pytest.mark.slow  # 188 s on the loaded 2-core machine: two `xlnet finetune` runs, four measuring processes
+def test_long_documents_reports_each_n_the_training_step_the_reading_cost_and_the_goals(tmp_path, spm_model):
+    model_dir = write_tiny_model_dir(tmp_path / "model", spm_model)
+    task, one, two, step_one, step_two, recurrence, one_pass, goals = run_benchmark(
+        "long_documents.py", "--pretrained", str(model_dir), "--workdir", str(tmp_path / "work"), "--segments", "1",
+        "2", "--segment-length", "16", "--train-documents", "16", "--dev-documents", "8", "--steps", "2",
+        "--steps-per-loop", "1", "--batch", "4", "--cost-preset", "tiny", "--base-length", "16", "--timed-steps", "1",
+        "--repeats", "1", "--read-segments", "4")
+
+    assert (task["part"], task["passage_pieces"], task["train"]["documents"], task["dev"]["documents"]) == \
+           ("task", 14, 16, 8)
+    assert task["train"]["pieces_max"] <= 8 * 16 - 2  # 8 passages fill 8 segments, <sep> <cls> last
+    assert [(row["part"], row["max_segments"], row["mem_len"]) for row in (one, two, step_one, step_two)] == [
+        ("accuracy", 1, 0), ("accuracy", 2, 16), ("training_step", 1, 0), ("training_step", 2, 16)]
+    assert one["truncated"][0] == "16 of 16 train examples are longer than max_seq_length 16 and are truncated"
+    for row in (one, two, step_one, step_two):
+        assert row["step_s"] > 0 and row["measured_peak_bytes"] > 0 and row["predicted_peak_bytes"] > 0
+    assert all(0 <= row["dev"]["accuracy"] <= 1 and row["steps"] == 2 for row in (one, two))
+    assert [(row["mode"], row["segments"], row["pieces"]) for row in (recurrence, one_pass)] == [
+        ("recurrence", 4, 64), ("one_pass", 1, 64)]
+    assert goals["accuracy_gain_points"]["value"] == round(100 * (two["dev"]["accuracy"] - one["dev"]["accuracy"]), 2)
+    assert goals["read_speedup"]["value"] == round(one_pass["seconds"] / recurrence["seconds"], 3)
+    assert goals["training_step_peak_ratio"]["value"] == round(
+        step_two["measured_peak_bytes"] / step_one["measured_peak_bytes"], 3)
