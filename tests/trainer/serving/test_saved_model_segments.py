@@ -154,7 +154,7 @@ def test_a_batch_of_mixed_lengths_gives_each_text_its_own_result(loaded):
 
 @pytest.mark.slow
 def test_a_text_that_fits_one_segment_is_read_as_one_segment(loaded, reference):
-    texts = ["A short text.", "Jazz came mostly after 1900."]
+    texts = ["A short text.", "Jazz came mostly after 1900.", ""]
     served = call(loaded, "encode_text", text=texts)
     assert not served["input_mask"][:, :-1].any()  # the segments before the last are all padding
     network, encoder = reference
