@@ -91,6 +91,18 @@ def test_a_finetuned_export_adds_its_task_signatures_to_the_encoders(exports, lo
     assert config["max_length"] == MAX_SEQ_LENGTH  # the fine-tuned max_seq_length, without --max-length
 
 
+def test_a_model_finetuned_on_one_segment_exports_one_segment_signatures(exports, loaded):
+    """max_segments 1 (the default): no memory, ids [batch, length] in and out, as before long texts."""
+    path, _ = exports["classification"]
+    config = json.loads((path / "assets" / "export_config.json").read_text())
+    assert (config["max_segments"], config["mem_len"]) == (1, 0)
+    ids_spec = loaded["classification"].signatures["classify_ids"].structured_input_signature[1]["input_ids"]
+    assert ids_spec.shape.as_list() == [None, None]
+    outputs = loaded["classification"].signatures["encode_text"](text=tf.constant(["A gem.", ""]))
+    assert outputs["input_ids"].shape == (2, MAX_SEQ_LENGTH)
+    assert outputs["sequence_output"].shape == (2, MAX_SEQ_LENGTH, 128)
+
+
 # --------------------------------------------------------------------------------- fresh process
 FRESH = textwrap.dedent("""
     import json, sys

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
+from trainer.configs.finetuning import FinetuneConfig
 from trainer.models.config import model_preset
 from trainer.models.network import build_network
 from trainer.runtime.model_dir import ModelDirectory
@@ -257,3 +258,17 @@ def test_max_segments_with_another_format_is_a_usage_error(pretrained, tmp_path,
                            "--format", "huggingface", "--max-segments", "2"])
     assert code == 2
     assert "--max-segments applies to the SavedModel (--format savedmodel)" in capsys.readouterr().err
+
+
+def test_a_squad_model_is_refused_several_segments(pretrained, tmp_path, capsys):
+    squad = tmp_path / "squad"
+    squad.mkdir()
+    for path in pretrained.iterdir():
+        if path.is_file():
+            (squad / path.name).write_bytes(path.read_bytes())
+    (squad / "checkpoints").symlink_to(pretrained / "checkpoints")
+    ModelDirectory(str(squad)).write_finetune_files(FinetuneConfig(task="squad"), None)
+    code = xlnet_cli.main(["export", "--model-dir", str(squad), "--output", str(tmp_path / "out"),
+                           "--max-segments", "2"])
+    assert code == 2
+    assert "--max-segments 2: a SQuAD model reads its contexts in windows" in capsys.readouterr().err
