@@ -190,6 +190,22 @@ def test_a_text_longer_than_max_segments_keeps_what_the_encoder_keeps(loaded, re
     np.testing.assert_array_equal(served["input_ids"], expected["input_ids"])
 
 
+@pytest.mark.slow
+def test_predict_masked_reads_one_segment_as_the_network_without_memory(loaded, pretrained, vocab):
+    texts = ["Jazz and ethnic folk <mask> became important <mask>.", "No mask here."]
+    served = call(loaded, "predict_masked", text=texts)
+    network = restore_model(open_model_directory(pretrained)).network  # mem_len 0
+    encoder = XLNetTextEncoder(vocab.model_proto, vocab.special_ids.to_dict(), MAX_LENGTH, uncased=False)
+    inputs = encoder.encode_masked(tf.constant(texts))
+    is_masked = inputs["is_masked"].numpy()
+    assert served["num_masks"].tolist() == is_masked.sum(axis=1).tolist() == [2, 0]
+    positions = np.nonzero(is_masked[0])[0]
+    logits, _ = network(inputs["input_ids"][:1], inputs["segment_ids"][:1], tf.constant(is_masked[:1, None, :] > 0),
+                        target_positions=tf.constant(positions[None], tf.int32), input_mask=inputs["input_mask"][:1])
+    top = np.sort(tf.nn.softmax(logits, axis=-1).numpy()[0], axis=-1)[:, ::-1][:, :served["top_k_ids"].shape[-1]]
+    np.testing.assert_allclose(served["top_k_probabilities"][0], top, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------ ids signature
 @pytest.mark.slow
 def test_encode_on_the_last_segments_equals_encode_text(loaded):
