@@ -8,21 +8,24 @@ about 4.0 GB of checkpointed state, the release's 4.3 GB). The sequence and
 batch are short (default seq_len 64, mem_len 64, batch 2) so that a step is affordable on 2 CPU
 cores; a checkpoint's size does not depend on them.
 
-After two untimed steps (the first compiles), each round runs, on the same controller and data:
+After two untimed steps (the first compiles), each round runs, on the same controller and data, a
+loop of EVERY steps after each of these, and times it:
 
-* a loop of EVERY steps with no checkpoint after it: the round's baseline;
-* a loop, then a synchronous checkpoint (tf.train.Checkpoint's write, as without async_checkpoint);
-* a loop, then an asynchronous checkpoint (trainer/runtime/checkpoint_writer.py, as with
-  async_checkpoint=true: the call waits for the write before it, snapshots, returns);
-* a loop while that write runs, then a wait for it to finish (zero when it finished first).
+* nothing: the round's baseline loop;
+* a snapshot held (trainer/runtime/checkpoint_writer.py's, no write): what copy on write costs;
+* a synchronous checkpoint (tf.train.Checkpoint's write, as without async_checkpoint);
+* an asynchronous checkpoint (BackgroundWrites, as with async_checkpoint=true: the call waits
+  for the write before it, snapshots, returns), its writing thread at niceness 0, then the same
+  at niceness 19; after the loop beside the write, a wait for it to finish (zero when it had).
 
-A checkpoint's cost to the step loop is the wall time it adds to its round: synchronous, the save
-call plus any slowdown of the loop after it against the baseline (the kernel writing the pages
-back); asynchronous, the save call, the slowdown of the loop that runs beside the write (two
-cores shared with the writing thread, the copy of each updated variable whose old value the
-snapshot holds) and the wait. Every round is one JSON line; then one line per mode with the medians
-over rounds (the step time of a run checkpointing every EVERY steps is the baseline's plus the
-cost divided by EVERY), and a last line with asynchronous over synchronous cost (goal: 0.10 or less).
+A checkpoint's cost to the step loop is the time it adds to its round: the save call, plus the loop
+after it less the baseline loop (the copies of updated variables whose old values a snapshot
+holds, the cores shared with a writing thread, the kernel writing pages back), plus the wait.
+Each is measured in wall seconds and in CPU seconds of this process: the machine is shared, and
+CPU time does not count the turns other processes took on the cores. Every round is one JSON
+line; then one line per mode with the medians over rounds (the step time of a run checkpointing
+every EVERY steps is the baseline's plus the cost divided by EVERY), and a last line with each
+asynchronous mode's cost over the synchronous one (goal: 0.10 or less).
 
     flock /tmp/xlnet-heavy.lock .venv/bin/python benchmarks/checkpoints.py          # Large (~10 GB peak)
     .venv/bin/python benchmarks/checkpoints.py --preset tiny --seq-len 64 --rounds 2 --every 2
