@@ -150,22 +150,13 @@ def write_task(workdir: Path, counter: PieceCounter, segment_length: int, train:
 
 
 # ------------------------------------------------------------------------------ fine-tuning
-def xlnet(*args: str) -> str:
-    """Runs one `xlnet` command; returns its output, or exits with it on failure."""
-    completed = subprocess.run([sys.executable, "-m", "xlnet_cli", *args], cwd=REPO, capture_output=True,
-                               text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    if completed.returncode:
-        sys.exit(f"xlnet {args[0]} failed ({completed.returncode}):\n{completed.stdout[-3000:]}"
-                 f"{completed.stderr[-3000:]}")
-    return completed.stdout + completed.stderr
-
-
 def pretrained_model(args: argparse.Namespace, workdir: Path) -> Path:
     """--pretrained, or a tiny-preset pretraining run of ``--pretrain-steps`` on the bundled corpus
     (a finished one in --workdir is reused)."""
     if args.pretrained:
         return Path(args.pretrained)
     import bundled_data
+    from finetune import xlnet
 
     run = workdir / "pretrain"
     if not (run / "checkpoints" / f"ckpt-{args.pretrain_steps}.index").exists():
@@ -185,6 +176,8 @@ def segment_settings(segments: int, segment_length: int) -> list[str]:
 def fine_tune(args: argparse.Namespace, segments: int, files: tuple[Path, Path], init: Path, out: Path) -> dict:
     """One `xlnet finetune` with ``segments``: dev scores, step time, peak memory, the plan's peak."""
     import shutil
+
+    from finetune import xlnet  # benchmarks/finetune.py: one `xlnet` process, its output or an exit on failure
 
     from trainer.planning.plan import Workload, make_plan
     from trainer.runtime.model_dir import ModelDirectory
