@@ -11,6 +11,10 @@ the files of any model directory it holds finetune_config.json, labels.json (cla
 eval_results.json and, with --test, predictions.jsonl (squad: predictions.json, null_odds.json
 and, with --test, test_predictions.json and test_null_odds.json). Re-running the same command resumes
 from the latest checkpoint.
+
+Long documents: ``--set max_segments=N --set mem_len=M`` reads a text up to N segments of
+max_seq_length through the Transformer-XL memory (classification, regression, multiple choice;
+docs/finetuning.md, "Long documents").
 """
 from __future__ import annotations
 
