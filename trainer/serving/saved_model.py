@@ -267,7 +267,7 @@ class XLNetServingModule(tf.Module):
         Several segments: [batch, segments, max_length] ids, 1 <= segments <= max_segments ->
         sequence_output [batch, segments, max_length, d_model] (:meth:`_read_segments`)."""
         if self.max_segments > 1:
-            with tf.control_dependencies(self._segment_checks(input_ids, segment_ids, input_mask)):
+            with tf.control_dependencies(self._id_checks(input_ids, segment_ids, input_mask)):
                 return self._read_segments(tf.identity(input_ids), segment_ids, input_mask)
         # The network is traced for static lengths only: one branch per bucket, and the request
         # runs in the smallest that holds it (its index = the number of buckets shorter than it).
@@ -279,28 +279,20 @@ class XLNetServingModule(tf.Module):
             return tf.switch_case(index, branches)
 
     def _id_checks(self, input_ids, segment_ids, input_mask) -> list[tf.Operation]:
-        """Assertions on the [batch, length] inputs of ``encode``, each error naming its tensor."""
-        max_length = self.encoder.max_length
-        length = tf.shape(input_ids)[1]
-        checks = [tf.debugging.assert_positive(length, message="input_ids must have at least one position (<cls>)"),
-                  tf.debugging.assert_less_equal(length, max_length,
-                                                 message=f"input_ids must have at most max_length={max_length} "
-                                                         "positions (left-padded, <cls> last)")]
-        checks += [tf.debugging.assert_equal(tf.shape(input_ids), tf.shape(tensor),
-                                             message=f"{name} must have the shape of input_ids")
-                   for name, tensor in (("segment_ids", segment_ids), ("input_mask", input_mask))]
-        checks += [tf.debugging.assert_non_negative(input_ids, message="input_ids must be >= 0"),
-                   tf.debugging.assert_less(input_ids, self.vocab_size,
-                                            message=f"input_ids must be < vocab_size {self.vocab_size}")]
-        return checks
-
-    def _segment_checks(self, input_ids, segment_ids, input_mask) -> list[tf.Operation]:
-        """Assertions on the [batch, segments, max_length] inputs of a multi-segment ``encode``."""
-        segments = tf.shape(input_ids)[1]
-        checks = [tf.debugging.assert_positive(segments, message="input_ids must have at least one segment"),
-                  tf.debugging.assert_less_equal(segments, self.max_segments,
-                                                 message=f"input_ids must have at most max_segments="
-                                                         f"{self.max_segments} segments (the last one ends <cls>)")]
+        """Assertions on the inputs of ``encode`` ([batch, length], or [batch, segments, max_length]
+        with several segments), each error naming its tensor."""
+        size = tf.shape(input_ids)[1]
+        if self.max_segments > 1:
+            checks = [tf.debugging.assert_positive(size, message="input_ids must have at least one segment"),
+                      tf.debugging.assert_less_equal(size, self.max_segments,
+                                                     message=f"input_ids must have at most max_segments="
+                                                             f"{self.max_segments} segments (the last one ends <cls>)")]
+        else:
+            max_length = self.encoder.max_length
+            checks = [tf.debugging.assert_positive(size, message="input_ids must have at least one position (<cls>)"),
+                      tf.debugging.assert_less_equal(size, max_length,
+                                                     message=f"input_ids must have at most max_length={max_length} "
+                                                             "positions (left-padded, <cls> last)")]
         checks += [tf.debugging.assert_equal(tf.shape(input_ids), tf.shape(tensor),
                                              message=f"{name} must have the shape of input_ids")
                    for name, tensor in (("segment_ids", segment_ids), ("input_mask", input_mask))]
@@ -468,7 +460,6 @@ def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: st
         target_exists = version >= 1 and tf.io.gfile.exists(posixpath.join(output, str(version)))
     if version < 1:
         raise ExportError(f"--version must be a positive integer, got {version}")
-    target = posixpath.join(output, str(version))
     if target_exists:
         raise ExportError(f"--output {output!r} already holds version {version}; pick another --version")
     model_config = directory.model_config

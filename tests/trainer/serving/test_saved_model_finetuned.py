@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +19,7 @@ from trainer.serving import text_encoder
 from trainer.serving.text_encoder import XLNetTextEncoder
 
 from support.bundled_data import ROTTEN
+from support.served_signatures import served_in_a_fresh_process
 
 MAX_SEQ_LENGTH = 24  # two length buckets: 16 and 24
 LABELS = ("fresh", "rotten", "mixed")
@@ -104,18 +102,6 @@ def test_a_model_finetuned_on_one_segment_exports_one_segment_signatures(exports
 
 
 # --------------------------------------------------------------------------------- fresh process
-FRESH = textwrap.dedent("""
-    import json, sys
-    import tensorflow as tf
-    import tensorflow_text  # registers the SentencePiece ops
-    results = {}
-    for name, path, signature, inputs in json.loads(sys.argv[1]):
-        outputs = tf.saved_model.load(path).signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
-        results[name] = {k: (v.numpy().astype(str) if v.dtype == tf.string else v.numpy()).tolist()
-                         for k, v in outputs.items()}
-    ours = sorted(m for m in sys.modules if m.split(".")[0] in ("trainer", "tfrecords", "pipeline"))
-    print(json.dumps({"results": results, "project_modules": ours}))
-""")
 TEXTS, TEXTS_B = dev_texts(6), dev_texts(6, offset=10)
 CONTEXTS = dev_texts(3, offset=20)
 QUESTIONS = ["The critic found the film _.", "Overall verdict:", ""]
@@ -129,11 +115,7 @@ def fresh(exports) -> dict[str, dict]:
                 ["regress", str(exports["regression"][0]), "regress", {"text": TEXTS, "text_b": TEXTS_B}],
                 ["choose", str(exports["multiple-choice"][0]), "choose",
                  {"context": CONTEXTS, "question": QUESTIONS, "options": OPTIONS}]]
-    completed = subprocess.run([sys.executable, "-c", FRESH, json.dumps(requests)], capture_output=True, text=True,
-                               timeout=300, cwd="/")
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    served = json.loads(completed.stdout.splitlines()[-1])
-    return served
+    return served_in_a_fresh_process(requests, timeout=300)
 
 
 def test_the_fresh_process_needs_no_project_code(fresh):

@@ -4,9 +4,6 @@ segments long as fine-tuning does, served in a fresh process (local and gs://), 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +21,7 @@ from trainer.serving.text_encoder import XLNetTextEncoder
 
 from support.bundled_data import REPO, ROTTEN, corpus_lines
 from support.processes import output_of, start
+from support.served_signatures import served_in_a_fresh_process
 
 pytestmark = pytest.mark.slow
 
@@ -52,27 +50,10 @@ def write_finetuned_dir(path: Path, vocab, task: str, labels=None, text_pair: bo
     return head
 
 
-# Each request: [name, SavedModel path, signature, inputs]; one interpreter importing only
-# tensorflow and tensorflow_text (and reading gs:// through the emulator's environment).
-FRESH = textwrap.dedent("""
-    import json, sys
-    import tensorflow as tf
-    import tensorflow_text  # registers the SentencePiece ops
-    results = {}
-    for name, path, signature, inputs in json.loads(sys.argv[1]):
-        outputs = tf.saved_model.load(path).signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
-        results[name] = {k: (v.numpy().astype(str) if v.dtype == tf.string else v.numpy()).tolist()
-                         for k, v in outputs.items()}
-    ours = sorted(m for m in sys.modules if m.split(".")[0] in ("trainer", "tfrecords", "pipeline"))
-    print(json.dumps({"results": results, "project_modules": ours}))
-""")
-
-
-def served_in_a_fresh_process(requests: list) -> dict:
-    completed = subprocess.run([sys.executable, "-c", FRESH, json.dumps(requests)], capture_output=True, text=True,
-                               timeout=600, cwd="/")
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    served = json.loads(completed.stdout.splitlines()[-1])
+def served(requests: list) -> dict:
+    """The outputs of each request, called in one fresh interpreter that imports only tensorflow and
+    tensorflow_text (and reads gs:// through the emulator's environment)."""
+    served = served_in_a_fresh_process(requests)
     assert served["project_modules"] == []
     return served["results"]
 
@@ -105,7 +86,7 @@ def chooser(tmp_path_factory, vocab) -> tuple[XLNetForSequenceTask, dict]:
     config = json.loads((Path(path) / "assets" / "export_config.json").read_text())
     assert (config["max_segments"], config["mem_len"]) == (SEGMENTS, MEM_LEN)  # the fine-tuned defaults
     inputs = {"context": CONTEXTS, "question": QUESTIONS, "options": OPTIONS}
-    return head, served_in_a_fresh_process([["choose", path, "choose", inputs]])["choose"]
+    return head, served([["choose", path, "choose", inputs]])["choose"]
 
 
 def test_served_choose_on_long_contexts_equals_the_in_process_model(chooser, encoder, tmp_path):
@@ -157,7 +138,7 @@ def test_served_classify_from_a_bucket_agrees_with_xlnet_finetunes_predictions(f
     path = export(finetuned, f"{gcs_prefix.rstrip('/')}/serving")
     assert path.startswith("gs://") and tf.io.gfile.exists(f"{path}/saved_model.pb")
     batches = [reviews[start:start + 250] for start in range(0, len(reviews), 250)]
-    results = served_in_a_fresh_process([[str(i), path, "classify", {"text": batch}]
+    results = served([[str(i), path, "classify", {"text": batch}]
                                          for i, batch in enumerate(batches)])
     probabilities = np.concatenate([results[str(i)]["probabilities"] for i in range(len(batches))])
     labels = sum((results[str(i)]["label_names"] for i in range(len(batches))), [])
