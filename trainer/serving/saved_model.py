@@ -42,6 +42,13 @@ in training; the ``*_ids`` variants take ids like ``encode`` (any length up to `
 The masked prediction is XLNet's permutation-LM inference: every mask is a target of the query
 stream, and the permutation mask lets every position see every non-mask token but no mask
 (so masks see neither each other nor themselves), which is what training does for targets.
+
+A multi-segment export (``ExportConfig.max_segments`` N > 1: a model fine-tuned with N segments,
+or ``xlnet export --max-segments N``) reads texts up to N segments of ``max_length`` with the
+Transformer-XL recurrence (trainer/serving/segment_reading.py): the text signatures return ids
+[batch, N, max_length] and ``sequence_output`` [batch, N, max_length, d_model]; ``encode`` and the
+``*_ids`` variants take [batch, segments, max_length] (segments 1..N); the task heads read the
+last segment's ``<cls>``. ``predict_masked`` reads one segment; ``answer`` is refused (windows).
 """
 from __future__ import annotations
 
