@@ -244,3 +244,16 @@ def test_long_documents_reports_each_n_the_training_step_the_reading_cost_and_th
     assert goals["read_speedup"]["value"] == round(one_pass["seconds"] / recurrence["seconds"], 3)
     assert goals["training_step_peak_ratio"]["value"] == round(
         step_two["measured_peak_bytes"] / step_one["measured_peak_bytes"], 3)
+
+
+@pytest.mark.slow  # two exports of the tiny preset (one segment, four), then two timed batches of each run
+def test_serving_long_texts_benchmark_times_each_fill_of_the_segments(tmp_path, spm_model):
+    rows = run_benchmark("serving_long_texts.py", "--vocab", spm_model, "--workdir", str(tmp_path), "--max-length",
+                         "16", "--max-segments", "4", "--batch-size", "4", "--repeats", "2")
+
+    assert [(row["export_segments"], row["text_segments"]) for row in rows] == [(1, 1.0), (4, 1.0), (4, 2.0),
+                                                                                 (4, 4.0)]
+    for row in rows:
+        assert (row["benchmark"], row["max_length"], row["batch_size"]) == ("serving_long_texts", 16, 4)
+        assert row["seconds_per_text_segment"] == pytest.approx(row["median_batch_seconds"] / row["text_segments"],
+                                                                rel=0.01)

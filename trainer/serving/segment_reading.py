@@ -6,10 +6,11 @@ A multi-segment export (``xlnet export --max-segments N``, or a model fine-tuned
 seeing the last ``mem_len`` states of the ones before it: what ``XLNetNetwork.encode_segments``
 does in Python, as one ``tf.while_loop`` here, so that one SavedModel call reads a whole text.
 
-* The memory has a fixed shape, [batch, mem_len, d_model] per layer, from the first segment on:
-  it starts as zeros that the memory mask hides, so the loop's state never changes shape. A
-  position the mask hides receives no attention, so this equals ``encode_segments`` (which starts
-  without memory and lets it grow) to float rounding.
+* The first segment read sees no memory (as in ``encode_segments``); from the second on the memory
+  has a fixed shape, [batch, mem_len, d_model] per layer, the positions no segment has filled yet
+  being zeros that the memory mask hides, so the loop's state never changes shape. A position the
+  mask hides receives no attention, so this equals ``encode_segments`` (whose memory grows) to
+  float rounding.
 * Leading segments that are padding in every row of the batch are not run: a short text's
   segments before its first piece hold no token any later one could see (their memory is
   hidden), so skipping them changes no state of a real position. A batch of short texts costs
@@ -48,11 +49,8 @@ def read_segments(network, input_ids: tf.Tensor, segment_ids: tf.Tensor, input_m
     """
     check_recurrent(network)
     config = network.config
-    batch_size, segments, length = tf.shape(input_ids)[0], tf.shape(input_ids)[1], input_ids.shape[2]
+    segments, length = tf.shape(input_ids)[1], input_ids.shape[2]
     first = first_real_segment(input_mask)
-    memory_shape = tf.stack([batch_size, config.mem_len, config.d_model])
-    mems = [tf.zeros(memory_shape, tf.float32) for _ in range(config.n_layer)]
-    mem_mask = tf.zeros(tf.stack([batch_size, config.mem_len]), tf.int32)
     states = tf.TensorArray(tf.float32, size=segments - first, element_shape=[None, length, config.d_model])
 
     def read_one(index, mems, mem_mask, states):
@@ -62,7 +60,14 @@ def read_segments(network, input_ids: tf.Tensor, segment_ids: tf.Tensor, input_m
         new_mask = network.memory_mask(mask, mem_mask)
         return index + 1, new_mems, new_mask, states.write(index - first, tf.cast(hidden, tf.float32))
 
-    _, _, _, states = tf.while_loop(lambda index, *_: index < segments, read_one, [first, mems, mem_mask, states])
+    # The first segment read has no memory to see: read without one (as encode_segments does, and a
+    # one-segment export costs), then its memory padded to mem_len positions with hidden ones, so
+    # the loop's state keeps one shape.
+    index, mems, mem_mask, states = read_one(first, None, None, states)
+    missing = config.mem_len - min(length, config.mem_len)
+    mems = [tf.pad(mem, [[0, 0], [missing, 0], [0, 0]]) for mem in mems]
+    mem_mask = tf.pad(mem_mask, [[0, 0], [missing, 0]])
+    _, _, _, states = tf.while_loop(lambda index, *_: index < segments, read_one, [index, mems, mem_mask, states])
     read = tf.transpose(states.stack(), [1, 0, 2, 3])  # [batch, segments - first, L, d_model]
     read = tf.pad(read, [[0, 0], [first, 0], [0, 0], [0, 0]])
     return read * tf.cast(input_mask > 0, tf.float32)[..., None]
