@@ -257,3 +257,22 @@ def test_serving_long_texts_benchmark_times_each_fill_of_the_segments(tmp_path, 
         assert (row["benchmark"], row["max_length"], row["batch_size"]) == ("serving_long_texts", 16, 4)
         assert row["seconds_per_text_segment"] == pytest.approx(row["median_batch_seconds"] / row["text_segments"],
                                                                 rel=0.01)
+
+
+@pytest.mark.slow  # about 60 s: tiny shapes, two batch sizes, two scoring lengths, the peer off
+def test_generation_benchmark_times_cached_uncached_generation_and_scoring_by_length():
+    settings, *rows = run_benchmark("generation.py", "--preset", "tiny", "--prompt-len", "16", "--new-tokens", "8",
+                                    "--batches", "1", "2", "--score-lengths", "64", "128", "--segment-len", "32",
+                                    "--score-mem", "32", "--no-peer")
+
+    assert (settings["kind"], settings["mem_len"]) == ("settings", 16 + 8)
+    generation = [row for row in rows if row["kind"] == "generation"]
+    assert [row["batch"] for row in generation] == [1, 2]
+    for row in generation:
+        assert set(row["cached"]["token_ms"]) == {"1", "8"} and "peer" not in row
+        assert row["cached"]["tokens_per_sec"] == pytest.approx(row["batch"] * 8 / row["cached"]["seconds"])
+        assert row["cached_over_uncached"] == pytest.approx(row["uncached"]["seconds"] / row["cached"]["seconds"])
+    scoring = [row for row in rows if row["kind"] == "scoring"]
+    assert [row["tokens"] for row in scoring] == [64, 128]
+    assert all(row["memory_seconds"] > 0 and row["sliding_seconds"] > 0 for row in scoring)
+    assert rows[-1]["kind"] == "scoring_linearity" and rows[-1]["length_ratio"] == 2.0
