@@ -167,10 +167,10 @@ def pretrained_model(args: argparse.Namespace, workdir: Path) -> Path:
     return run
 
 
-def segment_settings(segments: int, segment_length: int) -> list[str]:
-    """`xlnet finetune` flags of N segments of L with a memory of L (none for one segment)."""
+def segment_settings(segments: int, segment_length: int, mem_len: int) -> list[str]:
+    """`xlnet finetune` flags of N segments of L with a memory of ``mem_len`` (none for one segment)."""
     flags = ["--max-seq-length", str(segment_length), "--set", f"max_segments={segments}"]
-    return flags + (["--set", f"mem_len={segment_length}"] if segments > 1 else [])
+    return flags + (["--set", f"mem_len={mem_len}"] if segments > 1 else [])
 
 
 def fine_tune(args: argparse.Namespace, segments: int, files: tuple[Path, Path], init: Path, out: Path) -> dict:
@@ -182,11 +182,12 @@ def fine_tune(args: argparse.Namespace, segments: int, files: tuple[Path, Path],
     from trainer.planning.plan import Workload, make_plan
     from trainer.runtime.model_dir import ModelDirectory
 
+    memory = args.mem_len or args.segment_length
     shutil.rmtree(out, ignore_errors=True)
     began = time.time()
     log = xlnet("finetune", "--task", "classification", "--train", str(files[0]), "--eval", str(files[1]),
                 "--model-dir", str(out), "--init-checkpoint", str(init),
-                *segment_settings(segments, args.segment_length),
+                *segment_settings(segments, args.segment_length, memory),
                 "--set", f"train_steps={args.steps}", "--set", f"eval_every={args.steps}",
                 "--set", f"checkpoint_every={args.steps}", "--set", f"steps_per_loop={args.steps_per_loop}",
                 "--set", f"train_batch_size={args.batch}", "--set", f"learning_rate={args.learning_rate}",
@@ -201,7 +202,7 @@ def fine_tune(args: argparse.Namespace, segments: int, files: tuple[Path, Path],
     step_s = statistics.median(config.examples_per_step / rate for _, rate in rates) if rates else None
     truncated = [line for line in log.splitlines() if line.endswith("are truncated")]  # the run's own count
     return {"benchmark": "long_documents", "part": "accuracy", "max_segments": segments,
-            "segment_length": args.segment_length, "mem_len": args.segment_length if segments > 1 else 0,
+            "segment_length": args.segment_length, "mem_len": memory if segments > 1 else 0,
             "steps": args.steps, "batch": args.batch, "seed": args.seed,
             "dev": {key: round(results[key], 4) for key in ("accuracy", "macro_f1", "loss")},
             "step_s": round(step_s, 4) if step_s else None, "timed_windows": len(rates),
@@ -360,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--segments", type=int, nargs="+", default=[1, 2, 4, 8], help="max_segments values")
     parser.add_argument("--segment-length", type=int, default=64, help="accuracy: pieces per segment (L)")
+    parser.add_argument("--mem-len", type=int, default=None,
+                        help="accuracy: the memory of N > 1 (default: one segment, --segment-length)")
     parser.add_argument("--train-documents", type=int, default=3000)
     parser.add_argument("--dev-documents", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=400, help="fine-tuning steps of every run")
@@ -400,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
               "passages": PASSAGES, "passage_pieces": args.segment_length - 2, "bible_counts": BIBLE_COUNTS,
               "pretrained": str(init), **described})
         for segments in args.segments:
-            emit(fine_tune(args, segments, (train, dev), init, workdir / f"finetune-N{segments}"))
+            out = workdir / (f"finetune-N{segments}" + (f"-M{args.mem_len}" if args.mem_len else ""))
+            emit(fine_tune(args, segments, (train, dev), init, out))
     if "training_step" in args.parts:
         for segments in args.segments:
             emit(child(args, "training_step", str(segments)))
