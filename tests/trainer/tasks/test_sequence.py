@@ -10,16 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from support.bundled_data import REPO, ROTTEN
+from support.killed_runs import straight_and_resumed_losses
+from support.processes import output_of, start_as_two_workers
 
 import xlnet_cli
 from trainer.commands.finetune import add_arguments, finetuning_run
-from trainer.launch.finetuning_run import build_finetuning
 from trainer.evaluation import metrics
 from trainer.inputs import batching, sequence_examples
+from trainer.launch.finetuning_run import build_finetuning
 from trainer.runtime.model_dir import ModelDirectory
-
-from support.bundled_data import REPO, ROTTEN
-from support.processes import output_of, signal_and_wait, start, start_as_two_workers, wait_for
 
 # A small network so that a step takes milliseconds on two CPU cores.
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "max_seq_length=48",
@@ -217,20 +217,12 @@ def test_layer_decay_gives_lower_blocks_smaller_learning_rates(spm_model, tmp_pa
 # the resumed order's tail is test_the_order_resumed_at_any_position_is_the_tail_of_the_same_order
 def test_sigkill_then_restart_gives_the_same_per_step_losses(spm_model, tmp_path):
     settings = ("train_steps=12", "checkpoint_every=4", "eval_every=0")
-    straight = tmp_path / "straight"
-    assert xlnet_cli.main(finetune_args(straight, spm_model, *settings)) == 0
-    killed = tmp_path / "killed"
-    process = start(["-m", "xlnet_cli"] + finetune_args(killed, spm_model, *settings))
-    log = killed / ModelDirectory.STEP_LOG
-    wait_for(lambda: (killed / "checkpoints" / "ckpt-4.index").exists() and log.exists()
-             and len(log.read_text().splitlines()) >= 6, process, timeout=300, interval=0.1, what="step 6")
-    signal_and_wait(process)  # SIGKILL
-    assert xlnet_cli.main(finetune_args(killed, spm_model, *settings)) == 0
-    expected, resumed = ModelDirectory(straight).step_losses(), ModelDirectory(killed).step_losses()
+    expected, resumed, killed = straight_and_resumed_losses(lambda out: finetune_args(out, spm_model, *settings),
+                                                            tmp_path)
     assert sorted(resumed) == list(range(1, 13))
     np.testing.assert_allclose([resumed[s] for s in range(1, 13)], [expected[s] for s in range(1, 13)], rtol=1e-5)
     # each step logged once: the steps the killed run logged after its last checkpoint were dropped
-    assert [row["step"] for row in ModelDirectory(killed).step_rows()] == list(range(1, 13))
+    assert [row["step"] for row in killed.step_rows()] == list(range(1, 13))
 
 
 def test_resuming_with_another_task_is_refused(classifier, spm_model, capsys):

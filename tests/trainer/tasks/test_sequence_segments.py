@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from support.bundled_data import ROTTEN
-from support.processes import signal_and_wait, start, wait_for
+from support.killed_runs import straight_and_resumed_losses
 
 import xlnet_cli
 from trainer.commands.finetune import add_arguments, finetuning_run
@@ -48,8 +48,12 @@ def step_gradients(model_dir: Path, vocab: str, *overrides: str, strategy=None):
     return controller, controller.gradients(iter(controller.train_dataset()))
 
 
+@pytest.mark.slow  # 3.5 s; its parts are fast tests: the inputs (tests/trainer/inputs/), the head (tests/trainer/models/)
 def test_a_step_reads_every_segment_of_its_texts(spm_model, tmp_path):
-    args = finetune_args(tmp_path / "m", spm_model, "max_segments=3", "train_steps=2", train=ROTTEN / "dev.tsv")
+    rows = (ROTTEN / "dev.tsv").read_text(encoding="utf-8").splitlines()[:41]
+    (tmp_path / "few.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    args = finetune_args(tmp_path / "m", spm_model, "max_segments=3", "train_steps=2", train=tmp_path / "few.tsv",
+                         eval=tmp_path / "few.tsv")
     controller = build_finetuning(finetuning_run(parsed(args)))
     features, _ = next(iter(controller.train_dataset()))
     features = {name: controller.strategy.experimental_local_results(value)[0] for name, value in features.items()}
@@ -85,16 +89,8 @@ def test_two_mirrored_replicas_compute_the_gradients_of_one_device(spm_model, tm
 @pytest.mark.slow  # 45-70 s
 def test_sigkill_then_restart_gives_the_same_per_step_losses(spm_model, tmp_path):
     settings = ("max_segments=2", "train_steps=12", "checkpoint_every=4", "eval_every=0")
-    straight = tmp_path / "straight"
-    assert xlnet_cli.main(finetune_args(straight, spm_model, *settings)) == 0
-    killed = tmp_path / "killed"
-    process = start(["-m", "xlnet_cli"] + finetune_args(killed, spm_model, *settings))
-    log = killed / ModelDirectory.STEP_LOG
-    wait_for(lambda: (killed / "checkpoints" / "ckpt-4.index").exists() and log.exists()
-             and len(log.read_text().splitlines()) >= 6, process, timeout=300, interval=0.1, what="step 6")
-    signal_and_wait(process)  # SIGKILL
-    assert xlnet_cli.main(finetune_args(killed, spm_model, *settings)) == 0
-    expected, resumed = ModelDirectory(straight).step_losses(), ModelDirectory(killed).step_losses()
+    expected, resumed, _ = straight_and_resumed_losses(lambda out: finetune_args(out, spm_model, *settings),
+                                                       tmp_path)
     assert sorted(resumed) == list(range(1, 13))
     np.testing.assert_allclose([resumed[s] for s in range(1, 13)], [expected[s] for s in range(1, 13)], rtol=1e-5)
 
