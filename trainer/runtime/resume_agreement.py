@@ -53,10 +53,17 @@ def agreed_history(history: checkpoint_history.History, strategy: tf.distribute.
     agreed = min(workers_steps(strategy, latest))
     if agreed == latest:
         return history
-    kept = tuple(prefix for prefix in history.prefixes if checkpoint_step(prefix) <= agreed)
     warn(f"warning: another worker's newest checkpoint is of step {agreed} (killed while writing a later one?): "
          f"resuming from it; {history.latest} and any newer checkpoint of this worker are written again")
-    cut = checkpoint_history.History(history.directory, kept)
+    return history_up_to(history, agreed)
+
+
+def history_up_to(history: checkpoint_history.History, step: int) -> checkpoint_history.History:
+    """``history`` without its checkpoints after ``step``, written as the directory's state file. Their
+    files stay until the resumed run writes them again: checkpoint_history.read_history leaves
+    checkpoints newer than the listed latest out."""
+    cut = checkpoint_history.History(history.directory,
+                                     tuple(prefix for prefix in history.prefixes if checkpoint_step(prefix) <= step))
     checkpoint_history.write_history(cut)
     return cut
 
