@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from support.bundled_data import REPO, corpus_lines
 
 from trainer.configs.finetuning import finetune_preset
 from trainer.models.config import model_preset, sequence_model_config
@@ -16,8 +17,6 @@ from trainer.planning import flops, memory
 from trainer.planning.devices import DEVICES
 from trainer.planning.memory import FLOAT32, INT32, StepShape, layer_activations, memory_breakdown
 from trainer.planning.plan import Workload, make_plan
-
-from support.bundled_data import REPO, corpus_lines
 
 BASE = sequence_model_config(model_preset("base"))
 
