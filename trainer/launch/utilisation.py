@@ -4,12 +4,14 @@ The model FLOPs of one optimizer step come from the plan's one FLOPs rule (train
 through planning.plan.Workload) for the configuration that runs: its global batch, sequence
 length, memory and head, without what remat recomputes. The peak is the device table's
 (trainer/planning/devices.py) for a TPU (by TPU_ACCELERATOR_TYPE) or a GPU (by the name TensorFlow
-reports), in the run's precision; on a CPU, or a device the table lacks, a matmul is timed now
-(``measured_matmul_peak``) with the thread settings the run uses. A CPU's figure is its host's
-(the replicas of one host share its cores); a device's is multiplied by the replicas.
+reports), in the run's precision; on a CPU, or a device the table lacks, a matmul is timed
+(``measured_matmul_peak``, once per process) with the thread settings the run uses. A CPU's
+figure is its host's (the replicas of one host share its cores); a device's is multiplied by the
+replicas.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 from trainer.runtime.throughput import StepFlops
@@ -30,7 +32,7 @@ def peak_flops(strategy, precision: str) -> tuple[float, str]:
     """(peak FLOP/s of all of ``strategy``'s replicas in ``precision``, where the figure comes from)."""
     import tensorflow as tf
 
-    from trainer.planning.devices import DEVICES, TPU_GENERATIONS, measured_matmul_peak
+    from trainer.planning.devices import DEVICES, TPU_GENERATIONS
     from trainer.runtime.distribution import worker_info
 
     replicas = strategy.num_replicas_in_sync
@@ -47,11 +49,20 @@ def peak_flops(strategy, precision: str) -> tuple[float, str]:
         if device is not None:
             return _table(device, precision, replicas)
     dtype = "bfloat16" if precision == "mixed_bfloat16" else "float32"
-    measured = measured_matmul_peak(dtype)
+    measured = _measured_once(dtype)
     if kind == "CPU":  # every replica of a host runs on the same cores
         _, workers = worker_info(strategy)
         return measured * workers, f"measured_matmul_peak ({dtype}, this CPU)"
     return measured * replicas, f"measured_matmul_peak ({dtype}, this {kind or 'device'})"
+
+
+@functools.lru_cache(maxsize=None)
+def _measured_once(dtype: str) -> float:
+    """measured_matmul_peak of ``dtype``, timed once per process (every run of a process shares
+    its CPU and thread settings; a test process starts many runs)."""
+    from trainer.planning.devices import measured_matmul_peak
+
+    return measured_matmul_peak(dtype)
 
 
 def _table(device, precision: str, replicas: int) -> tuple[float, str]:
