@@ -71,9 +71,12 @@ from trainer.serving.answer_signature import SquadServingConfig, answer
 from trainer.serving.publishing import next_version, publish_version
 from trainer.serving.segment_reading import check_recurrent, read_segments
 from trainer.serving.text_encoder import XLNetTextEncoder, question_with_option_graph
+from trainer.serving.text_generation_signatures import SIGNATURES as TEXT_GENERATION_SIGNATURES
+from trainer.serving.text_generation_signatures import TextGenerationSignatures, default_generation_mem_len
 
 EXPORT_FORMAT_VERSION = 1
-SIGNATURES = ("serving_default", "encode", "encode_text", "encode_text_pair", "predict_masked")
+SIGNATURES = ("serving_default", "encode", "encode_text", "encode_text_pair", "predict_masked",
+              *TEXT_GENERATION_SIGNATURES)
 TASK_SIGNATURES = {"classification": ("classify", "classify_ids"), "regression": ("regress", "regress_ids"),
                    "multiple-choice": ("choose", "choose_ids"), "squad": ("answer",)}
 SMALLEST_LENGTH_BUCKET = 16
@@ -94,6 +97,8 @@ class ExportConfig:
     # recurrence (trainer/serving/segment_reading.py), each seeing the last mem_len states before it.
     max_segments: int = 1
     mem_len: int = 0  # only read with max_segments > 1
+    # The generate signature's cache (trainer/serving/text_generation_signatures.py); 0: its default.
+    generation_mem_len: int = 0
 
     def __post_init__(self) -> None:
         if self.max_length < 3:
@@ -109,6 +114,9 @@ class ExportConfig:
                               f"pass --mem-len M (e.g. {self.max_length}, one whole segment)")
         if self.max_segments == 1 and self.mem_len:
             raise ExportError(f"--mem-len {self.mem_len} needs --max-segments above 1 (one segment reads no memory)")
+        if self.generation_mem_len < 0:
+            raise ExportError(f"--generation-mem-len must be at least 0 (0: the default), "
+                              f"got {self.generation_mem_len}")
 
 
 def default_max_length(directory: ModelDirectory) -> int:
@@ -203,7 +211,7 @@ class XLNetServingModule(tf.Module):
     def __init__(self, network, encoder: XLNetTextEncoder, top_k: int, assets: dict[str, str] | None = None,
                  head: XLNetForSequenceTask | XLNetForQuestionAnswering | None = None,
                  labels: tuple[str, ...] | None = None, text_pair: bool = False,
-                 squad: SquadServingConfig | None = None, max_segments: int = 1):
+                 squad: SquadServingConfig | None = None, max_segments: int = 1, generation_mem_len: int = 0):
         super().__init__(name="xlnet_serving")
         # The Keras models are kept out of the object graph (Keras would add its own default
         # serving signature, which cannot call a multi-input network); their variables are
@@ -234,6 +242,9 @@ class XLNetServingModule(tf.Module):
         self.encode_text = tf.function(self._encode_text, input_signature=[text_spec])
         self.encode_text_pair = tf.function(self._encode_text_pair, input_signature=[text_spec, text_spec])
         self.predict_masked = tf.function(self._predict_masked, input_signature=[text_spec])
+        generation_mem_len = generation_mem_len or default_generation_mem_len(network.config.mem_len,
+                                                                              encoder.max_length)
+        self.text_generation = TextGenerationSignatures(network, encoder, generation_mem_len)
         if self.task == "multiple-choice":
             # [batch, options, length], or [batch, options, segments, max_length]
             choice_ids_spec = tf.TensorSpec([None, *ids_spec.shape], tf.int32)
@@ -256,7 +267,8 @@ class XLNetServingModule(tf.Module):
         functions = {"serving_default": encode, "encode": encode,
                      "encode_text": self.encode_text.get_concrete_function(),
                      "encode_text_pair": self.encode_text_pair.get_concrete_function(),
-                     "predict_masked": self.predict_masked.get_concrete_function()}
+                     "predict_masked": self.predict_masked.get_concrete_function(),
+                     **self.text_generation.signatures()}
         if self.task == "multiple-choice":
             functions.update(choose=self.choose.get_concrete_function(),
                              choose_ids=self.choose_ids.get_concrete_function())
@@ -478,6 +490,8 @@ def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: st
         raise ExportError(f"--max-segments {config.max_segments}: a SQuAD model reads its contexts in windows "
                           "(doc_stride), not segments; export it with --max-segments 1")
     restored = restore_model(directory, checkpoint, mem_len=config.mem_len if config.max_segments > 1 else 0)
+    config = dataclasses.replace(config, generation_mem_len=config.generation_mem_len or default_generation_mem_len(
+        model_config.mem_len, config.max_length))
     head, network = restored.head, restored.network
     encoder = XLNetTextEncoder(directory.sp_model_proto, directory.special_ids, config.max_length, config.uncased)
 
@@ -485,7 +499,7 @@ def export_saved_model(model_dir: str | os.PathLike | ModelDirectory, output: st
         assets = _write_assets(posixpath.join(staging, "asset_sources"), directory, checkpoint, config, version)
         module = XLNetServingModule(network, encoder, config.top_k, assets, head=head, labels=directory.labels,
                                     text_pair=bool(finetuned and finetuned.text_pair), squad=squad,
-                                    max_segments=config.max_segments)
+                                    max_segments=config.max_segments, generation_mem_len=config.generation_mem_len)
         saved = posixpath.join(staging, "saved_model")
         tf.saved_model.save(module, saved, signatures=module.signatures())
         return saved

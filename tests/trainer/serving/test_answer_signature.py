@@ -196,7 +196,7 @@ def test_graph_windows_and_max_context_equal_squad_data():
 def test_the_export_adds_the_answer_signature(exported, fresh):
     path, _ = exported
     assert fresh["signatures"] == sorted(["serving_default", "encode", "encode_text", "encode_text_pair",
-                                          "predict_masked", "answer"])
+                                          "predict_masked", "score", "score_in_context", "generate", "answer"])
     config = json.loads((path / "assets" / "export_config.json").read_text())
     assert config["task"] == "squad" and "answer" in config["signatures"] and config["max_length"] == 64
 

@@ -111,7 +111,7 @@ def test_export_writes_numbered_version_with_vocabulary_and_configs(export_base,
 
 def test_export_has_the_documented_signatures(loaded):
     assert set(loaded.signatures) == {"serving_default", "encode", "encode_text", "encode_text_pair",
-                                      "predict_masked"}
+                                      "predict_masked", "score", "score_in_context", "generate"}
 
 
 @pytest.mark.slow  # 18 s: a whole export; the interrupted-export tests of the command cover the handler

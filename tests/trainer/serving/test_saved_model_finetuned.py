@@ -83,7 +83,7 @@ def numpy(outputs: dict) -> dict[str, np.ndarray]:
 def test_a_finetuned_export_adds_its_task_signatures_to_the_encoders(exports, loaded, task, signatures):
     path, _ = exports[task]
     assert set(loaded[task].signatures) == {"serving_default", "encode", "encode_text", "encode_text_pair",
-                                      "predict_masked"} | signatures
+                                      "predict_masked", "score", "score_in_context", "generate"} | signatures
     config = json.loads((path / "assets" / "export_config.json").read_text())
     assert config["task"] == task and set(config["signatures"]) >= signatures
     assert config["max_length"] == MAX_SEQ_LENGTH  # the fine-tuned max_seq_length, without --max-length
