@@ -168,11 +168,14 @@ class DocumentScorer:
 
     def _score_batch(self, documents):
         import numpy as np
+        import tensorflow as tf
 
+        from trainer.models.document_framing import eod_framed
         from trainer.models.scoring import score_tokens
 
-        eod = [self.eod_id] if self.config.eod else []
-        rows = [np.concatenate([eod, document.ids, eod]).astype(np.int32) for document in documents]
+        pieces = [np.asarray(document.ids, np.int32) for document in documents]
+        rows = tf.RaggedTensor.from_row_lengths(np.concatenate(pieces), [len(piece) for piece in pieces])
+        rows = list((eod_framed(rows, self.eod_id) if self.config.eod else rows).numpy())
         lengths = np.array([len(row) for row in rows], np.int32)
         ids = np.zeros([len(rows), int(lengths.max())], np.int32)
         for index, row in enumerate(rows):
