@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import time
 
 from tfrecords.errors import UsageError
@@ -56,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --max-segments above 1: the memory, how many states of the segments before "
                              "a segment it sees (default: the model's mem_len from model_config.json; required "
                              "for a model fine-tuned on one segment, whose mem_len is 0)")
+    parser.add_argument("--generation-mem-len", type=int, default=0,
+                        help="positions of the generate signature's key/value cache; its memory is fixed by it "
+                             "(default 0: the model's mem_len from model_config.json, else --max-length)")
     parser.add_argument("--top-k", type=int, default=ExportConfig.top_k,
                         help="candidates predict_masked returns for each <mask>")
     parser.add_argument("--version", type=int, default=None,
@@ -87,6 +91,7 @@ def _run_savedmodel_export(args: argparse.Namespace) -> int:
     model_dir = open_model_directory(args.model_dir)  # read once, for the casing and the export
     uncased, why = resolve_uncased(model_dir, args.uncased)
     config = resolve_export_config(model_dir, args.max_length, args.top_k, uncased, args.max_segments, args.mem_len)
+    config = dataclasses.replace(config, generation_mem_len=args.generation_mem_len)
     segments = (f", max_segments={config.max_segments}, mem_len={config.mem_len}"
                 if config.max_segments > 1 else "")
     print(f"exporting {args.model_dir} (max_length={config.max_length}{segments}, top_k={config.top_k}, "

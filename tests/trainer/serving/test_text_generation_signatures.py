@@ -13,6 +13,7 @@ import tensorflow as tf
 from support.bundled_data import REPO
 from support.served_signatures import served_in_a_fresh_process
 
+import xlnet_cli
 from trainer.models.generation import MAX_NEW_TOKENS_CAP, generate
 from trainer.models.inference_network import inference_network
 from trainer.models.scoring import score_tokens
@@ -174,3 +175,10 @@ def test_bad_generate_inputs_fail_naming_the_input(served, prompt, changes, name
 def test_bad_score_inputs_fail_naming_the_input(served, inputs, named):
     with pytest.raises(tf.errors.InvalidArgumentError, match=named):
         served.signatures["score_in_context"](**{name: tf.constant(value) for name, value in inputs.items()})
+
+
+def test_a_negative_generation_cache_is_refused_naming_the_flag(capsys, tmp_path):
+    status = xlnet_cli.run_subcommand("export", ["--model-dir", PRETRAINED, "--output", str(tmp_path / "out"),
+                                                 "--generation-mem-len", "-1"])
+    assert status == 2
+    assert "--generation-mem-len must be at least 0" in capsys.readouterr().err
