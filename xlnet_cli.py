@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
              "predict a configuration's memory and step time on a device, and the settings that fit it"),
     "score": ("trainer.commands.score", "each document's likelihood under the pretrained model, in natural order "
               "with Transformer-XL memory (JSON lines)"),
+    "generate": ("trainer.commands.generate", "continue a prompt, printing tokens as they come (cached two-stream)"),
     "inspect": ("trainer.commands.inspect", "decode a data directory's records as the model sees them, its "
                 "statistics (--stats), the trainer's permutations (--permutation), or verify it (--verify)"),
     "goodput": ("trainer.commands.goodput", "where a training job's wall time went (goodput, start-up, compilation, "
@@ -41,7 +42,8 @@ EXIT_STATUS = (f"exit status: {EXIT_OK} done (or preempted, with a checkpoint sa
                "diverged run, no readable checkpoint, a corpus too short for any record)")
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
 # Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/commands/tensorflow_startup.py).
-TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "inspect", "plan", "score", "goodput")
+TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "inspect", "plan", "score", "generate",
+                          "goodput")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

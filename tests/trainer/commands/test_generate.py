@@ -1,0 +1,110 @@
+"""`xlnet generate` (trainer/commands/generate.py): the streamed continuation is what
+trainer/models/generation.generate produces for the prompt, and bad input is named."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import sentencepiece as spm
+from support.bundled_data import REPO
+
+import xlnet_cli
+from trainer.inputs.corpus_documents import tokenize_document
+from trainer.models.generation import MAX_NEW_TOKENS_CAP, generate
+from trainer.models.inference_network import inference_network
+from trainer.runtime.restore import open_model_directory, resolve_uncased, restore_model
+
+PRETRAINED = str(REPO / "tests" / "fixtures" / "legacy" / "pretrained")
+PROMPTS = ["In the beginning God created", "And the earth was"]
+
+
+def run_generate(capsys, *flags: str) -> tuple[int, str, str]:
+    status = xlnet_cli.run_subcommand("generate", ["--model-dir", PRETRAINED, *flags])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def expected_continuation(prompt: str, **settings) -> str:
+    """The prompt generated alone by the model's API (cache: the model's mem_len), detokenised
+    without the stop token."""
+    directory = open_model_directory(PRETRAINED)
+    network = inference_network(restore_model(directory).network, directory.model_config.mem_len)
+    processor = spm.SentencePieceProcessor(model_proto=directory.sp_model_proto)
+    ids = tokenize_document(processor, [prompt], resolve_uncased(directory)[0])
+    stops = [directory.special_ids["eod"], directory.special_ids["eos"]]
+    out = generate(network, ids[None], [len(ids)], stop_ids=stops, **settings)
+    return processor.decode([int(i) for i in out["generated_ids"].numpy()[0] if i >= 0 and i not in stops])
+
+
+@pytest.mark.slow  # 2 prompts streamed, then generated again in-process (about 10 s)
+def test_each_prompt_of_a_file_is_continued_as_generate_continues_it_alone(capsys, tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text(f"{PROMPTS[0]}\n\n{PROMPTS[1]}\n")  # the blank line is skipped
+    status, out, err = run_generate(capsys, "--prompts", str(path), "--max-new-tokens", "12", "--temperature", "1",
+                                    "--top-k", "40", "--seed", "5")
+    assert status == 0
+    settings = {"max_new_tokens": 12, "temperature": 1.0, "top_k": 40, "seed": 5}
+    assert out.splitlines() == [expected_continuation(prompt, **settings) for prompt in PROMPTS]
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert [line["new_tokens"] <= 12 for line in lines] == [True, True]
+    assert all(line["mem_len"] == 16 for line in lines)  # the model's mem_len
+
+
+@pytest.mark.slow  # a model restore and a greedy continuation (about 5 s)
+def test_a_greedy_prompt_is_continued_as_generate_continues_it(capsys):
+    status, out, _ = run_generate(capsys, "--prompt", PROMPTS[0], "--max-new-tokens", "6")
+    assert status == 0
+    assert out == expected_continuation(PROMPTS[0], max_new_tokens=6) + "\n"
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--max-new-tokens", "0"], "max_new_tokens must be in 1..4096, got 0 (set by --max-new-tokens)"),
+    (["--max-new-tokens", "-2"], "(set by --max-new-tokens)"),
+    (["--max-new-tokens", str(MAX_NEW_TOKENS_CAP + 1)], "(set by --max-new-tokens)"),
+    (["--temperature", "-1"], "temperature must be >= 0 (0: greedy), got -1.0 (set by --temperature)"),
+    (["--top-k", "-1"], "(set by --top-k)"),
+    (["--top-p", "0"], "top_p must be in (0, 1], got 0.0 (set by --top-p)"),
+    (["--top-p", "1.5"], "(set by --top-p)"),
+    (["--mem-len", "0"], "(set by --mem-len)"),
+])
+def test_bad_settings_are_refused_naming_the_flag(capsys, flags, named):
+    status, out, err = run_generate(capsys, "--prompt", "Light", *flags)
+    assert (status, out) == (2, "")
+    assert named in err
+
+
+def test_an_empty_prompt_is_refused(capsys):
+    status, _, err = run_generate(capsys, "--prompt", "  ")
+    assert status == 2
+    assert "--prompt holds no token to continue" in err
+
+
+def test_an_empty_prompts_file_is_refused_naming_it(capsys, tmp_path):
+    path = tmp_path / "empty.txt"
+    path.write_text("\n\n")
+    status, _, err = run_generate(capsys, "--prompts", str(path))
+    assert status == 2
+    assert f"--prompts {path}: no prompt" in err
+
+
+def test_invalid_utf8_in_a_prompts_file_is_refused_naming_the_line(capsys, tmp_path):
+    path = tmp_path / "broken.txt"
+    path.write_bytes(b"fine\ncaf\xc3\x28\n")
+    status, _, err = run_generate(capsys, "--prompts", str(path))
+    assert status == 2
+    assert f"--prompts {path}: line 2 is not valid UTF-8" in err
+
+
+def test_prompt_and_prompts_together_are_a_usage_error(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        xlnet_cli.run_subcommand("generate", ["--model-dir", PRETRAINED, "--prompt", "a", "--prompts", "f"])
+    assert exit_info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_cache_defaults_to_the_whole_continuation_for_a_model_without_memory():
+    from trainer.configs.generation import GenerateConfig
+
+    config = GenerateConfig(max_new_tokens=10)
+    assert (config.resolved_mem_len(16, 5), config.resolved_mem_len(0, 5)) == (16, 15)
+    assert GenerateConfig(mem_len=7).resolved_mem_len(0, 5) == 7
