@@ -58,8 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a segment it sees (default: the model's mem_len from model_config.json; required "
                              "for a model fine-tuned on one segment, whose mem_len is 0)")
     parser.add_argument("--generation-mem-len", type=int, default=0,
-                        help="positions of the generate signature's key/value cache; its memory is fixed by it "
-                             "(default 0: the model's mem_len from model_config.json, else --max-length)")
+                        help="positions of the generate signature's key/value cache, which fixes its memory; "
+                             "0: the model's mem_len from model_config.json, else --max-length")
     parser.add_argument("--top-k", type=int, default=ExportConfig.top_k,
                         help="candidates predict_masked returns for each <mask>")
     parser.add_argument("--version", type=int, default=None,
