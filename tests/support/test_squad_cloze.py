@@ -89,6 +89,13 @@ def test_paragraphs_cut_documents_into_consecutive_runs_of_sentences():
 # exact match leaves the baselines' level after 250-500 steps, as the model learns to find the
 # question's words in the context. Measured (2026-11-23): exact 37.3 / F1 48.9 at step 1000,
 # against at most 3.0 / 6.6 for the baselines, so the 10-point margins leave room for noise.
+# Measured again (2026-11-25, these settings, eval every 250 steps): the code of 2026-11-23
+# (08415b2) F1 54.4 at step 1000; today's code 30.3 and, the same command again, 11.6. Both
+# codes' step losses agree to 1e-6 for the first ~190 steps (no change of the model, data or
+# schedule); two runs of one code part bitwise at step ~110 (threaded float sums) and by step
+# ~200 follow different curves, so whether the model has found the question's words by step
+# 1000 is partly chance, and the test can fail without a regression. Fixing that needs
+# deterministic=true and a margin measured over several seeds.
 LEARNING = ["--max-seq-length", "96", "--doc-stride", "64", "--max-query-length", "24",
             "--set", "n_layer=3", "--set", "d_inner=256", "--set", "dropout=0", "--set", "dropatt=0",
             "--set", "learning_rate=2e-3", "--set", "warmup_steps=100",
