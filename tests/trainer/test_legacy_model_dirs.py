@@ -71,7 +71,9 @@ def assert_same_steps(actual: list[dict], expected: list[dict]) -> None:
 
 
 # Training settings added after the pinned commit, at the defaults that keep its behaviour.
-SETTINGS_ADDED_SINCE = {"remat": "none", "auto_fit": False, "profile_steps": ""}
+SETTINGS_ADDED_SINCE = {"remat": "none", "auto_fit": False, "profile_steps": "", "async_checkpoint": False}
+# Fine-tuning settings added since: one segment per text (long documents).
+FINETUNE_SETTINGS_ADDED_SINCE = {"max_segments": 1}
 # Step-log fields added after the pinned commit, each a figure of the loop of steps a row is in: the
 # allocator's peak memory, the model FLOPs per second, the MFU and the peak it is measured against.
 STEP_FIELDS_ADDED_SINCE = {"peak_memory_bytes", "model_flops_per_sec", "mfu", "mfu_peak_source"}
@@ -97,7 +99,7 @@ def test_a_pretrained_directory_initialises_a_finetune_with_the_losses_it_gave(t
         assert json.loads((out / name).read_text()) == json.loads((LEGACY / "classifier" / name).read_text())
     legacy_settings = json.loads((LEGACY / "classifier" / ModelDirectory.FINETUNE_CONFIG).read_text())
     written = json.loads((out / ModelDirectory.FINETUNE_CONFIG).read_text())
-    assert written == {**legacy_settings, **SETTINGS_ADDED_SINCE}
+    assert written == {**legacy_settings, **SETTINGS_ADDED_SINCE, **FINETUNE_SETTINGS_ADDED_SINCE}
 
 
 @pytest.mark.slow  # 10 s; the fast restore test reads the same checkpoint

@@ -193,10 +193,9 @@ def build_finetuning(run: FinetuningRun, held: contextlib.ExitStack | None = Non
         after_first_save = settings_replacement(out, out.FINETUNE_CONFIG, task.config, log)
         if labels is not None:
             out.write_json(out.LABELS, list(labels))  # the same as a resumed run's (_check_resume)
-    options = task.tokens_per_example // task.config.max_seq_length  # rows per multiple-choice example
     return Controller(task, task.config, model_dir=run.model_dir, strategy=strategy,
                       init_checkpoint=run.init_checkpoint, log=log, after_first_save=after_first_save,
-                      step_flops=run_step_flops(model, task.config, strategy, options))
+                      step_flops=run_step_flops(model, task.config, strategy, task.options))
 
 
 def _sequence_task(run: FinetuningRun, source: ModelSource, model, config, resumed_labels,

@@ -28,6 +28,7 @@ class HeadTask(Task):
     """
 
     config: FinetuneConfig
+    options: int = 1  # sequences per example: one per option for multiple choice (the FLOPs of a step)
     _predict_fn: Callable | None = None  # traced on the first prediction, for the strategy it was given
 
     def trainable_variables(self) -> list[tf.Variable]:

@@ -133,8 +133,9 @@ class SequenceTask(HeadTask):
         self.config, self.model_config, self.encoder, self.data = config, model_config, encoder, data
         self.task = config.task
         self.metric_names = {} if self.task == "regression" else {"accuracy": "accuracy"}
-        options = len(data.train.examples[0].options) if self.task == "multiple-choice" else 1
-        self.tokens_per_example = config.max_seq_length * options * config.max_segments
+        # rows per example: one sequence per option for multiple choice
+        self.options = len(data.train.examples[0].options) if self.task == "multiple-choice" else 1
+        self.tokens_per_example = config.max_seq_length * self.options * config.max_segments
 
     def build(self, strategy: tf.distribute.Strategy) -> None:
         """The network and its head (under the caller's strategy scope)."""
