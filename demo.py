@@ -9,7 +9,8 @@ Runs the real commands a user runs, each as a subprocess with its output streame
 4. ``xlnet train``       the tiny preset on the CPU, with periodic evaluation on the valid split
 5. ``xlnet export``      serving SavedModel under demo_output/serving/xlnet/1/
 6. predictions           the SavedModel loaded in a fresh Python that imports only tensorflow and
-                         tensorflow_text, filling in masked sentences
+                         tensorflow_text, filling in masked sentences, continuing a prompt
+                         (``generate``) and printing a text's perplexity (``score``)
 7. loss curves           PNG plot of the train and valid loss read from the TensorBoard event files
 8. ``xlnet finetune``    the pretrained model fine-tuned on the bundled Rotten Tomatoes snippets
                          (fresh / rotten), dev accuracy printed
@@ -46,7 +47,7 @@ MASKED_SENTENCES = [
 
 # What a user of the exported model writes: only tensorflow and tensorflow_text are imported.
 CLIENT = r"""
-import json, sys
+import json, math, sys
 import tensorflow as tf
 import tensorflow_text  # registers the SentencePiece ops the SavedModel uses
 
@@ -60,6 +61,15 @@ for text, count, tokens, probs in zip(json.loads(sys.argv[2]), out["num_masks"].
     for slot in range(count):
         pieces = [t.decode("utf-8").replace("\u2581", "_") for t in tokens[slot]]
         print(f"  <mask> {slot + 1}: " + "  ".join(f"{p} {q:.3f}" for p, q in zip(pieces, probs[slot])))
+# generate: greedy (temperature 0), in one call; score: the natural-order likelihood of a text.
+prompt, text = "And God said, Let there be light: and", "And God saw the light, that it was good."
+out = model.signatures["generate"](prompt=tf.constant([prompt]), max_new_tokens=tf.constant(20),
+                                   temperature=tf.constant(0.0), top_k=tf.constant(0), top_p=tf.constant(1.0),
+                                   seed=tf.constant(0, tf.int64))
+print(f"continuation of {prompt!r}: {out['text'].numpy()[0].decode('utf-8')!r}")
+out = model.signatures["score"](text=tf.constant([text]))
+tokens = int(out["num_tokens"][0])
+print(f"perplexity of {text!r}: {math.exp(-float(out['log_likelihood'][0]) / tokens):.1f} ({tokens} tokens)")
 """
 
 
@@ -210,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     with Step(5, f"export: SavedModel (max_length {MAX_LENGTH}, top-{TOP_K}) for TF Serving"):
         run(xlnet + ["export", "--model-dir", str(model), "--output", str(serving), "--max-length", str(MAX_LENGTH),
                      "--top-k", str(TOP_K)])
-    with Step(6, "predict: load the SavedModel in a fresh process (tensorflow + tensorflow_text only)"):
+    with Step(6, "predict: load the SavedModel in a fresh process (tensorflow + tensorflow_text only): masked "
+                 "words, a continuation (generate) and a perplexity (score)"):
         run([sys.executable, "-c", CLIENT, str(serving / "1"), json.dumps(MASKED_SENTENCES)],
             shown=f"python -c CLIENT {serving / '1'} MASKED_SENTENCES   (CLIENT: see demo.py)")
     with Step(7, "loss curves from the TensorBoard event files"):
