@@ -3,6 +3,10 @@ trainer/models/generation.generate produces for the prompt, and bad input is nam
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 import sentencepiece as spm
@@ -108,3 +112,23 @@ def test_the_cache_defaults_to_the_whole_continuation_for_a_model_without_memory
     config = GenerateConfig(max_new_tokens=10)
     assert (config.resolved_mem_len(16, 5), config.resolved_mem_len(0, 5)) == (16, 15)
     assert GenerateConfig(mem_len=7).resolved_mem_len(0, 5) == 7
+
+
+@pytest.mark.slow  # a fresh `xlnet` process (about 15 s)
+def test_tokens_are_printed_while_the_continuation_is_still_being_generated():
+    # Greedy on this fixture never picks a stop token: 1000 tokens (about 5 kB, less than a pipe's 8 kB stdout
+    # buffer, so only flushing gets them out before the end) take seconds after the first is printed.
+    process = subprocess.Popen([sys.executable, str(REPO / "xlnet_cli.py"), "generate", "--model-dir", PRETRAINED,
+                                "--prompt", PROMPTS[0], "--max-new-tokens", "1000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"})
+    try:
+        first = process.stdout.read(1)
+        first_at = time.monotonic()
+        rest = process.stdout.read()
+        assert process.wait(timeout=300) == 0
+        assert first and len(first + rest) < 8192
+        assert time.monotonic() - first_at > 1.0  # generation went on after the first token was out
+    finally:
+        process.kill()
+        process.wait()
