@@ -215,10 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="base", help="model shape (random weights)")
     parser.add_argument("--prompt-len", type=int, default=256)
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--batches", type=int, nargs="*", default=[1, 8],
+                        help="batch sizes of the generation part (none: scoring only)")
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
                         help="time transformers' generate too (when its venv exists)")
-    parser.add_argument("--score-lengths", type=int, nargs="+", default=[4096, 8192, 16384])
+    parser.add_argument("--score-lengths", type=int, nargs="*", default=[4096, 8192, 16384],
+                        help="text lengths of the scoring part (none: generation only)")
     parser.add_argument("--segment-len", type=int, default=512)
     parser.add_argument("--score-mem", type=int, default=512)
     args = parser.parse_args(argv)
@@ -248,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                 row["peer"] = {**theirs, "greedy_tokens_agreeing": agree}
                 row["cached_over_peer"] = theirs["seconds"] / cached["seconds"]
             emit(**row)
+    if not args.score_lengths:
+        return 0
     scorer = build(args.preset, args.score_mem)
     rows = [scoring(scorer, length, args.segment_len) for length in args.score_lengths]
     for row in rows:
