@@ -118,6 +118,7 @@ def test_finetune_refuses_before_reading_the_data(spm_model, tmp_path, capsys):
     assert "absent.tsv" not in err
 
 
+@pytest.mark.slow  # 19 s: two training runs
 def test_auto_fit_keeps_the_global_batch_and_trains_as_the_same_settings_written_by_hand(tiny_data_dir, tmp_path,
                                                                                         capsys):
     memory = memory_fitting(small_workload(), 2)

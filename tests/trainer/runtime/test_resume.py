@@ -110,6 +110,7 @@ def test_forgetting_steps_after_a_resume_point_keeps_earlier_rows_and_events(tmp
     assert directory.scalars("train", "loss") == {2: 8.0, 4: 6.0}
 
 
+@pytest.mark.slow  # 18 s: two training runs
 def test_resuming_with_other_training_settings_prints_them_and_saves_them_after_a_checkpoint(
         small_data_dir, tmp_path, capsys):
     model_dir = str(tmp_path / "model")

@@ -21,6 +21,9 @@ from trainer.serving.text_encoder import XLNetTextEncoder
 from support.bundled_data import ROTTEN
 from support.served_signatures import served_in_a_fresh_process
 
+# Its exports are module fixtures: one worker builds them once (pytest-xdist --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("finetuned_exports")
+
 MAX_SEQ_LENGTH = 24  # two length buckets: 16 and 24
 LABELS = ("fresh", "rotten", "mixed")
 

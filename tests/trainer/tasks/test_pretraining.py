@@ -111,6 +111,7 @@ def test_resumed_run_continues_with_the_saved_memory_and_reader_position(tiny_da
     np.testing.assert_allclose([a[s] for s in range(1, 7)], [b[s] for s in range(1, 7)], rtol=1e-5)
 
 
+@pytest.mark.slow  # 28 s: a killed process and its restart
 def test_sigkill_then_restart_gives_the_same_per_step_losses(tiny_data_dir, straight_run, tmp_path):
     model_dir = tmp_path / "killed"
     process = run_subprocess_training(train_command(tiny_data_dir, model_dir, *STRAIGHT))
