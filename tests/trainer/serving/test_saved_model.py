@@ -23,8 +23,6 @@ from trainer.serving.text_encoder import XLNetTextEncoder
 
 from support.bundled_data import corpus_lines
 
-# Its exports are module fixtures: one worker builds them once (pytest-xdist --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("pretrained_export")
 
 MAX_LENGTH = 32
 TOP_K = 4

@@ -21,8 +21,9 @@ from trainer.serving.text_encoder import XLNetTextEncoder
 from support.bundled_data import ROTTEN
 from support.served_signatures import served_in_a_fresh_process
 
-# Its exports are module fixtures: one worker builds them once (pytest-xdist --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("finetuned_exports")
+# Slow as a whole: its three fine-tuned exports (classification, regression, multiple choice, each
+# with the scoring and generation signatures) take about 100 s to build, a sixth of the default suite.
+pytestmark = pytest.mark.slow
 
 MAX_SEQ_LENGTH = 24  # two length buckets: 16 and 24
 LABELS = ("fresh", "rotten", "mixed")
