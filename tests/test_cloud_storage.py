@@ -229,8 +229,7 @@ def test_preprocessing_training_and_export_complete_identically_under_injected_f
     assert counts["unavailable"] > 0 and counts["dropped_uploads"] > 0, counts
     assert without_paths(faulty) == without_paths(bucket_data["manifest"])
     assert shard_bytes(faulty) == shard_bytes(bucket_data["manifest"])
-    logs = [tf.io.gfile.GFile(posixpath.join(model, "train_steps.jsonl"), "rb").read()
-            for model in (clean_model, faulty_model)]
-    assert logs[0].count(b"\n") == 8 and logs[1] == logs[0]
+    logs = [ModelDirectory(model).reproducible_step_rows() for model in (clean_model, faulty_model)]
+    assert [row["step"] for row in logs[0]] == list(range(1, 9)) and logs[1] == logs[0]
     for model in (clean_model, faulty_model):
         assert tf.train.latest_checkpoint(posixpath.join(model, "checkpoints")).endswith("ckpt-8")

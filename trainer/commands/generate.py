@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     import sentencepiece as spm
 
     from trainer.inputs.corpus_documents import tokenize_document
+    from trainer.models.generation import excluded_symbol_ids, stop_symbol_ids
     from trainer.runtime.restore import open_model_directory, resolve_uncased, restore_model
 
     config = generate_config(args)
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
               "tied embedding and lm_bias) is kept, but fine-tuning trained the embedding further", file=sys.stderr)
     mem_len = config.resolved_mem_len(directory.model_config.mem_len, max(len(ids) for ids in tokenized))
     special = directory.special_ids
-    streamer = Streamer(restored.network, mem_len, [special[name] for name in ("eod", "eos") if name in special])
+    streamer = Streamer(restored.network, mem_len, stop_symbol_ids(special), excluded_symbol_ids(special))
     for ids in tokenized:
         started = time.time()
         printed, new_tokens, stopped = "", [], False
@@ -126,14 +127,14 @@ class Streamer:
     """Yields a prompt's new tokens one at a time from the cached two-stream steps
     (trainer/models/generation.py: start_generation once, then extend_generation per token)."""
 
-    def __init__(self, network, mem_len: int, stop_ids: list[int]):
+    def __init__(self, network, mem_len: int, stop_ids: list[int], excluded_ids: list[int]):
         import tensorflow as tf
 
         from trainer.models.generation import extend_generation, start_generation
         from trainer.models.inference_network import inference_network
 
         self.network = inference_network(network, mem_len)
-        self.stop_ids = set(stop_ids)
+        self.stop_ids, self.excluded_ids = set(stop_ids), list(excluded_ids)
         # Traced once per prompt length (start) and once (extend): the steps then run as graphs.
         self.start = tf.function(lambda ids, lengths: start_generation(self.network, ids, lengths))
         self.extend = tf.function(lambda cache, tokens: extend_generation(self.network, cache, tokens))
@@ -146,7 +147,8 @@ class Streamer:
 
         cache, logits = self.start(tf.constant([prompt_ids], tf.int32), tf.constant([len(prompt_ids)], tf.int32))
         for step in range(config.max_new_tokens):
-            tokens = choose_tokens(logits, config.temperature, config.top_k, config.top_p, config.seed, step)
+            tokens = choose_tokens(logits, config.temperature, config.top_k, config.top_p, config.seed, step,
+                                   self.excluded_ids)
             token = int(tokens[0])
             if token in self.stop_ids:
                 yield None

@@ -39,10 +39,14 @@ smaller set). The noise is a counter hash (trainer/layers/counter_hash.py) of (s
 token id): the same seed gives the same tokens eagerly, in a graph and under XLA, and a row's
 noise does not depend on its place in the batch. ``token_log_probs`` are the model's own
 log-probabilities (temperature 1, no filtering) of the chosen tokens.
+
+Special symbols: ``stop_symbol_ids`` (<eod>, </s>) end a row; ``excluded_symbol_ids`` (<unk>, <s>,
+<cls>, <sep>, <pad>, <mask>) are never chosen, as they are not text: an undertrained model's
+favourite, <unk>, would otherwise decode to " ⁇ ".
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import tensorflow as tf
 
@@ -54,6 +58,19 @@ from trainer.models.scoring import token_log_probs
 
 # The largest max_new_tokens the generate signature and `xlnet generate` accept.
 MAX_NEW_TOKENS_CAP = 4096
+# Special symbols (tfrecords/vocabulary.py names) that end a generated row, and those never generated.
+STOP_SYMBOLS = ("eod", "eos")
+EXCLUDED_SYMBOLS = ("unk", "bos", "cls", "sep", "pad", "mask")
+
+
+def stop_symbol_ids(special_ids: Mapping[str, int]) -> list[int]:
+    """The ids of ``STOP_SYMBOLS`` that the vocabulary ``special_ids`` (name -> id) has."""
+    return [int(special_ids[name]) for name in STOP_SYMBOLS if name in special_ids]
+
+
+def excluded_symbol_ids(special_ids: Mapping[str, int]) -> list[int]:
+    """The ids of ``EXCLUDED_SYMBOLS`` that the vocabulary ``special_ids`` (name -> id) has."""
+    return [int(special_ids[name]) for name in EXCLUDED_SYMBOLS if name in special_ids]
 
 
 class GenerationCache(NamedTuple):
@@ -227,14 +244,21 @@ def _filtered(scaled: tf.Tensor, top_k: tf.Tensor, top_p: tf.Tensor) -> tf.Tenso
     return tf.where(scaled >= threshold, scaled, tf.constant(-float("inf"), scaled.dtype))
 
 
-def choose_tokens(logits: tf.Tensor, temperature, top_k, top_p, seed, step) -> tf.Tensor:
+def choose_tokens(logits: tf.Tensor, temperature, top_k, top_p, seed, step,
+                  excluded_ids: Sequence[int] = ()) -> tf.Tensor:
     """logits [B, V] float32 -> the chosen token ids [B] int32.
 
     temperature, top_k, top_p, seed: scalars or [B]. temperature 0: greedy; else a sample from
     softmax(logits / temperature) restricted to top_k (0: no limit) and top_p (1: no limit).
     ``step``: the index of the token being chosen (0 for the first new token).
+    ``excluded_ids``: tokens never chosen (their logits count as -inf, before top_k and top_p).
     """
     logits = tf.cast(logits, tf.float32)
+    if len(excluded_ids):
+        allowed = tf.tensor_scatter_nd_update(tf.ones([logits.shape[-1]], tf.bool),
+                                              tf.constant([[int(i)] for i in excluded_ids], tf.int32),
+                                              tf.zeros([len(excluded_ids)], tf.bool))
+        logits = tf.where(allowed[None, :], logits, tf.constant(-float("inf"), tf.float32))
     batch = tf.shape(logits)[0]
     temperature = _per_row(temperature, batch, tf.float32)
     top_k, top_p = _per_row(top_k, batch, tf.int32), _per_row(top_p, batch, tf.float32)
@@ -285,8 +309,8 @@ def _outputs(prompt_ids, prompt_lengths, generated, log_probs, max_new_tokens, p
 
 
 def generate(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor, max_new_tokens,
-             temperature=0.0, top_k=0, top_p=1.0, seed=0, stop_ids: Sequence[int] = (), pad_id: int = 0
-             ) -> dict[str, tf.Tensor]:
+             temperature=0.0, top_k=0, top_p=1.0, seed=0, stop_ids: Sequence[int] = (), pad_id: int = 0,
+             excluded_ids: Sequence[int] = ()) -> dict[str, tf.Tensor]:
     """Cached generation as one ``tf.while_loop`` (traceable into a SavedModel signature).
 
     Args:
@@ -297,6 +321,7 @@ def generate(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Te
         scalars or [B]; see ``choose_tokens``.
       stop_ids: token ids that end a row (e.g. <eod>, </s>); the stop token itself is kept.
       pad_id: written into ``input_ids`` after a row stops.
+      excluded_ids: token ids never generated (``excluded_symbol_ids``); see ``choose_tokens``.
     Returns a dict of tensors:
       generated_ids [B, max_new_tokens] int32 (-1 after a row stops), token_log_probs
       [B, max_new_tokens] float32 (0.0 after a stop), num_generated [B] int32, and what the model
@@ -313,7 +338,7 @@ def generate(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Te
     batch = tf.shape(prompt_ids)[0]
 
     def body(step, cache, logits, done, chosen, scores):
-        tokens = choose_tokens(logits, temperature, top_k, top_p, seed, step)
+        tokens = choose_tokens(logits, temperature, top_k, top_p, seed, step, excluded_ids)
         chosen = chosen.write(step, tf.where(done, -1, tokens))
         scores = scores.write(step, tf.where(done, 0.0, token_log_probs(logits, tokens)))
         done = tf.logical_or(done, _stops(tokens, stop_ids))
@@ -335,7 +360,7 @@ def generate(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Te
 
 def generate_uncached(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor, max_new_tokens: int,
                       temperature=0.0, top_k=0, top_p=1.0, seed=0, stop_ids: Sequence[int] = (), pad_id: int = 0,
-                      next_logits=None) -> dict[str, tf.Tensor]:
+                      next_logits=None, excluded_ids: Sequence[int] = ()) -> dict[str, tf.Tensor]:
     """``generate`` without a cache (the reference and the benchmark's baseline): each token's
     logits come from ``uncached_next_logits``, the full two-stream pass over prompt + tokens so far.
     A Python loop (``max_new_tokens`` a Python int); ``next_logits``: ``uncached_next_logits`` bound
@@ -351,7 +376,7 @@ def generate_uncached(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengt
     chosen, scores = [], []
     for step in range(int(max_new_tokens)):
         logits = next_logits(prompt_ids, prompt_lengths, fed)
-        tokens = choose_tokens(logits, temperature, top_k, top_p, seed, step)
+        tokens = choose_tokens(logits, temperature, top_k, top_p, seed, step, excluded_ids)
         chosen.append(tf.where(done, -1, tokens))
         scores.append(tf.where(done, 0.0, token_log_probs(logits, tokens)))
         done = tf.logical_or(done, _stops(tokens, stop_ids))

@@ -43,6 +43,7 @@ from trainer.models.config import ModelConfig
 from trainer.models.head_spec import HeadSpec
 from trainer.runtime import checkpoint_history, event_files
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
+from trainer.runtime.throughput import CLOCK_FIELDS
 
 
 class ModelDirectoryError(StorageError):
@@ -230,6 +231,11 @@ class ModelDirectory:
             return []
         with tf.io.gfile.GFile(self.step_log, "r") as handle:
             return [json.loads(line) for line in handle.read().splitlines() if line.strip()]
+
+    def reproducible_step_rows(self) -> list[dict[str, Any]]:
+        """The rows of train_steps.jsonl without the fields a clock measures (``CLOCK_FIELDS``): what
+        two runs with the same data, configuration, seed and ``deterministic=true`` write identically."""
+        return [{name: value for name, value in row.items() if name not in CLOCK_FIELDS} for row in self.step_rows()]
 
     def step_losses(self) -> dict[int, float]:
         """step -> loss from train_steps.jsonl (a step logged twice keeps its last value)."""

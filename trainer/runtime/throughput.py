@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
+# The step-log fields a clock measures: two runs differ in them even under deterministic=true.
+CLOCK_FIELDS = frozenset({"model_flops_per_sec", "mfu"})
+
 
 @dataclasses.dataclass(frozen=True)
 class StepFlops:

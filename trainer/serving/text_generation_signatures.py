@@ -48,7 +48,7 @@ from typing import Any
 import tensorflow as tf
 
 from trainer.models.document_framing import EOD_CONTEXT_TOKENS, eod_framed
-from trainer.models.generation import generate
+from trainer.models.generation import excluded_symbol_ids, generate, stop_symbol_ids
 from trainer.models.inference_network import inference_config
 from trainer.models.network import XLNetNetwork
 from trainer.models.scoring import score_tokens
@@ -133,8 +133,8 @@ class TextGenerationSignatures(tf.Module):
 
     @property
     def stop_ids(self) -> list[int]:
-        """The tokens that end a generated row: <eod> and <eos> (those the vocabulary has)."""
-        return [self.special_ids[name] for name in ("eod", "eos") if name in self.special_ids]
+        """The tokens that end a generated row: <eod> and </s> (those the vocabulary has)."""
+        return stop_symbol_ids(self.special_ids)
 
     # ------------------------------------------------------------------ score
     def _score(self, text) -> dict[str, tf.Tensor]:
@@ -186,7 +186,8 @@ class TextGenerationSignatures(tf.Module):
         kept = tf.minimum(lengths, self.width)
         ids = left_padded(_last(prompt_ids, kept), self.width, self.special_ids["pad"])
         out = generate(self.network, ids, kept, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                       seed=seed, stop_ids=self.stop_ids, pad_id=self.special_ids["pad"])
+                       seed=seed, stop_ids=self.stop_ids, pad_id=self.special_ids["pad"],
+                       excluded_ids=excluded_symbol_ids(self.special_ids))
         generated = out["generated_ids"]
         words = tf.logical_and(generated >= 0, tf.logical_not(tf.reduce_any(
             tf.equal(generated[:, :, None], tf.constant(self.stop_ids, tf.int32)[None, None, :]), axis=2)))

@@ -36,7 +36,8 @@ def expected_continuation(prompt: str, **settings) -> str:
     processor = spm.SentencePieceProcessor(model_proto=directory.sp_model_proto)
     ids = tokenize_document(processor, [prompt], resolve_uncased(directory)[0])
     stops = [directory.special_ids["eod"], directory.special_ids["eos"]]
-    out = generate(network, ids[None], [len(ids)], stop_ids=stops, **settings)
+    excluded = [directory.special_ids[name] for name in ("unk", "bos", "cls", "sep", "pad", "mask")]
+    out = generate(network, ids[None], [len(ids)], stop_ids=stops, excluded_ids=excluded, **settings)
     return processor.decode([int(i) for i in out["generated_ids"].numpy()[0] if i >= 0 and i not in stops])
 
 

@@ -7,10 +7,12 @@ from support.strong_networks import strong_inference_network
 from trainer.models.generation import (
     MAX_NEW_TOKENS_CAP,
     choose_tokens,
+    excluded_symbol_ids,
     extend_generation,
     generate,
     generate_uncached,
     start_generation,
+    stop_symbol_ids,
     uncached_next_logits,
 )
 from trainer.models.inference_network import inference_network
@@ -153,6 +155,30 @@ def test_top_k_and_top_p_keep_only_the_likeliest_tokens():
     by_p = choose_tokens(logits, 1.0, 0, 0.9, seed=tf.range(500), step=0).numpy()  # 0.5 + 0.3 < 0.9: three
     assert set(by_k) == {0, 1}
     assert set(by_p) == {0, 1, 2}
+
+
+def test_excluded_tokens_are_never_chosen_greedily_or_by_sampling():
+    logits = tf.constant(np.log([[0.5, 0.3, 0.15, 0.05]]).repeat(500, 0), tf.float32)
+    assert set(choose_tokens(logits, 0.0, 0, 1.0, seed=0, step=0, excluded_ids=[0]).numpy()) == {1}
+    sampled = choose_tokens(logits, 1.0, 0, 1.0, seed=tf.range(500), step=0, excluded_ids=[0, 2]).numpy()
+    assert set(sampled) == {1, 3}
+    by_k = choose_tokens(logits, 1.0, 2, 1.0, seed=tf.range(500), step=0, excluded_ids=[1]).numpy()
+    assert set(by_k) == {0, 2}  # top_k counts the tokens that may be chosen
+
+
+def test_the_special_symbols_that_stop_a_row_and_those_never_generated():
+    special = {"unk": 0, "bos": 1, "eos": 2, "cls": 3, "sep": 4, "pad": 5, "mask": 6, "eod": 7, "eop": 8}
+    assert stop_symbol_ids(special) == [7, 2]
+    assert excluded_symbol_ids(special) == [0, 1, 3, 4, 5, 6]  # <eop> is text: a paragraph break
+
+
+def test_generation_never_emits_an_excluded_token(network, prompts):
+    greedy = generate(network, prompts, PROMPT_LENGTHS, 6)["generated_ids"].numpy()
+    excluded = sorted(set(greedy.ravel().tolist()))
+    out = generate(network, prompts, PROMPT_LENGTHS, 6, excluded_ids=excluded)["generated_ids"].numpy()
+    assert not set(out.ravel().tolist()) & set(excluded)
+    uncached = generate_uncached(network, prompts, PROMPT_LENGTHS, 6, excluded_ids=excluded)["generated_ids"]
+    np.testing.assert_array_equal(out, uncached)
 
 
 @pytest.mark.parametrize("setting, value, message", [

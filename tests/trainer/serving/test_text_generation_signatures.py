@@ -65,7 +65,8 @@ def in_process_generation(model, prompts, **kwargs) -> dict[str, np.ndarray]:
     lengths = tf.minimum(tf.cast(ids.row_lengths(), tf.int32), MAX_LENGTH)
     kept = tf.RaggedTensor.from_row_lengths(ids.values, ids.row_lengths())[:, -MAX_LENGTH:]
     out = generate(network, left_padded(tf.cast(kept, tf.int32), MAX_LENGTH, special["pad"]), lengths,
-                   stop_ids=[special["eod"], special["eos"]], pad_id=special["pad"], **kwargs)
+                   stop_ids=[special["eod"], special["eos"]], pad_id=special["pad"],
+                   excluded_ids=[special[name] for name in ("unk", "bos", "cls", "sep", "pad", "mask")], **kwargs)
     return {name: value.numpy() for name, value in out.items()}
 
 
