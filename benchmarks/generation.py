@@ -150,6 +150,30 @@ def uncached_generation(network, ids, new_tokens: int) -> dict:
             "total": f"trapezoid over {len(points)} measured points"}
 
 
+def weight_floor(network) -> dict:
+    """The memory floor of a batch-1 step: milliseconds to read every weight a step uses once (one
+    vector times each weight matrix, in one graph). A cached step at batch 1 multiplies one or two
+    rows by every matrix, so it cannot be faster than this on the machine that runs it."""
+    import numpy as np
+    import tensorflow as tf
+
+    # The r kernels project position encodings once per generation, not per step.
+    matrices = [tf.reshape(v, [v.shape[0], -1]) for v in network.weights
+                if len(v.shape) >= 2 and not v.path.endswith("r_kernel")]
+
+    @tf.function
+    def read_all(x):
+        total = tf.zeros([])
+        for matrix in matrices:
+            total += tf.reduce_sum(tf.matmul(x[:, :matrix.shape[0]], matrix))
+        return total
+
+    width = max(matrix.shape[0] for matrix in matrices)
+    seconds, _ = timed(read_all, tf.ones([1, width]), repeats=20)
+    megabytes = sum(int(np.prod(matrix.shape)) * matrix.dtype.size for matrix in matrices) / 2 ** 20
+    return {"ms": 1000 * seconds, "weight_mib": megabytes, "gib_per_sec": megabytes / 1024 / seconds}
+
+
 def peer_python() -> Path | None:
     if not (PEER_VENV / "bin" / "python").exists():
         return None
@@ -235,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.peer and peer is None:
         emit(kind="note", note=f"no transformers venv at {PEER_VENV}: run {PEER_SETUP.relative_to(REPO)}; "
                                "the peer is skipped")
+    floor = weight_floor(network)
+    emit(kind="weight_floor", **floor)
     with tempfile.TemporaryDirectory() as workdir:
         for batch in args.batches:
             ids = prompts(batch, args.prompt_len, config.vocab_size)
@@ -243,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             row = {"kind": "generation", "batch": batch,
                    "cached": {k: v for k, v in cached.items() if k != "generated"}, "uncached": uncached,
                    "cached_over_uncached": uncached["seconds"] / cached["seconds"],
-                   "token_128_over_token_1": (cached["token_ms"][str(args.new_tokens)] / cached["token_ms"]["1"])}
+                   "token_128_over_token_1": (cached["token_ms"][str(args.new_tokens)] / cached["token_ms"]["1"]),
+                   "token_32_over_weight_floor": cached["token_ms"][str(min(32, args.new_tokens))] / floor["ms"]}
             if peer is not None:
                 theirs = peer_generation(network, ids, args.new_tokens, workdir)
                 agree = float(np.mean(np.asarray(theirs.pop("tokens")) == cached["generated"]))

@@ -129,11 +129,18 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
                          dict(positions=positions, segment_diff=segment_diff, mask=mask, seed=seed))
 
     def _attend(self, queries, keys, values, k_r, positions, qlen, segment_diff, mask, biases, seed, training):
-        """Head-major queries [B, N, Q, H] against keys/values [B, N, K, H] -> attention vectors [B, N, Q, H]."""
+        """Head-major queries [B, N, Q, H] against keys/values [B, N, K, H] -> attention vectors [B, N, Q, H].
+
+        keys and values may also be tuples of parts [B, N, K_i, H] along the key axis (a decoder's
+        cache kept in pieces): each part is scored and read where it lies, never concatenated."""
         r_w_bias, r_r_bias, r_s_bias, seg_embed = biases
-        klen = keys.shape[2]
+        key_parts = tuple(keys) if isinstance(keys, (tuple, list)) else (keys,)
+        widths = [part.shape[2] for part in key_parts]
+        klen = sum(widths)
         # Biases are [N, H]; as [N, 1, H] they broadcast over the query rows.
-        content = tf.matmul((queries + r_w_bias[:, None]) * self.scale, keys, transpose_b=True)
+        content_queries = (queries + r_w_bias[:, None]) * self.scale
+        content = tf.concat([tf.matmul(content_queries, part, transpose_b=True) for part in key_parts], axis=-1) \
+            if len(key_parts) > 1 else tf.matmul(content_queries, keys, transpose_b=True)
         position = _relative_positions_scores((queries + r_r_bias[:, None]) * self.scale, k_r)
         if positions is None:
             position = rel_shift(position, klen)
@@ -157,7 +164,10 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             scores -= tf.where(mask, fill, tf.zeros([], softmax_dtype))[:, None]
         probs = tf.cast(tf.nn.softmax(scores, axis=-1), queries.dtype)
         probs = self.attention_dropout(probs, training=training, seed=seed)
-        return tf.matmul(probs, values)
+        if len(key_parts) == 1:
+            return tf.matmul(probs, values)
+        return tf.add_n([tf.matmul(part_probs, part_values)
+                         for part_probs, part_values in zip(tf.split(probs, widths, axis=-1), values)])
 
     def _post_attention(self, residual, attn_vec, seed, training):
         """[B, N, Q, H] attention vectors -> LayerNorm(residual + dropout(o-projection)) [B, Q, d_model]."""
@@ -218,7 +228,9 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         """A few query rows against keys and values projected before (a decoder's cache); inference only.
 
         rows: [B, Q, d_model] the rows' inputs (content or query stream: both share the projections).
-        keys, values: [B, N, K, H] from :meth:`project_keys_values`; key column j sits at position j.
+        keys, values: [B, N, K, H] from :meth:`project_keys_values`, or tuples of such parts along
+          the key axis (attended in place, not concatenated); key column j of all the parts
+          together sits at position j.
         position_keys: [G, N, R, H] from :meth:`project_positions` of the encodings of the distances
           R-1, R-2, ..., 0 (RelativePositionEncoding(klen=R-1, qlen=1) with bi_data off gives them).
         row_positions: [B, Q] int32, each row's position on the keys' axis: row q scores key j with

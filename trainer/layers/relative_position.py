@@ -55,12 +55,12 @@ def gather_relative(scores: tf.Tensor, query_positions: tf.Tensor, qlen: int, kl
     scores: [B, N, P, rlen] scores of P query rows against every distance index.
     query_positions: [B, P] int32 position (0..qlen-1) of each query row in the segment.
     Returns [B, N, P, klen] with [.., p, j] <- [.., p, qlen - query_positions[p] + j], i.e.
-    distance ``(mlen + t_p) - j``. Indices past the table (only possible for 'uni' attention
-    at keys the causal mask hides) are clipped.
+    distance ``(mlen + t_p) - j``. Indices off the table (keys a mask hides: past it for 'uni'
+    attention, or before it for a cached row that sees only its newest keys) are clipped.
     """
     rlen = scores.shape[-1]
     offsets = qlen - query_positions[:, :, None] + tf.range(klen, dtype=query_positions.dtype)[None, None, :]
-    offsets = tf.minimum(offsets, rlen - 1)
+    offsets = tf.clip_by_value(offsets, 0, rlen - 1)
     offsets = tf.broadcast_to(offsets[:, None], tf.concat([tf.shape(scores)[:3], [klen]], 0))
     return tf.gather(scores, offsets, batch_dims=3)
 

@@ -26,7 +26,8 @@ Prompts are LEFT-padded: row b's ``prompt_lengths[b]`` tokens are the last colum
 ``prompt_ids``, so every row appends at the same column; padding keys are masked and the
 relative positions of real tokens do not depend on the padding, so each row generates what it
 generates alone (eviction included: a row's real positions are its newest columns). All
-positions are segment 0 (one text); the relative segment term is the same-segment one.
+positions are segment 0 (one text): every key a row sees gets the same segment term, a constant
+per row that the softmax cancels, so the cached steps leave it out.
 
 XLNet needs no padding text in front of a short prompt (the original's and Hugging Face's
 trick for their own generation scripts): the prompt is a context as in pretraining and the
@@ -58,6 +59,8 @@ from trainer.models.scoring import token_log_probs
 
 # The largest max_new_tokens the generate signature and `xlnet generate` accept.
 MAX_NEW_TOKENS_CAP = 4096
+# The width of a generation cache's recent part (GenerationCache): it is merged every this many tokens.
+RECENT_COLUMNS = 16
 # Special symbols (tfrecords/vocabulary.py names) that end a generated row, and those never generated.
 STOP_SYMBOLS = ("eod", "eos")
 EXCLUDED_SYMBOLS = ("unk", "bos", "cls", "sep", "pad", "mask")
@@ -76,16 +79,27 @@ def excluded_symbol_ids(special_ids: Mapping[str, int]) -> list[int]:
 class GenerationCache(NamedTuple):
     """The per-layer cache of ``start_generation`` / ``extend_generation`` (a tf.nest structure).
 
-    keys, values: n_layer x [B, n_head, mem_len, d_head] in the compute dtype, right-aligned
-      (column mem_len - 1 is the newest position).
-    key_valid: [B, mem_len] bool, False for empty columns and prompt padding.
+    The cache is kept in two parts so that a step never copies it whole: ``keys`` / ``values``
+    hold mem_len settled columns, ``recent_keys`` / ``recent_values`` RECENT_COLUMNS columns that
+    the steps fill one at a time. Once the recent part is full, both are merged (the newest
+    mem_len columns of the two become the settled part): one copy every RECENT_COLUMNS tokens
+    instead of two per token. Column j of [settled; recent] sits at position j.
+
+    keys, values: n_layer x [B, n_head, mem_len, d_head] in the compute dtype.
+    recent_keys, recent_values: n_layer x [B, n_head, RECENT_COLUMNS, d_head].
+    key_valid: [B, mem_len + RECENT_COLUMNS] bool, False for empty columns and prompt padding.
+    filled: int32 scalar, the recent columns in use (0 .. RECENT_COLUMNS - 1 between steps); a
+      row sees the mem_len columns before column mem_len + filled (the newest positions).
     position_keys: n_layer x [1, n_head, mem_len + 2, d_head], the r-projected encodings of the
       distances mem_len + 1 .. 0 (constant during a generation).
     """
 
     keys: tuple
     values: tuple
+    recent_keys: tuple
+    recent_values: tuple
     key_valid: tf.Tensor
+    filled: tf.Tensor
     position_keys: tuple
 
 
@@ -110,44 +124,50 @@ def _left_pad_to(x: tf.Tensor, size: int, axis: int, value=0) -> tf.Tensor:
     return tf.ensure_shape(padded, [size if i == axis else dim for i, dim in enumerate(x.shape)])
 
 
-def _same_segment(rows: int, keys: int, batch: tf.Tensor) -> tf.Tensor:
-    """[B, rows, keys] False: every position is segment 0."""
-    return tf.zeros(tf.stack([batch, rows, keys]), tf.bool)
-
-
 def _query_rows(network: XLNetNetwork, batch: tf.Tensor) -> tf.Tensor:
     """The query stream's input, mask_emb, for one position per row: [B, 1, d_model]."""
     return tf.tile(tf.cast(network.mask_emb, network.compute_dtype), tf.stack([batch, 1, 1]))
 
 
-def _through_layers(network: XLNetNetwork, rows: tf.Tensor, keys: Sequence[tf.Tensor], values: Sequence[tf.Tensor],
-                    position_keys: Sequence[tf.Tensor], row_positions: tf.Tensor, blocked: tf.Tensor,
-                    new_content: bool) -> tuple[tf.Tensor, list, list]:
-    """rows [B, Q, d] through every layer against the cache; with ``new_content`` row 0 is a new
-    content position whose key and value each layer appends first. -> (rows, keys, values) with
-    the keys/values each layer attended."""
-    batch = tf.shape(rows)[0]
-    attended_keys, attended_values = [], []
+def _through_layers(network: XLNetNetwork, rows: tf.Tensor, cache: GenerationCache, row_positions: tf.Tensor,
+                    blocked: tf.Tensor, new_column: tf.Tensor | None) -> tuple[tf.Tensor, list, list]:
+    """rows [B, Q, d] through every layer against the cache. With ``new_column`` ([R] bool, True at
+    the recent column of a new content position) row 0 is that position: each layer writes its key
+    and value there first. -> (rows, each layer's recent keys, recent values)."""
+    recent_keys, recent_values = [], []
     for i, block in enumerate(network.blocks):
-        layer_keys, layer_values = keys[i], values[i]
-        if new_content:
+        layer_recent_keys, layer_recent_values = cache.recent_keys[i], cache.recent_values[i]
+        if new_column is not None:
             new_key, new_value = block.attention.project_keys_values(rows[:, :1])
-            layer_keys = tf.concat([layer_keys, new_key], axis=2)
-            layer_values = tf.concat([layer_values, new_value], axis=2)
-        segment_diff = _same_segment(rows.shape[1], layer_keys.shape[2], batch)
-        rows = block.cached_step(rows, layer_keys, layer_values, position_keys[i], row_positions, blocked,
-                                 segment_diff, **network.attention_biases(layer_index=i))
-        attended_keys.append(layer_keys)
-        attended_values.append(layer_values)
-    return rows, attended_keys, attended_values
+            at = new_column[None, None, :, None]
+            layer_recent_keys = tf.where(at, new_key, layer_recent_keys)
+            layer_recent_values = tf.where(at, new_value, layer_recent_values)
+        rows = block.cached_step(rows, (cache.keys[i], layer_recent_keys), (cache.values[i], layer_recent_values),
+                                 cache.position_keys[i], row_positions, blocked, None,
+                                 **network.attention_biases(layer_index=i))
+        recent_keys.append(layer_recent_keys)
+        recent_values.append(layer_recent_values)
+    return rows, recent_keys, recent_values
 
 
-def start_generation(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor
-                     ) -> tuple[GenerationCache, tf.Tensor]:
+def _visible(cache: GenerationCache, valid: tf.Tensor, rows: int) -> tf.Tensor:
+    """[B, rows, mem_len + R] bool, True = may not attend: invalid columns and those outside the
+    window of the mem_len columns from ``filled`` (the newest mem_len positions before this step)
+    and the new column."""
+    size = cache.keys[0].shape[2]
+    columns = tf.range(valid.shape[1])
+    window = tf.logical_and(columns >= cache.filled, columns <= size + cache.filled)
+    return tf.tile(tf.logical_not(tf.logical_and(valid, window[None, :]))[:, None, :], [1, rows, 1])
+
+
+def start_generation(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
+                     recent_columns: int = RECENT_COLUMNS) -> tuple[GenerationCache, tf.Tensor]:
     """Reads a left-padded prompt once. prompt_ids [B, T] int, prompt_lengths [B] int (>= 1).
 
     -> (cache, logits [B, vocab] float32 of the first new position, the query stream at column T).
     ``network`` is built with ``inference_config(config, mem_len >= 1)``; mem_len is the cache size.
+    ``recent_columns``: the width of the cache's recent part (see ``GenerationCache``); any width
+    gives the same tokens, 1 merges after every token.
     """
     size = _cache_size(network)
     prompt_ids = tf.cast(prompt_ids, tf.int32)
@@ -157,40 +177,63 @@ def start_generation(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_length
                              training=False)
     kept = tf.shape(mems[0])[1]  # the last min(T, mem_len) prompt columns
     pos_emb = network.position_encoding(klen=size + 1, qlen=1, training=False)
-    keys, values, position_keys = [], [], []
+    keys, values, recent, position_keys = [], [], [], []
     for mem, block in zip(mems, network.blocks):
         layer_keys, layer_values = block.attention.project_keys_values(mem)
         keys.append(_left_pad_to(layer_keys, size, axis=2))
         values.append(_left_pad_to(layer_values, size, axis=2))
+        recent.append(tf.zeros(tf.concat([tf.shape(layer_keys)[:2], [recent_columns, layer_keys.shape[3]]], 0),
+                               layer_keys.dtype))
         position_keys.append(block.attention.project_positions(pos_emb))
-    key_valid = _left_pad_to(mask[:, tf.shape(mask)[1] - kept:], size, axis=1, value=False)
-    cache = GenerationCache(tuple(keys), tuple(values), key_valid, tuple(position_keys))
+    key_valid = tf.concat([_left_pad_to(mask[:, tf.shape(mask)[1] - kept:], size, axis=1, value=False),
+                           tf.zeros(tf.stack([batch, recent_columns]), tf.bool)], axis=1)
+    cache = GenerationCache(tuple(keys), tuple(values), tuple(recent), tuple(recent), key_valid, tf.constant(0),
+                            tuple(position_keys))
     # The first query sits right after the newest cached column: at position `size` on its axis.
     row_positions = tf.fill(tf.stack([batch, 1]), size)
-    query, _, _ = _through_layers(network, _query_rows(network, batch), keys, values, position_keys, row_positions,
-                                  tf.logical_not(key_valid)[:, None, :], new_content=False)
+    blocked = _visible(cache, key_valid, 1)
+    query, _, _ = _through_layers(network, _query_rows(network, batch), cache, row_positions, blocked, None)
     return cache, network.logits(query)[:, 0]
 
 
 def extend_generation(network: XLNetNetwork, cache: GenerationCache, token_ids: tf.Tensor
                       ) -> tuple[GenerationCache, tf.Tensor]:
     """Appends one token per row (token_ids [B] int, at the position after the cache's newest) and
-    predicts the next position: -> (cache with the token's keys and values appended, the oldest
-    column dropped; logits [B, vocab] float32 of the query stream at the next position)."""
+    predicts the next position: -> (cache with the token's keys and values added, the oldest
+    position out of the window; logits [B, vocab] float32 of the query stream at the next position)."""
     size = _cache_size(network)
     token_ids = tf.cast(token_ids, tf.int32)
     batch = tf.shape(token_ids)[0]
+    recent_columns = cache.recent_keys[0].shape[2]
     content = tf.cast(network.word_embedding(token_ids[:, None]), network.compute_dtype)
     rows = tf.concat([content, _query_rows(network, batch)], axis=1)
-    valid = tf.concat([cache.key_valid, tf.ones(tf.stack([batch, 1]), tf.bool)], axis=1)
-    blocked = tf.tile(tf.logical_not(valid)[:, None, :], [1, 2, 1])
-    # The new token is key column `size`; the next query one position further.
-    row_positions = tf.tile(tf.constant([[size, size + 1]], tf.int32), tf.stack([batch, 1]))
-    rows, keys, values = _through_layers(network, rows, cache.keys, cache.values, cache.position_keys, row_positions,
-                                         blocked, new_content=True)
-    cache = GenerationCache(tuple(k[:, :, 1:] for k in keys), tuple(v[:, :, 1:] for v in values), valid[:, 1:],
+    new_column = tf.equal(tf.range(recent_columns), cache.filled)
+    valid = tf.logical_or(cache.key_valid, tf.concat([tf.zeros([size], tf.bool), new_column], axis=0)[None, :])
+    # The new token is key column `size + filled`; the next query one position further.
+    row_positions = tf.tile(size + cache.filled + tf.constant([[0, 1]], tf.int32), tf.stack([batch, 1]))
+    rows, recent_keys, recent_values = _through_layers(network, rows, cache, row_positions,
+                                                       _visible(cache, valid, 2), new_column)
+    filled = cache.filled + 1
+    cache = GenerationCache(cache.keys, cache.values, tuple(recent_keys), tuple(recent_values), valid, filled,
                             cache.position_keys)
+    cache = tf.cond(tf.equal(filled, recent_columns), lambda: _settled(cache), lambda: cache)
     return cache, network.logits(rows[:, 1:])[:, 0]
+
+
+def _settled(cache: GenerationCache) -> GenerationCache:
+    """The cache with its full recent part merged: the newest mem_len columns of [settled; recent]
+    become the settled part, the recent part is empty again."""
+    recent_columns = cache.recent_keys[0].shape[2]
+
+    def merged(settled, recent):
+        return tf.concat([settled, recent], axis=2)[:, :, recent_columns:]
+
+    valid = tf.concat([cache.key_valid[:, recent_columns:], tf.zeros_like(cache.key_valid[:, :recent_columns])],
+                      axis=1)
+    return GenerationCache(tuple(map(merged, cache.keys, cache.recent_keys)),
+                           tuple(map(merged, cache.values, cache.recent_values)),
+                           cache.recent_keys, cache.recent_values, valid, tf.zeros_like(cache.filled),
+                           cache.position_keys)
 
 
 def uncached_next_logits(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,

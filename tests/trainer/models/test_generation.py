@@ -100,6 +100,30 @@ def test_a_full_cache_drops_the_oldest_positions(network, prompts):
     assert float(tf.reduce_max(tf.abs(logits - full))) > 1e-2
 
 
+def test_the_width_of_the_recent_part_does_not_change_the_logits_before_or_after_the_cache_is_full(network, prompts):
+    small = inference_network(network, mem_len=3)  # prompt 6 + 9 tokens: the window slides from the start
+    tokens = np.random.default_rng(9).integers(9, 40, [3, 9]).astype(np.int32)
+    logits = {}
+    for width in (1, 2, 4, 16):
+        cache, step_logits = start_generation(small, prompts, PROMPT_LENGTHS, recent_columns=width)
+        logits[width] = [step_logits]
+        for step in range(9):
+            cache, step_logits = extend_generation(small, cache, tokens[:, step])
+            logits[width].append(step_logits)
+    for width in (2, 4, 16):
+        np.testing.assert_allclose(np.stack(logits[width]), np.stack(logits[1]), atol=1e-5)
+
+
+def test_the_recent_part_is_merged_when_full(network, prompts):
+    cache, _ = start_generation(network, prompts, PROMPT_LENGTHS, recent_columns=4)
+    filled = []
+    for token in range(6):
+        cache, _ = extend_generation(network, cache, tf.fill([3], 9 + token))
+        filled.append(int(cache.filled))
+    assert filled == [1, 2, 3, 0, 1, 2]
+    assert cache.keys[0].shape[2] == CACHE and cache.recent_keys[0].shape[2] == 4
+
+
 def test_a_row_stops_at_its_stop_token_and_is_padded(network, prompts):
     free = generate(network, prompts, PROMPT_LENGTHS, 6)["generated_ids"].numpy()
     # A row that, left free, produces a token for the first time after its first step stops there.
