@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.models.config import model_preset, sequence_model_config
-from trainer.models.network import build_network
 from trainer.models.sequence_model import XLNetForSequenceTask
 from trainer.serving.text_encoder import XLNetTextEncoder
+
+from support.sequence_networks import small_sequence_network
 
 LENGTH, SEGMENTS = 12, 3
 TEXTS = ["In the beginning God created the heaven and the earth. And the earth was without form, and void; "
@@ -20,10 +20,7 @@ TEXTS = ["In the beginning God created the heaven and the earth. And the earth w
 
 @pytest.fixture(scope="module")
 def network(vocab):
-    tf.keras.utils.set_random_seed(3)
-    config = model_preset("tiny").replace(vocab_size=vocab.vocab_size, n_layer=2, d_model=32, n_head=2, d_head=16,
-                                          d_inner=64)
-    return build_network(sequence_model_config(config, mem_len=2 * LENGTH))
+    return small_sequence_network(vocab.vocab_size, mem_len=2 * LENGTH)
 
 
 @pytest.fixture(scope="module")

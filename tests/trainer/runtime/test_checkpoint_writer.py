@@ -215,8 +215,10 @@ def test_a_sigkill_during_a_background_write_resumes_exactly_from_the_checkpoint
     assert not any(name.endswith("_temp") for name in os.listdir(checkpoints))  # ckpt-4 written again
     written, expected = tensors_of(str(checkpoints / "ckpt-8")), tensors_of(big_straight.latest_checkpoint())
     assert written.keys() == expected.keys()
+    # Not bitwise: threaded float sums (deterministic=false) differ run to run by a few float32 ulps of
+    # values near 1 (3.6e-7 measured on a memory state); a wrong resume differs by far more.
     for name in written.keys() - {"_CHECKPOINTABLE_OBJECT_GRAPH"}:
-        np.testing.assert_allclose(written[name], expected[name], rtol=1e-4, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(written[name], expected[name], rtol=1e-4, atol=2e-6, err_msg=name)
 
 
 @pytest.mark.slow  # 25 s: one child run of BIG, stopped with SIGTERM during a write

@@ -9,16 +9,14 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
-from trainer.configs.finetuning import FinetuneConfig
 from trainer.inputs import sequence_examples
-from trainer.models.config import model_preset, sequence_model_config
-from trainer.models.network import build_network
 from trainer.models.sequence_model import XLNetForSequenceTask
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.serving import text_encoder
 from trainer.serving.text_encoder import XLNetTextEncoder
 
 from support.bundled_data import ROTTEN
+from support.finetuned_dirs import write_finetuned_dir
 from support.served_signatures import served_in_a_fresh_process
 
 # Slow as a whole: its three fine-tuned exports (classification, regression, multiple choice, each
@@ -34,22 +32,6 @@ def dev_texts(count: int, offset: int = 0) -> list[str]:
     return [row.split("\t")[0] for row in rows]
 
 
-def write_finetuned_dir(path: Path, vocab, task: str, labels=None, text_pair: bool = False) -> XLNetForSequenceTask:
-    """A fine-tuned model directory as `xlnet finetune` writes it, with seeded random weights."""
-    model = sequence_model_config(model_preset("tiny").replace(vocab_size=vocab.vocab_size, n_layer=2))
-    directory = ModelDirectory(str(path))
-    directory.write_model_files(model, vocab.special_ids.to_dict(), vocab.path, uncased=False)
-    directory.write_finetune_files(FinetuneConfig(task=task, max_seq_length=MAX_SEQ_LENGTH, text_pair=text_pair),
-                                   labels)
-    tf.keras.utils.set_random_seed(3)
-    network = build_network(model)
-    head = XLNetForSequenceTask(network, task, len(labels) if labels else 1)
-    # a larger head than initialisation gives, so that probabilities differ visibly between texts
-    head.logits_proj.kernel.assign(head.logits_proj.kernel * 50.0)
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=network, head=head), directory.checkpoints, 1).save()
-    return head
-
-
 def export(model_dir: Path, output: Path) -> Path:
     assert xlnet_cli.main(["export", "--model-dir", str(model_dir), "--output", str(output)]) == 0
     return output / "1"
@@ -61,7 +43,7 @@ def exports(tmp_path_factory, vocab) -> dict[str, tuple[Path, XLNetForSequenceTa
     made = {}
     for task, labels, pair in (("classification", LABELS, False), ("regression", None, True),
                                ("multiple-choice", None, False)):
-        head = write_finetuned_dir(base / task, vocab, task, labels, pair)
+        head = write_finetuned_dir(base / task, vocab, task, MAX_SEQ_LENGTH, labels, pair)
         made[task] = (export(base / task, base / f"{task}-export"), head)
     return made
 
@@ -189,7 +171,7 @@ def test_question_with_option_is_the_same_in_python_and_in_the_graph():
 
 
 def test_a_classification_directory_without_labels_is_refused(tmp_path, vocab, capsys):
-    write_finetuned_dir(tmp_path / "m", vocab, "classification", LABELS)
+    write_finetuned_dir(tmp_path / "m", vocab, "classification", MAX_SEQ_LENGTH, LABELS)
     (tmp_path / "m" / ModelDirectory.LABELS).unlink()
     assert xlnet_cli.main(["export", "--model-dir", str(tmp_path / "m"), "--output", str(tmp_path / "out")]) == 2
     assert "classification model without labels.json" in capsys.readouterr().err

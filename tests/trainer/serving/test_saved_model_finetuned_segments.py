@@ -11,15 +11,12 @@ import pytest
 import tensorflow as tf
 
 import xlnet_cli
-from trainer.configs.finetuning import FinetuneConfig
 from trainer.inputs import sequence_examples
-from trainer.models.config import model_preset, sequence_model_config
-from trainer.models.network import build_network
 from trainer.models.sequence_model import XLNetForSequenceTask
-from trainer.runtime.model_dir import ModelDirectory
 from trainer.serving.text_encoder import XLNetTextEncoder
 
 from support.bundled_data import REPO, ROTTEN, corpus_lines
+from support.finetuned_dirs import write_finetuned_dir
 from support.processes import output_of, start
 from support.served_signatures import served_in_a_fresh_process
 
@@ -32,22 +29,6 @@ def texts(count: int, skip: int) -> list[str]:
     """Texts of mixed lengths: from a few pieces to more than SEGMENTS segments."""
     lines = corpus_lines(count, skip=skip, longer_than=20)
     return [" ".join(lines[i:i + 1 + i % 4]) for i in range(count)]
-
-
-def write_finetuned_dir(path: Path, vocab, task: str, labels=None, text_pair: bool = False) -> XLNetForSequenceTask:
-    """A model directory as `xlnet finetune --set max_segments=3 --set mem_len=24` writes it, seeded weights."""
-    model = sequence_model_config(model_preset("tiny").replace(vocab_size=vocab.vocab_size, n_layer=2), MEM_LEN)
-    directory = ModelDirectory(str(path))
-    directory.write_model_files(model, vocab.special_ids.to_dict(), vocab.path, uncased=False)
-    directory.write_finetune_files(FinetuneConfig(task=task, max_seq_length=MAX_SEQ_LENGTH, max_segments=SEGMENTS,
-                                                  text_pair=text_pair), labels)
-    tf.keras.utils.set_random_seed(4)
-    network = build_network(model)
-    head = XLNetForSequenceTask(network, task, len(labels) if labels else 1)
-    # a larger head than initialisation gives, so that probabilities differ visibly between texts
-    head.logits_proj.kernel.assign(head.logits_proj.kernel * 50.0)
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=network, head=head), directory.checkpoints, 1).save()
-    return head
 
 
 def served(requests: list) -> dict:
@@ -81,7 +62,8 @@ def chooser(tmp_path_factory, vocab) -> tuple[XLNetForSequenceTask, dict]:
     ``choose`` called in a fresh process. (Single texts and pairs: the agreement test below and
     test_saved_model_segments.py.)"""
     base = tmp_path_factory.mktemp("finetuned-segments")
-    head = write_finetuned_dir(base / "choice", vocab, "multiple-choice")
+    head = write_finetuned_dir(base / "choice", vocab, "multiple-choice", MAX_SEQ_LENGTH, max_segments=SEGMENTS,
+                               mem_len=MEM_LEN, seed=4)
     path = export(base / "choice", str(base / "export"))
     config = json.loads((Path(path) / "assets" / "export_config.json").read_text())
     assert (config["max_segments"], config["mem_len"]) == (SEGMENTS, MEM_LEN)  # the fine-tuned defaults
