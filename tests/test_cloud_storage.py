@@ -115,6 +115,7 @@ def test_training_on_bucket_data_has_the_losses_of_training_on_local_data(bucket
     np.testing.assert_allclose([remote[s] for s in range(1, 9)], [local[s] for s in range(1, 9)], rtol=1e-5)
 
 
+@pytest.mark.slow  # about 55 s: an export to the bucket and a fresh process serving it
 def test_the_saved_model_exported_to_the_bucket_serves_from_the_bucket(bucket_run, tmp_path):
     serving = bucket_run["serving"]
     assert [name.rstrip("/") for name in tf.io.gfile.listdir(serving)] == ["1"]  # no staging left behind

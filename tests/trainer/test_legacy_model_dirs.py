@@ -79,6 +79,7 @@ FINETUNE_SETTINGS_ADDED_SINCE = {"max_segments": 1}
 STEP_FIELDS_ADDED_SINCE = {"peak_memory_bytes", "model_flops_per_sec", "mfu", "mfu_peak_source"}
 
 
+@pytest.mark.slow  # about 12 s: a resumed run
 def test_a_pretrained_directory_resumes_to_the_losses_an_uninterrupted_run_logged(tmp_path):
     model_dir = legacy_copy("pretrained", tmp_path)
     xlnet("train", "--data", str(LEGACY / "data"), "--model-dir", str(model_dir), *sets(MODEL + TRAIN),
@@ -86,6 +87,7 @@ def test_a_pretrained_directory_resumes_to_the_losses_an_uninterrupted_run_logge
     assert_same_steps(rows(model_dir / ModelDirectory.STEP_LOG), rows(LEGACY / "train_steps_through_6.jsonl"))
 
 
+@pytest.mark.slow  # about 13 s: a finetune from the legacy directory
 def test_a_pretrained_directory_initialises_a_finetune_with_the_losses_it_gave(tmp_path):
     out = tmp_path / "classifier"
     xlnet("finetune", "--task", "classification", "--train", str(LEGACY / "train.tsv"), "--eval",

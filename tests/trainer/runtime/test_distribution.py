@@ -27,6 +27,7 @@ def make_trainer(data_dir, model_dir, strategy) -> Controller:
                                   log=lambda line: None)
 
 
+@pytest.mark.slow  # about 15 s: two runs
 def test_mirrored_over_two_devices_matches_one_device_with_the_same_global_batch(small_data_dir, tmp_path,
                                                                                    mirrored_strategy):
     # two steps: the second one runs on the memory the first one left on each replica

@@ -54,6 +54,7 @@ def test_every_step_row_carries_the_peak_memory_of_its_window_and_it_grows_with_
     assert events == {row["step"]: float(row["peak_memory_bytes"]) for row in large}
 
 
+@pytest.mark.slow  # about 16 s: two measured runs
 def test_gradient_accumulation_holds_one_micro_step_of_activations_at_a_time(tiny_data_dir, two_rows, tmp_path):
     small, small_before = two_rows
     before = allocated()

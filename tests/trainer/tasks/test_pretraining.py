@@ -141,6 +141,7 @@ def test_deterministic_runs_log_identical_rows_but_the_clock_fields(tiny_data_di
     assert logs[1] == logs[0]
 
 
+@pytest.mark.slow  # about 15 s: a child run stopped with SIGTERM
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tiny_data_dir, tmp_path):
     model_dir = tmp_path / "preempted"
     process = run_subprocess_training(train_command(tiny_data_dir, model_dir, "train_steps=100000",
@@ -273,6 +274,7 @@ def run_after_damage(tiny_data_dir, tmp_path: Path, capsys, split: str, *overrid
     return code, capsys.readouterr().err, data, model_dir
 
 
+@pytest.mark.slow  # about 20 s: a run that meets a damaged shard
 def test_a_damaged_shard_met_mid_run_stops_with_status_3_naming_it_and_keeps_the_checkpoints(
         tiny_data_dir, tmp_path, capsys):
     code, err, data, model_dir = run_after_damage(tiny_data_dir, tmp_path, capsys, "train", "train_steps=6",

@@ -121,6 +121,7 @@ def test_a_short_finetune_beats_the_majority_class_on_dev(classifier):
     assert summary["eval"]["accuracy"] == results["accuracy"]
 
 
+@pytest.mark.slow  # about 14 s: a second finetune run
 def test_rerunning_a_finished_finetune_evaluates_again_without_a_step(classifier, spm_model, tmp_path):
     model_dir, summary = classifier
     again = tmp_path / "again"
