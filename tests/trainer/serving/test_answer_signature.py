@@ -222,9 +222,9 @@ def test_served_answers_equal_the_python_pipeline(fresh, python_predictions):
 
 def test_every_answer_is_its_span_of_the_original_context(fresh):
     served, pairs = fresh["answers"], examples()
-    for text, start, end, pair in zip(served["answer"], served["char_start"], served["char_end"], pairs):
-        assert text == pair.context[start:end]
-        assert text == text.strip() and (text != "") == (start >= 0)
+    for text, first, end, pair in zip(served["answer"], served["char_start"], served["char_end"], pairs):
+        assert text == pair.context[first:end]
+        assert text == text.strip() and (text != "") == (first >= 0)
 
 
 def test_awkward_pairs_have_defined_answers(fresh):
