@@ -150,7 +150,7 @@ def _through_layers(network: XLNetNetwork, rows: tf.Tensor, cache: GenerationCac
     return rows, recent_keys, recent_values
 
 
-def _visible(cache: GenerationCache, valid: tf.Tensor, rows: int) -> tf.Tensor:
+def _blocked(cache: GenerationCache, valid: tf.Tensor, rows: int) -> tf.Tensor:
     """[B, rows, mem_len + R] bool, True = may not attend: invalid columns and those outside the
     window of the mem_len columns from ``filled`` (the newest mem_len positions before this step)
     and the new column."""
@@ -191,7 +191,7 @@ def start_generation(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_length
                             tuple(position_keys))
     # The first query sits right after the newest cached column: at position `size` on its axis.
     row_positions = tf.fill(tf.stack([batch, 1]), size)
-    blocked = _visible(cache, key_valid, 1)
+    blocked = _blocked(cache, key_valid, 1)
     query, _, _ = _through_layers(network, _query_rows(network, batch), cache, row_positions, blocked, None)
     return cache, network.logits(query)[:, 0]
 
@@ -212,7 +212,7 @@ def extend_generation(network: XLNetNetwork, cache: GenerationCache, token_ids: 
     # The new token is key column `size + filled`; the next query one position further.
     row_positions = tf.tile(size + cache.filled + tf.constant([[0, 1]], tf.int32), tf.stack([batch, 1]))
     rows, recent_keys, recent_values = _through_layers(network, rows, cache, row_positions,
-                                                       _visible(cache, valid, 2), new_column)
+                                                       _blocked(cache, valid, 2), new_column)
     filled = cache.filled + 1
     cache = GenerationCache(cache.keys, cache.values, tuple(recent_keys), tuple(recent_values), valid, filled,
                             cache.position_keys)

@@ -14,7 +14,7 @@ from support.bundled_data import REPO
 
 import xlnet_cli
 from trainer.inputs.corpus_documents import tokenize_document
-from trainer.models.generation import MAX_NEW_TOKENS_CAP, generate
+from trainer.models.generation import MAX_NEW_TOKENS_CAP, excluded_symbol_ids, generate, stop_symbol_ids
 from trainer.models.inference_network import inference_network
 from trainer.runtime.restore import open_model_directory, resolve_uncased, restore_model
 
@@ -35,8 +35,7 @@ def expected_continuation(prompt: str, **settings) -> str:
     network = inference_network(restore_model(directory).network, directory.model_config.mem_len)
     processor = spm.SentencePieceProcessor(model_proto=directory.sp_model_proto)
     ids = tokenize_document(processor, [prompt], resolve_uncased(directory)[0])
-    stops = [directory.special_ids["eod"], directory.special_ids["eos"]]
-    excluded = [directory.special_ids[name] for name in ("unk", "bos", "cls", "sep", "pad", "mask")]
+    stops, excluded = stop_symbol_ids(directory.special_ids), excluded_symbol_ids(directory.special_ids)
     out = generate(network, ids[None], [len(ids)], stop_ids=stops, excluded_ids=excluded, **settings)
     return processor.decode([int(i) for i in out["generated_ids"].numpy()[0] if i >= 0 and i not in stops])
 

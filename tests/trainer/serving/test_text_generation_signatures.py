@@ -14,7 +14,7 @@ from support.bundled_data import REPO
 from support.served_signatures import served_in_a_fresh_process
 
 import xlnet_cli
-from trainer.models.generation import MAX_NEW_TOKENS_CAP, generate
+from trainer.models.generation import MAX_NEW_TOKENS_CAP, excluded_symbol_ids, generate, stop_symbol_ids
 from trainer.models.inference_network import inference_network
 from trainer.models.scoring import score_tokens
 from trainer.runtime.restore import open_model_directory, restore_model
@@ -65,8 +65,8 @@ def in_process_generation(model, prompts, **kwargs) -> dict[str, np.ndarray]:
     lengths = tf.minimum(tf.cast(ids.row_lengths(), tf.int32), MAX_LENGTH)
     kept = tf.RaggedTensor.from_row_lengths(ids.values, ids.row_lengths())[:, -MAX_LENGTH:]
     out = generate(network, left_padded(tf.cast(kept, tf.int32), MAX_LENGTH, special["pad"]), lengths,
-                   stop_ids=[special["eod"], special["eos"]], pad_id=special["pad"],
-                   excluded_ids=[special[name] for name in ("unk", "bos", "cls", "sep", "pad", "mask")], **kwargs)
+                   stop_ids=stop_symbol_ids(special), pad_id=special["pad"], excluded_ids=excluded_symbol_ids(special),
+                   **kwargs)
     return {name: value.numpy() for name, value in out.items()}
 
 
