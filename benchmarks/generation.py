@@ -23,6 +23,11 @@ tokens, greedy, batch 1 and 8; no stop token, so every row makes all its tokens.
   independent (``ms``) or chained as a step chains its layers (``in_turn_ms``): what reading every
   weight once costs on this machine. A batch-1 step reads every weight once and is bound by memory,
   not arithmetic; ``token_32_over_weight_floor`` compares the cached step with ``in_turn_ms``.
+* ``floor`` (per batch): a lower bound on the whole cached generation here, ``generation_floor``: the
+  prompt's pass as measured, then per further token only the reads no step can avoid (every weight
+  once for the step's 2 x batch rows, the cache once). ``bound_over_uncached`` and
+  ``bound_over_peer`` are the ratios a generation at that bound would reach: when one is below a
+  goal, no implementation of the step meets the goal on this machine.
 * ``scoring``: one text of each length in ``--score-lengths`` (random ids), scored with
   ``score_tokens`` in ``--segment-len`` segments with ``--score-mem`` memory, against a sliding
   window that recomputes the previous ``--score-mem`` tokens for every segment (the same context
@@ -154,40 +159,83 @@ def uncached_generation(network, ids, new_tokens: int) -> dict:
             "total": f"trapezoid over {len(points)} measured points"}
 
 
-def weight_floor(network) -> dict:
-    """The memory floor of a batch-1 step: milliseconds to read every weight a step uses once, one
-    vector times each weight matrix in one graph. ``ms``: the products independent of each other (the
-    runtime overlaps them: the machine's bandwidth); ``in_turn_ms``: each waiting for the one before,
-    as a step's layers do. A cached step at batch 1 multiplies one or two rows by every matrix, so
-    it is bound by these, not by arithmetic."""
+def weight_floor(network, rows: int = 1, logit_rows: int | None = None) -> dict:
+    """The memory floor of reading every weight a step uses once: milliseconds for ``rows`` rows
+    times each weight matrix (``logit_rows`` rows, default ``rows``, times the tied embedding, as the
+    logits take only the query rows), in one graph. ``ms``: the products independent of each other
+    (the runtime overlaps them: the machine's bandwidth); ``in_turn_ms``: each waiting for the one
+    before, as a step's layers do. A cached step multiplies 2 x batch rows by every matrix (a
+    token's content row and the next position's query row), so at small batches it is bound by
+    these, not by arithmetic."""
     import numpy as np
     import tensorflow as tf
 
     # The r kernels project position encodings once per generation, not per step.
-    matrices = [tf.reshape(v, [v.shape[0], -1]) for v in network.weights
-                if len(v.shape) >= 2 and not v.path.endswith("r_kernel")]
+    weights = [v for v in network.weights if len(v.shape) >= 2 and not v.path.endswith("r_kernel")]
+    matrices = [tf.reshape(v, [v.shape[0], -1]) for v in weights]
+    row_counts = [logit_rows or rows if v.path.endswith("embeddings") else rows for v in weights]
+    width = max(max(matrix.shape) for matrix in matrices)
 
     @tf.function
     def read_all(x):
         total = tf.zeros([])
-        for matrix in matrices:
-            total += tf.reduce_sum(tf.matmul(x[:, :matrix.shape[0]], matrix))
+        for matrix, count in zip(matrices, row_counts):
+            total += tf.reduce_sum(tf.matmul(x[:count, :matrix.shape[0]], matrix))
         return total
 
     @tf.function
     def read_in_turn(x):
         # Each product waits for the one before, as a step's layers do: TensorFlow runs them one by one.
-        for matrix in matrices:
-            y = tf.tanh(tf.matmul(x[:, :matrix.shape[0]], matrix))
-            x = tf.pad(y, [[0, 0], [0, max(0, width - matrix.shape[1])]])[:, :width]
+        for matrix, count in zip(matrices, row_counts):
+            y = tf.tanh(tf.matmul(x[:count, :matrix.shape[0]], matrix))
+            x = tf.pad(y, [[0, rows - count], [0, max(0, width - matrix.shape[1])]])[:, :width]
         return x
 
-    width = max(max(matrix.shape) for matrix in matrices)
-    seconds, _ = timed(read_all, tf.ones([1, width]), repeats=20)
-    in_turn, _ = timed(read_in_turn, tf.ones([1, width]), repeats=20)
+    seconds, _ = timed(read_all, tf.ones([rows, width]), repeats=20)
+    in_turn, _ = timed(read_in_turn, tf.ones([rows, width]), repeats=20)
     megabytes = sum(int(np.prod(matrix.shape)) * matrix.dtype.size for matrix in matrices) / 2 ** 20
-    return {"ms": 1000 * seconds, "in_turn_ms": 1000 * in_turn, "weight_mib": megabytes,
+    return {"rows": rows, "ms": 1000 * seconds, "in_turn_ms": 1000 * in_turn, "weight_mib": megabytes,
             "gib_per_sec": megabytes / 1024 / seconds}
+
+
+def cache_floor(network, batch: int) -> dict:
+    """Milliseconds to read once what a step's attention must read: every layer's cached keys and
+    values of ``batch`` rows (mem_len columns) and its position keys, summed independently (the
+    runtime overlaps the reads: the machine's bandwidth)."""
+    import tensorflow as tf
+
+    config = network.config
+    tensors = [tf.ones([batch, config.n_head, config.mem_len, config.d_head]) for _ in range(2 * config.n_layer)]
+    tensors += [tf.ones([1, config.n_head, config.mem_len + 2, config.d_head]) for _ in range(config.n_layer)]
+
+    @tf.function
+    def read_all():
+        return tf.add_n([tf.reduce_sum(tensor) for tensor in tensors])
+
+    seconds, _ = timed(read_all, repeats=20)
+    megabytes = sum(int(tensor.shape.num_elements()) * 4 for tensor in tensors) / 2 ** 20
+    return {"ms": 1000 * seconds, "cache_mib": megabytes}
+
+
+def generation_floor(network, ids, new_tokens: int) -> dict:
+    """A lower bound on a whole cached generation in TensorFlow on this machine: the prompt's pass as
+    measured (the dense forward pass over the prompt that gives the first token; any implementation
+    makes one), then for each further token only the reads a step cannot avoid: every weight once
+    for its 2 x batch rows (the products independent: ``weight_floor``'s ``ms``) and the cache once
+    (``cache_floor``). No attention arithmetic, no layer norms, no per-op cost is counted."""
+    import tensorflow as tf
+
+    from trainer.models.generation import start_generation
+
+    batch = ids.shape[0]
+    start = tf.function(lambda p, n: start_generation(network, p, n)[1])
+    prompt_seconds, _ = timed(start, tf.constant(ids), tf.fill([batch], ids.shape[1]), repeats=2)
+    weights = weight_floor(network, 2 * batch, batch)
+    cache = cache_floor(network, batch)
+    step_ms = weights["ms"] + cache["ms"]
+    seconds = prompt_seconds + (new_tokens - 1) * step_ms / 1000
+    return {"prompt_seconds": prompt_seconds, "weights_ms": weights["ms"], "cache_ms": cache["ms"],
+            "step_ms": step_ms, "seconds": seconds, "tokens_per_sec": batch * new_tokens / seconds}
 
 
 def peer_python() -> Path | None:
@@ -287,11 +335,15 @@ def main(argv: list[str] | None = None) -> int:
                    "cached_over_uncached": uncached["seconds"] / cached["seconds"],
                    "token_128_over_token_1": (cached["token_ms"][str(args.new_tokens)] / cached["token_ms"]["1"]),
                    "token_32_over_weight_floor": cached["token_ms"][str(min(32, args.new_tokens))] / floor["in_turn_ms"]}
+            bound = generation_floor(network, ids, args.new_tokens)
+            row.update(floor=bound, bound_over_uncached=uncached["seconds"] / bound["seconds"],
+                       token_32_over_floor_step=cached["token_ms"][str(min(32, args.new_tokens))] / bound["step_ms"])
             if peer is not None:
                 theirs = peer_generation(network, ids, args.new_tokens, workdir)
                 agree = float(np.mean(np.asarray(theirs.pop("tokens")) == cached["generated"]))
                 row["peer"] = {**theirs, "greedy_tokens_agreeing": agree}
                 row["cached_over_peer"] = theirs["seconds"] / cached["seconds"]
+                row["bound_over_peer"] = theirs["seconds"] / bound["seconds"]
             emit(**row)
     if not args.score_lengths:
         return 0

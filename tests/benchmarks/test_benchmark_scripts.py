@@ -259,7 +259,7 @@ def test_serving_long_texts_benchmark_times_each_fill_of_the_segments(tmp_path, 
                                                                 rel=0.01)
 
 
-@pytest.mark.slow  # about 60 s: tiny shapes, two batch sizes, two scoring lengths, the peer off
+@pytest.mark.slow  # about 60 s: tiny shapes, two batch sizes (each with its floor), two scoring lengths, the peer off
 def test_generation_benchmark_times_cached_uncached_generation_and_scoring_by_length():
     settings, *rows = run_benchmark("generation.py", "--preset", "tiny", "--prompt-len", "16", "--new-tokens", "8",
                                     "--batches", "1", "2", "--score-lengths", "64", "128", "--segment-len", "32",
@@ -277,6 +277,12 @@ def test_generation_benchmark_times_cached_uncached_generation_and_scoring_by_le
         assert row["token_32_over_weight_floor"] == pytest.approx(row["cached"]["token_ms"]["8"] / in_turn)
         assert row["cached"]["tokens_per_sec"] == pytest.approx(row["batch"] * 8 / row["cached"]["seconds"])
         assert row["cached_over_uncached"] == pytest.approx(row["uncached"]["seconds"] / row["cached"]["seconds"])
+        bound = row["floor"]
+        assert bound["weights_ms"] > 0 and bound["cache_ms"] > 0
+        assert bound["step_ms"] == pytest.approx(bound["weights_ms"] + bound["cache_ms"])
+        assert bound["seconds"] == pytest.approx(bound["prompt_seconds"] + 7 * bound["step_ms"] / 1000)
+        assert row["bound_over_uncached"] == pytest.approx(row["uncached"]["seconds"] / bound["seconds"])
+        assert row["token_32_over_floor_step"] == pytest.approx(row["cached"]["token_ms"]["8"] / bound["step_ms"])
     scoring = [row for row in rows if row["kind"] == "scoring"]
     assert [row["tokens"] for row in scoring] == [64, 128]
     assert all(row["memory_seconds"] > 0 and row["sliding_seconds"] > 0 for row in scoring)
