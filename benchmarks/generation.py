@@ -330,14 +330,15 @@ def main(argv: list[str] | None = None) -> int:
             ids = prompts(batch, args.prompt_len, config.vocab_size)
             cached = cached_generation(network, ids, args.new_tokens)
             uncached = uncached_generation(network, ids, args.new_tokens)
+            token_32 = cached["token_ms"][str(min(32, args.new_tokens))]
             row = {"kind": "generation", "batch": batch,
                    "cached": {k: v for k, v in cached.items() if k != "generated"}, "uncached": uncached,
                    "cached_over_uncached": uncached["seconds"] / cached["seconds"],
                    "token_128_over_token_1": (cached["token_ms"][str(args.new_tokens)] / cached["token_ms"]["1"]),
-                   "token_32_over_weight_floor": cached["token_ms"][str(min(32, args.new_tokens))] / floor["in_turn_ms"]}
+                   "token_32_over_weight_floor": token_32 / floor["in_turn_ms"]}
             bound = generation_floor(network, ids, args.new_tokens)
             row.update(floor=bound, bound_over_uncached=uncached["seconds"] / bound["seconds"],
-                       token_32_over_floor_step=cached["token_ms"][str(min(32, args.new_tokens))] / bound["step_ms"])
+                       token_32_over_floor_step=token_32 / bound["step_ms"])
             if peer is not None:
                 theirs = peer_generation(network, ids, args.new_tokens, workdir)
                 agree = float(np.mean(np.asarray(theirs.pop("tokens")) == cached["generated"]))
