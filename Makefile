@@ -21,10 +21,8 @@ test: $(STAMP)
 
 # The slow tests (training runs, benchmark smoke tests, measured memory) on two processes as well;
 # CI runs them after the default suite so that none rots unseen.
-# SLOW_EXCLUDE: pytest options leaving out slow tests known to fail, named where it is set (.ci/run).
-SLOW_EXCLUDE ?=
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow -n 2 --dist loadgroup tests $(SLOW_EXCLUDE)
+	$(PY) -m pytest -q -m slow -n 2 --dist loadgroup tests
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q tests

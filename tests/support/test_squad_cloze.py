@@ -86,20 +86,19 @@ def test_paragraphs_cut_documents_into_consecutive_runs_of_sentences():
 # ------------------------------------------------------------------------------ learnability
 # support.squad_cloze.SHORT_CLOZE, which one 96-piece window holds; a 3-layer model from
 # random weights, without dropout (with it, the same run learns about three times slower). Its
-# exact match leaves the baselines' level after 250-500 steps, as the model learns to find the
-# question's words in the context. Measured (2026-11-23): exact 37.3 / F1 48.9 at step 1000,
-# against at most 3.0 / 6.6 for the baselines, so the 10-point margins leave room for noise.
-# Measured again (2026-11-25, these settings, eval every 250 steps): the code of 2026-11-23
-# (08415b2) F1 54.4 at step 1000; today's code 30.3 and, the same command again, 11.6. Both
-# codes' step losses agree to 1e-6 for the first ~190 steps (no change of the model, data or
-# schedule); two runs of one code part bitwise at step ~110 (threaded float sums) and by step
-# ~200 follow different curves, so whether the model has found the question's words by step
-# 1000 is partly chance, and the test can fail without a regression. Fixing that needs
-# deterministic=true and a margin measured over several seeds.
+# exact match leaves the baselines' level after 250-750 steps, as the model learns to find the
+# question's words in the context; when is partly chance. Without deterministic=true two runs of
+# one command part bitwise at step ~110 (threaded float sums) and follow different curves: F1 at
+# step 1000 was 54.4, 30.3 and 11.6 in three runs (2026-11-25), so a bar at step 1000 failed
+# without a regression. The run is therefore deterministic (the same curve every time on one
+# machine) and 1500 steps long, past that phase for every seed tried. Measured (2026-11-25, eval
+# every 250 steps, F1 at steps 500 / 1000 / 1500): seed 0: 13.2 / 83.5 / 89.7; seed 1:
+# 27.5 / 60.3 / 77.4 (exact 86.0 and 59.3 at step 1500), against at most 3.0 exact / 6.6 F1 for
+# the baselines: the 30-point margins leave room for another machine's float sums.
 LEARNING = ["--max-seq-length", "96", "--doc-stride", "64", "--max-query-length", "24",
             "--set", "n_layer=3", "--set", "d_inner=256", "--set", "dropout=0", "--set", "dropatt=0",
-            "--set", "learning_rate=2e-3", "--set", "warmup_steps=100",
-            "--set", "train_steps=1000", "--set", "eval_every=1000", "--set", "checkpoint_every=1000"]
+            "--set", "learning_rate=2e-3", "--set", "warmup_steps=100", "--set", "deterministic=true",
+            "--set", "train_steps=1500", "--set", "eval_every=1500", "--set", "checkpoint_every=1500"]
 
 
 @pytest.mark.slow
@@ -118,5 +117,5 @@ def test_a_short_finetune_on_cloze_beats_the_trivial_baselines_on_held_out_parag
     baselines = [squad_evaluate(gold, trivial_answers(held_out, words, seed))
                  for words in (1, 2) for seed in (None, 0, 1)]
     assert learned["total"] == len(gold) >= 250
-    assert learned["f1"] > max(b["f1"] for b in baselines) + 10, (learned, baselines)
-    assert learned["exact"] > max(b["exact"] for b in baselines) + 10, (learned, baselines)
+    assert learned["f1"] > max(b["f1"] for b in baselines) + 30, (learned, baselines)
+    assert learned["exact"] > max(b["exact"] for b in baselines) + 30, (learned, baselines)
