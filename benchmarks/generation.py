@@ -98,18 +98,20 @@ def prompts(batch: int, length: int, vocab_size: int, seed: int = 0):
 
 def timed(fn, *args, repeats: int = 1) -> tuple[float, object]:
     """(the least wall seconds of ``repeats`` calls, the last result): the first call is not timed."""
+    import tensorflow as tf
+
     result = fn(*args)
     best = float("inf")
     for _ in range(repeats):
         began = time.perf_counter()
         result = fn(*args)
-        _ = [value.numpy() for value in (result.values() if isinstance(result, dict) else [result])]
+        _ = [value.numpy() for value in tf.nest.flatten(result)]
         best = min(best, time.perf_counter() - began)
     return best, result
 
 
 def cached_generation(network, ids, new_tokens: int) -> dict:
-    """Tokens/s of the whole cached loop and the time of single tokens."""
+    """Tokens/s of the whole cached loop, the time of the prompt's pass and of single tokens."""
     import numpy as np
     import tensorflow as tf
 
@@ -120,7 +122,7 @@ def cached_generation(network, ids, new_tokens: int) -> dict:
     seconds, result = timed(whole, tf.constant(ids), lengths)
     start = tf.function(lambda p, n: start_generation(network, p, n))
     extend = tf.function(lambda cache, tokens: extend_generation(network, cache, tokens))
-    cache, logits = start(tf.constant(ids), lengths)
+    prompt_seconds, (cache, logits) = timed(start, tf.constant(ids), lengths, repeats=2)
     steps = []
     for _ in range(new_tokens):
         tokens = tf.argmax(logits, axis=-1, output_type=tf.int32)
@@ -134,7 +136,7 @@ def cached_generation(network, ids, new_tokens: int) -> dict:
         return float(np.median(window))
 
     return {"seconds": seconds, "tokens_per_sec": ids.shape[0] * new_tokens / seconds,
-            "generated": result["generated_ids"].numpy(),
+            "prompt_seconds": prompt_seconds, "generated": result["generated_ids"].numpy(),
             "token_ms": {str(k): 1000 * around(k) for k in sorted({1, min(32, new_tokens), new_tokens})}}
 
 
@@ -173,7 +175,7 @@ def weight_floor(network, rows: int = 1, logit_rows: int | None = None) -> dict:
     # The r kernels project position encodings once per generation, not per step.
     weights = [v for v in network.weights if len(v.shape) >= 2 and not v.path.endswith("r_kernel")]
     matrices = [tf.reshape(v, [v.shape[0], -1]) for v in weights]
-    row_counts = [logit_rows or rows if v.path.endswith("embeddings") else rows for v in weights]
+    row_counts = [(logit_rows or rows) if v.path.endswith("embeddings") else rows for v in weights]
     width = max(max(matrix.shape) for matrix in matrices)
 
     @tf.function
@@ -213,29 +215,24 @@ def cache_floor(network, batch: int) -> dict:
         return tf.add_n([tf.reduce_sum(tensor) for tensor in tensors])
 
     seconds, _ = timed(read_all, repeats=20)
-    megabytes = sum(int(tensor.shape.num_elements()) * 4 for tensor in tensors) / 2 ** 20
+    megabytes = sum(int(tensor.shape.num_elements()) * tensor.dtype.size for tensor in tensors) / 2 ** 20
     return {"ms": 1000 * seconds, "cache_mib": megabytes}
 
 
-def generation_floor(network, ids, new_tokens: int) -> dict:
+def generation_floor(network, batch: int, prompt_seconds: float, new_tokens: int) -> dict:
     """A lower bound on a whole cached generation in TensorFlow on this machine: the prompt's pass as
-    measured (the dense forward pass over the prompt that gives the first token; any implementation
-    makes one), then for each further token only the reads a step cannot avoid: every weight once
-    for its 2 x batch rows (the products independent: ``weight_floor``'s ``ms``) and the cache once
-    (``cache_floor``). No attention arithmetic, no layer norms, no per-op cost is counted."""
-    import tensorflow as tf
-
-    from trainer.models.generation import start_generation
-
-    batch = ids.shape[0]
-    start = tf.function(lambda p, n: start_generation(network, p, n)[1])
-    prompt_seconds, _ = timed(start, tf.constant(ids), tf.fill([batch], ids.shape[1]), repeats=2)
+    measured (``prompt_seconds``, the dense forward pass over the prompt that gives the first token;
+    any implementation makes one), then for each further token only the reads a step cannot avoid:
+    every weight once for its 2 x batch rows (the products independent: ``weight_floor``'s ``ms``)
+    and the cache once (``cache_floor``). No attention arithmetic, no layer norms, no per-op cost is
+    counted. ``weights_in_turn_ms``: the same weight reads chained, as a step's layers chain them."""
     weights = weight_floor(network, 2 * batch, batch)
     cache = cache_floor(network, batch)
     step_ms = weights["ms"] + cache["ms"]
     seconds = prompt_seconds + (new_tokens - 1) * step_ms / 1000
-    return {"prompt_seconds": prompt_seconds, "weights_ms": weights["ms"], "cache_ms": cache["ms"],
-            "step_ms": step_ms, "seconds": seconds, "tokens_per_sec": batch * new_tokens / seconds}
+    return {"prompt_seconds": prompt_seconds, "weights_ms": weights["ms"], "weights_in_turn_ms": weights["in_turn_ms"],
+            "cache_ms": cache["ms"], "step_ms": step_ms, "seconds": seconds,
+            "tokens_per_sec": batch * new_tokens / seconds}
 
 
 def peer_python() -> Path | None:
@@ -336,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                    "cached_over_uncached": uncached["seconds"] / cached["seconds"],
                    "token_128_over_token_1": (cached["token_ms"][str(args.new_tokens)] / cached["token_ms"]["1"]),
                    "token_32_over_weight_floor": token_32 / floor["in_turn_ms"]}
-            bound = generation_floor(network, ids, args.new_tokens)
+            bound = generation_floor(network, batch, cached["prompt_seconds"], args.new_tokens)
             row.update(floor=bound, bound_over_uncached=uncached["seconds"] / bound["seconds"],
                        token_32_over_floor_step=token_32 / bound["step_ms"])
             if peer is not None:

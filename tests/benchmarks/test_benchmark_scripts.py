@@ -278,7 +278,8 @@ def test_generation_benchmark_times_cached_uncached_generation_and_scoring_by_le
         assert row["cached"]["tokens_per_sec"] == pytest.approx(row["batch"] * 8 / row["cached"]["seconds"])
         assert row["cached_over_uncached"] == pytest.approx(row["uncached"]["seconds"] / row["cached"]["seconds"])
         bound = row["floor"]
-        assert bound["weights_ms"] > 0 and bound["cache_ms"] > 0
+        assert bound["weights_ms"] > 0 and bound["weights_in_turn_ms"] > 0 and bound["cache_ms"] > 0
+        assert bound["prompt_seconds"] == row["cached"]["prompt_seconds"] > 0
         assert bound["step_ms"] == pytest.approx(bound["weights_ms"] + bound["cache_ms"])
         assert bound["seconds"] == pytest.approx(bound["prompt_seconds"] + 7 * bound["step_ms"] / 1000)
         assert row["bound_over_uncached"] == pytest.approx(row["uncached"]["seconds"] / bound["seconds"])
