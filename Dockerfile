@@ -21,7 +21,8 @@ COPY pipeline ./pipeline
 COPY tfrecords ./tfrecords
 COPY trainer ./trainer
 # Same pins as setup.py (Beam 2.77.0 is already in the base image and stays as is).
-RUN pip install --no-cache-dir "/opt/xlnet[pipeline]" \
+# The dask extra too, so that the same image runs Dask workers: docker run --entrypoint dask IMAGE worker ADDRESS
+RUN pip install --no-cache-dir "/opt/xlnet[pipeline,dask]" \
     && python -c "import apache_beam, sentencepiece, pipeline.beam_pipeline; assert apache_beam.__version__ == '2.77.0'"
 
 # The SDK harness boot program of the base image starts the worker.

@@ -149,7 +149,8 @@ def plot_losses(train: list[tuple[int, float]], valid: list[tuple[int, float]], 
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
-    axes.plot(*zip(*train), label="train loss (mean over each loop of steps)")
+    # A run's first loop is one step (it compiles), so its first point is that step's loss, not a mean.
+    axes.plot(*zip(*train), label="train loss (mean of each loop's steps; a run's first point: its first step)")
     if valid:
         axes.plot(*zip(*valid), marker="o", label="valid loss")
     axes.set_xlabel("step")

@@ -2,18 +2,24 @@
 
 Every subcommand module exposes ``add_arguments(parser)`` and ``run(args)``, which returns 0 or
 raises; ``run_subcommand`` turns the two kinds of error (tfrecords/errors.py) into exit codes.
-Modules are imported only when their subcommand runs, so `xlnet vocab --help` does not
-pay for importing TensorFlow.
+Modules are imported only when their subcommand runs, and TensorFlow only once the flags parse and
+the command needs it, so no `--help` pays for importing TensorFlow. A flag argparse cannot use is
+one line too, the mistyped flag named first with the nearest real ones.
+
+A native crash (a segmentation fault in a library) prints Python's stack (faulthandler) and then
+one line naming the command: install_crash_report.
 """
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import os
+import signal
 import sys
 import time
 
-from tfrecords.errors import EXIT_DATA, EXIT_OK, EXIT_USAGE
+from tfrecords.errors import EXIT_DATA, EXIT_OK, EXIT_USAGE, UsageError, did_you_mean
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -41,9 +47,9 @@ EXIT_STATUS = (f"exit status: {EXIT_OK} done (or preempted, with a checkpoint sa
                f"input (a flag, file or setting, named); {EXIT_DATA} a data or state problem (damaged data, a "
                "diverged run, no readable checkpoint, a corpus too short for any record)")
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
-# Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/commands/tensorflow_startup.py).
-TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "inspect", "plan", "score", "generate",
-                          "goodput")
+# Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/commands/tensorflow_startup.py),
+# after the flags parse, unless the module's needs_tensorflow(args) says this run does without.
+TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "inspect", "plan", "score", "generate")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -58,12 +64,148 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class CommandParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are UsageErrors, so that they end as every other usage error
+    does, one line ``xlnet NAME: error: MESSAGE`` (exit 2), without the usage block (--help shows it)."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def unrecognized_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The flags in ``argv`` (before a ``--``) that ``parser`` defines no option for, as typed
+    (``--promt``, without an ``=VALUE``); a unique prefix of an option, which argparse accepts, counts
+    as known, and so does a negative number."""
+    options = [option for action in parser._actions for option in action.option_strings]
+    unknown = []
+    for token in argv:
+        if token == "--":
+            break
+        if not token.startswith("-") or token == "-" or _is_number(token):
+            continue
+        flag = token.split("=", 1)[0]
+        if flag.startswith("--"):
+            known = any(option.startswith(flag) for option in options)
+        else:  # -x, or -xVALUE
+            known = flag[:2] in options
+        if not known:
+            unknown.append(flag)
+    return unknown
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def unrecognized_error(parser: argparse.ArgumentParser, flags: list[str]) -> UsageError:
+    """The UsageError naming the first of ``flags`` parser does not know, with the nearest of its
+    flags (tfrecords/errors.py's did_you_mean, the rule `--set` suggests with), and any others."""
+    options = [option for action in parser._actions for option in action.option_strings if option.startswith("--")]
+    first, others = flags[0], flags[1:]
+    suggestion = did_you_mean(first, options)
+    more = f"; also unrecognized: {' '.join(others)}" if others else ""
+    return UsageError(f"unrecognized argument {first}{f' ({suggestion})' if suggestion else ''}{more}; "
+                      "--help lists the flags")
+
+
+def parse_flags(parser: argparse.ArgumentParser, argv: list[str], runner_options: bool = False) -> argparse.Namespace:
+    """``argv`` parsed by ``parser`` (a CommandParser); a UsageError (one line) on any problem,
+    a misspelled flag named first. With ``runner_options`` (`xlnet preprocess`), the flags the parser
+    does not define are handed on as ``args.runner_options`` (Apache Beam's), unless the parse
+    failed: then one close to a flag of ours is named as the likely cause."""
+    flags = argv[:argv.index("--")] if "--" in argv else argv
+    unknown = [] if {"-h", "--help"} & set(flags) else unrecognized_flags(parser, argv)  # --help first
+    if unknown and not runner_options:
+        raise unrecognized_error(parser, unknown)
+    try:
+        args, extras = parser.parse_known_args(argv)
+    except UsageError:
+        options = [option for action in parser._actions for option in action.option_strings]
+        typos = [flag for flag in unknown if did_you_mean(flag, options)]
+        if typos:
+            raise unrecognized_error(parser, typos) from None
+        raise
+    if runner_options:
+        args.runner_options = extras
+    elif extras:
+        raise UsageError(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
+_crash_pipe = None  # install_crash_report's end of the pipe to the crash reader
+
+
+def install_crash_report(command: str) -> None:
+    """Makes a native crash of this process (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, in
+    TensorFlow say) print Python's stack of every thread (faulthandler), then one line naming
+    ``command`` and what to do, on standard error.
+
+    After a segmentation fault no Python runs in the crashed process, and faulthandler's own
+    signal-safe writer prints only the stack; so faulthandler writes into a pipe whose reader, a
+    process forked now (before any thread or TensorFlow exists), passes the stack on and adds the
+    line. When the command ends any other way the pipe closes with nothing in it and the reader ends
+    silently. The exit status stays the signal's (crash_line): for a segmentation fault -11 from
+    Python's subprocess, 139 from a shell."""
+    read_end, write_end = os.pipe()
+    sys.stderr.flush()
+    if os.fork() == 0:
+        _report_crash(read_end, write_end, command)
+    os.close(read_end)
+    global _crash_pipe  # kept open (and referenced) for the process's life; its end is the reader's EOF
+    _crash_pipe = os.fdopen(write_end, "wb", buffering=0)
+    faulthandler.enable(file=_crash_pipe, all_threads=True)
+
+
+def _report_crash(read_end: int, write_end: int, command: str) -> None:
+    """The crash reader (install_crash_report's forked process): copies what faulthandler wrote to
+    standard error and adds the line naming the command; never returns."""
+    try:
+        os.close(write_end)
+        for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(signal_number, signal.SIG_IGN)  # a Ctrl-C or a kill of the group is the command's
+        os.closerange(0, 2)  # holds no one's stdin or stdout open (`xlnet plan | head` ends when xlnet does)
+        os.closerange(3, read_end)
+        os.closerange(read_end + 1, 1 << 16)
+        chunks = []
+        while chunk := os.read(read_end, 65536):
+            chunks.append(chunk)
+        report = b"".join(chunks)
+        if report:
+            os.write(2, report + crash_line(command, report.decode("utf-8", "replace")).encode())
+    finally:
+        os._exit(0)
+
+
+# faulthandler's names of the signals it reports ("Fatal Python error: Segmentation fault")
+FAULTS = {"Segmentation fault": signal.SIGSEGV, "Aborted": signal.SIGABRT, "Bus error": signal.SIGBUS,
+          "Floating point exception": signal.SIGFPE, "Illegal instruction": signal.SIGILL}
+RESUMING_COMMANDS = ("train", "finetune")
+
+
+def crash_line(command: str, report: str) -> str:
+    """The line after faulthandler's ``report`` of a native crash of `xlnet COMMAND`: the fault,
+    the exit status it ends with, and what to do."""
+    fault = report.strip().splitlines()[0].removeprefix("Fatal Python error: ").strip() if report.strip() else ""
+    number = FAULTS.get(fault)
+    status = f"; exit status {128 + number} in a shell, {-number} from Python's subprocess" if number else ""
+    again = ("run the same command again: it resumes from the last checkpoint" if command in RESUMING_COMMANDS
+             else "run the same command again")
+    return f"xlnet {command}: crashed in native code ({fault or 'a fatal error'}, the Python stack above){status}; {again}\n"
+
+
 def _load(name: str):
     module_name, _ = SUBCOMMANDS[name]
     return importlib.import_module(module_name)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `xlnet` command: ``argv`` (default: the process's arguments) is a subcommand and its
+    flags. Run as the process's command (no ``argv``), a native crash is reported
+    (install_crash_report)."""
     from_process = argv is None  # the process runs this command: its start-up counts from the process's
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="xlnet", description=__doc__.splitlines()[0], epilog=EXIT_STATUS)
@@ -73,9 +215,15 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:  # no command: usage on standard error, as for any usage error
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if argv[0] in ("-h", "--help"):
+        parser.parse_args(argv)  # prints the usage and the commands; exits 0
     if argv[0] not in SUBCOMMANDS:
-        parser.parse_args(argv)  # --help exits 0; an unknown command exits 2 naming it
+        suggestion = did_you_mean(argv[0], SUBCOMMANDS)
+        print(f"xlnet: error: unknown command {argv[0]!r}{f' ({suggestion})' if suggestion else ''}; "
+              f"xlnet --help lists them", file=sys.stderr)
         return EXIT_USAGE
+    if from_process:
+        install_crash_report(argv[0])
     return run_subcommand(argv[0], argv[1:], started=process_started() if from_process else None)
 
 
@@ -122,12 +270,6 @@ def run_subcommand(name: str, argv: list[str], prog: str | None = None, started:
 
 
 def _run_subcommand(name: str, argv: list[str], prog: str | None) -> int:
-    from tfrecords.errors import UsageError
-
-    if name in TENSORFLOW_SUBCOMMANDS:
-        from trainer.commands.tensorflow_startup import import_tensorflow_quietly
-
-        import_tensorflow_quietly()
     try:
         module = _load(name)
     except ModuleNotFoundError as error:
@@ -135,14 +277,15 @@ def _run_subcommand(name: str, argv: list[str], prog: str | None) -> int:
             raise
         raise UsageError("needs Apache Beam, which this installation lacks; install the pipeline extra: "
                          "pip install \"xlnet-pretrain[pipeline]\" (training, import and export do not need it)") from None
-    sub_parser = argparse.ArgumentParser(prog=prog or f"xlnet {name}", description=SUBCOMMANDS[name][1],
-                                         epilog=EXIT_STATUS, formatter_class=HelpFormatter)
+    sub_parser = CommandParser(prog=prog or f"xlnet {name}", description=SUBCOMMANDS[name][1],
+                               epilog=EXIT_STATUS, formatter_class=HelpFormatter)
     module.add_arguments(sub_parser)
-    if getattr(module, "ACCEPTS_RUNNER_OPTIONS", False):
-        # e.g. `xlnet preprocess` hands unknown flags to Apache Beam (--project, --region, ...)
-        args, args.runner_options = sub_parser.parse_known_args(argv)
-    else:
-        args = sub_parser.parse_args(argv)
+    # e.g. `xlnet preprocess` hands unknown flags to Apache Beam (--project, --region, ...)
+    args = parse_flags(sub_parser, argv, runner_options=getattr(module, "ACCEPTS_RUNNER_OPTIONS", False))
+    if name in TENSORFLOW_SUBCOMMANDS and getattr(module, "needs_tensorflow", lambda _: True)(args):
+        from trainer.commands.tensorflow_startup import import_tensorflow_quietly
+
+        import_tensorflow_quietly()
     status = module.run(args)
     if status not in (None, 0):  # run() returns 0 or raises: a status is decided here only
         raise TypeError(f"xlnet {name}: run() returned {status!r}; it must return 0 or raise")

@@ -36,8 +36,12 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import socket
 import time
+import uuid
 from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator, NamedTuple
 
 import apache_beam as beam
@@ -48,7 +52,8 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from pipeline.corpus import CorpusError, InputFile, read_documents
-from pipeline.data_directory import OutputWriteError, save_manifest, shard_sizes
+from pipeline.data_directory import (OutputWriteError, remove_run_files, report_path, save_manifest, save_report,
+                                     shard_sizes)
 from pipeline.output_lock import read_lock
 from pipeline.preprocess_config import PreprocessConfig
 from pipeline.records import RecordBuilder
@@ -130,26 +135,51 @@ class _ShardBuffer:
 
 
 class EveryShard(NamedTuple):
-    """The marker that travels with the matched files: ReadDocuments seeds every shard key with None.
+    """A marker that travels with the matched files, one per shard: ReadDocuments seeds that shard's
+    key with None, so that an empty shard gets its (empty) file too.
 
-    A marker rather than a second Create flattened into the shuffle because the local runner
-    runs such a Flatten as a stage of its own that copies all the read text once more."""
+    Markers rather than a second Create flattened into the shuffle because the local runner
+    runs such a Flatten as a stage of its own that copies all the read text once more; one per
+    shard (not one for all) so that a runner partitioning its input by count (Dask) spreads the
+    shards' work too."""
+
+    split: str
+    shard: int
+
+
+def every_shard(config: PreprocessConfig) -> list[EveryShard]:
+    """The markers of every shard of both splits."""
+    return [EveryShard(split, shard) for split in SPLITS for shard in range(config.num_shards_of(split))]
+
+
+def worker_name() -> str:
+    """Which worker process did a piece of work (host:pid): recorded in the run's reports."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# The shard whose key also carries every reader's report to the last stage (every run has it).
+REPORT_CARRIER = ("train", 0)
+# What a reader counts per file (its report's fields besides kind, file and worker).
+READ_STATS = ("files", "lines", "invalid_lines", "long_lines", "empty_files", "unreadable_files", "documents_read",
+              "dropped_bytes")
+# What the shard stage counts per shard, besides the manifest's records, tokens, masked tokens, documents.
+SHARD_STATS = ("empty_documents", "short_streams", "uncovered_tokens")
 
 
 class ReadDocuments(beam.DoFn):
-    """InputFile -> ((split, shard), RawDocuments): each document placed by its key, batched per shard.
+    """InputFile -> ((split, shard), RawDocuments): each document placed by its key, batched per shard,
+    then (REPORT_CARRIER, the file's read report: a dict with kind "read").
 
-    EveryShard -> ((split, shard), None) for every shard of both splits."""
+    EveryShard -> ((split, shard), None) for its shard."""
 
     def __init__(self, config: PreprocessConfig):
         self._config = config
-        self._counters = Counters("files", "empty_files", "unreadable_files", "lines", "invalid_lines",
-                                  "long_lines", "documents_read")
+        self._counters = Counters(*READ_STATS)
 
-    def process(self, input_file: InputFile | EveryShard) -> Iterator[tuple[tuple[str, int], RawDocuments | None]]:
+    def process(self, input_file: InputFile | EveryShard) -> Iterator[tuple[tuple[str, int], RawDocuments | dict | None]]:
         c = self._config
         if isinstance(input_file, EveryShard):
-            yield from (((split, shard), None) for split in SPLITS for shard in range(c.num_shards_of(split)))
+            yield (input_file.split, input_file.shard), None
             return
         stats: Counter = Counter()
         index = -1
@@ -171,16 +201,20 @@ class ReadDocuments(beam.DoFn):
         except CorpusError as error:
             _LOG.error("skipping the rest of %s: %s", input_file.path, error)
             stats["unreadable_files"] += 1
+            stats["dropped_bytes"] += max(0, input_file.size_bytes - stats["bytes_read"])
         yield from self._flush(input_file.key, buffers)
         stats["files"] += 1
         stats["documents_read"] += index + 1
-        for name, value in stats.items():
-            self._counters.add(name, value)
+        report = {"kind": "read", "file": input_file.path, "worker": worker_name(),
+                  **{name: stats[name] for name in READ_STATS}}
+        for name in READ_STATS:
+            self._counters.add(name, report[name])
         _LOG.info("read %s: %d documents, %d lines in %.1f s", input_file.path, index + 1, stats["lines"],
                   time.time() - start)
         if stats["invalid_lines"] or stats["long_lines"]:
             _LOG.warning("%s: skipped %d invalid and %d over-long lines", input_file.path,
                          stats["invalid_lines"], stats["long_lines"])
+        yield REPORT_CARRIER, report
 
     @staticmethod
     def _flush(file_key: str, buffers: dict) -> Iterator[tuple[tuple[str, int], RawDocuments]]:
@@ -188,8 +222,12 @@ class ReadDocuments(beam.DoFn):
             yield shard, buffers[shard].pack(file_key)
         buffers.clear()
 
+
 class WriteShard(beam.DoFn):
-    """((split, shard), documents) -> the shard file on disk, and its statistics (a dict)."""
+    """((split, shard), documents) -> the shard file on disk, and its report (a dict with kind "shard":
+    its statistics and worker, or the lasting error that kept it from being written).
+
+    The values of REPORT_CARRIER's key also hold the readers' reports: passed on as they are."""
 
     def __init__(self, config: PreprocessConfig, vocab_sha256: str):
         self._config = config
@@ -197,9 +235,8 @@ class WriteShard(beam.DoFn):
         self._builder = None
         self._processor = None
         self._eod = -1
-        self._counters = Counters("documents", "empty_documents", "tokens", "records", "masked_tokens",
-                                  "short_streams", "uncovered_tokens")
-        self._write_errors = Metrics.string_set(NAMESPACE, WRITE_ERRORS)
+        self._counters = Counters("documents", "tokens", "records", "masked_tokens", *SHARD_STATS)
+        self._write_errors = Metrics.string_set(NAMESPACE, WRITE_ERRORS)  # for a runner's UI only
 
     def setup(self) -> None:
         vocab = load_vocab(self._config.vocab, expected_sha256=self._vocab_sha256)
@@ -208,41 +245,55 @@ class WriteShard(beam.DoFn):
         self._eod = special.eod
         self._builder = RecordBuilder(self._config.record_config(), vocab.word_start_table(), special.sep, special.cls)
 
-    def process(self, element: tuple[tuple[str, int], Iterable[RawDocuments | None]]) -> Iterator[dict]:
-        (split, shard), batches = element
+    def process(self, element: tuple[tuple[str, int], Iterable[RawDocuments | dict | None]]) -> Iterator[dict]:
+        (split, shard), values = element
         c = self._config
         arrival = time.time()
-        raw = [batch for batch in batches if batch is not None]  # None: the empty seed every shard gets
+        raw, read_reports = [], []
+        for value in values:  # None: the empty seed every shard gets
+            if isinstance(value, RawDocuments):
+                raw.append(value)
+            elif value is not None:
+                read_reports.append(value)
+        stats: Counter = Counter()
         by_stream: dict[int, list[TokenizedDocument]] = defaultdict(list)
-        for document in self._tokenize(raw):
+        for document in self._tokenize(raw, stats):
             by_stream[document.stream].append(document)
         start = time.time()
         _LOG.info("tokenised %d documents for %s in %.1f s", sum(len(d) for d in by_stream.values()),
                   c.shard_name(split, shard), start - arrival)
+        yield self._write(split, shard, by_stream, stats, start)
+        yield from read_reports
+
+    def _write(self, split: str, shard: int, by_stream: dict[int, list[TokenizedDocument]], stats: Counter,
+               start: float) -> dict:
+        """Writes the shard file; returns the shard's report."""
+        c = self._config
         path = FileSystems.join(c.output, c.shard_name(split, shard))
+        report = {"kind": "shard", "split": split, "shard": shard, "file": c.shard_name(split, shard),
+                  "worker": worker_name()}
         compression = CompressionTypes.GZIP if c.compression == "gzip" else CompressionTypes.UNCOMPRESSED
         try:
             with FileSystems.create(path, mime_type="application/octet-stream",
                                     compression_type=compression) as handle:
-                streams, totals = self._write_streams(handle, split, shard, by_stream)
+                streams, totals = self._write_streams(handle, split, shard, by_stream, stats)
         except OSError as error:  # a full disk, a read-only output: one sentence in the launcher
             failure = OutputWriteError.of(path, error)
             if not failure.lasting:
                 raise failure from error
             self._write_errors.add(failure.text())
-            yield {"split": split, "shard": shard, "file": c.shard_name(split, shard), "write_error": str(failure)}
-            return
+            return {**report, "write_error": failure.text()}
         documents = sum(len(docs) for docs in by_stream.values())
         tokens = sum(d.num_tokens for docs in by_stream.values() for d in docs)
-        self._counters.add("records", totals["records"])
-        self._counters.add("masked_tokens", totals["masked_tokens"])
+        report.update(records=totals["records"], tokens=tokens, masked_tokens=totals["masked_tokens"],
+                      documents=documents, streams=streams, **{name: stats[name] for name in SHARD_STATS})
+        for name in ("records", "tokens", "masked_tokens", "documents", *SHARD_STATS):
+            self._counters.add(name, report[name])
         _LOG.info("wrote %s: %d records from %d documents (%d tokens) in %.1f s", path, totals["records"],
                   documents, tokens, time.time() - start)
-        yield {"split": split, "shard": shard, "file": c.shard_name(split, shard), "records": totals["records"],
-               "tokens": tokens, "masked_tokens": totals["masked_tokens"], "documents": documents,
-               "streams": streams}
+        return report
 
-    def _tokenize(self, batches: list[RawDocuments]) -> Iterator[TokenizedDocument]:
+    def _tokenize(self, batches: list[RawDocuments], stats: Counter) -> Iterator[TokenizedDocument]:
         """Normalises and tokenises the documents (one SentencePiece call per batch); drops empty ones."""
         c = self._config
         for batch in batches:
@@ -254,18 +305,16 @@ class WriteShard(beam.DoFn):
             for (key, stream, order, _), document_texts in zip(documents, texts):
                 sentences = [ids for ids in itertools.islice(encoded, len(document_texts)) if ids]
                 if not sentences:
-                    self._counters.add("empty_documents", 1)
+                    stats["empty_documents"] += 1
                     continue
                 if c.use_eod:
                     sentences.append([self._eod])
                 lengths = np.fromiter((len(s) for s in sentences), dtype=np.int32, count=len(sentences))
                 ids = np.fromiter(itertools.chain.from_iterable(sentences), dtype=np.int32, count=int(lengths.sum()))
-                self._counters.add("documents", 1)
-                self._counters.add("tokens", len(ids))
                 yield TokenizedDocument(key, stream, order, ids.tobytes(), lengths.tobytes())
 
-    def _write_streams(self, handle, split: str, shard: int,
-                       by_stream: dict[int, list[TokenizedDocument]]) -> tuple[list[dict], Counter]:
+    def _write_streams(self, handle, split: str, shard: int, by_stream: dict[int, list[TokenizedDocument]],
+                       stats: Counter) -> tuple[list[dict], Counter]:
         """Writes the shard's streams by ascending id (forward, then reversed); returns their bookkeeping."""
         c = self._config
         forward = streams_of_shard(shard, c.num_shards_of(split), c.num_streams)
@@ -286,50 +335,125 @@ class WriteShard(beam.DoFn):
             count = totals["records"] - first
             streams.append({"stream_id": stream_id, "records": count, "first_record_index_in_file": first})
             covered = 0 if count == 0 else (count - 1) * c.reuse_len + c.seq_len
-            self._counters.add("short_streams", int(count == 0 and len(ids) > 0))
-            self._counters.add("uncovered_tokens", max(0, len(ids) - covered))
+            stats["short_streams"] += int(count == 0 and len(ids) > 0)
+            stats["uncovered_tokens"] += max(0, len(ids) - covered)
         return streams, totals
 
 
 class WriteManifest(beam.DoFn):
-    """All shard statistics -> DIR/manifest.json, written atomically once every shard is done.
+    """Every report (shards' and readers') -> DIR/manifest.json, written atomically once every shard is
+    done, then the run's report (``RunReport``'s dict) for the launcher, at ``report_path``.
 
-    A run without a single training record writes no manifest: its presence means usable data,
-    and the launcher (pipeline/preprocess_command.py) reports why there is none."""
+    A run without a single training record, with a shard that could not be written, with results
+    the runner delivered twice or not at all, or whose --output lock another run has taken, writes
+    no manifest: its presence means usable data. The report says which, and the launcher
+    (pipeline/preprocess_command.py) turns it into one sentence. After a write error the run's
+    shards are removed here already, which frees the space the report needs on a full disk."""
 
-    def __init__(self, config: PreprocessConfig, vocab_entry: dict, special_ids: dict, lock_token: str | None = None):
+    def __init__(self, config: PreprocessConfig, vocab_entry: dict, special_ids: dict, files: list[str],
+                 report_path: str, lock_token: str | None = None):
         self._config = config
         self._vocab_entry = vocab_entry
         self._special_ids = special_ids
+        self._files = files
+        self._report_path = report_path
         self._lock_token = lock_token
 
-    def process(self, shard_stats: list[dict]) -> Iterator[str]:
-        failed = [s["write_error"] for s in shard_stats if s.get("write_error")]
-        if failed:  # the launcher reports them (the WRITE_ERRORS metric) and removes the shards
-            _LOG.warning("%s/%s not written: %d shard file(s) could not be written", self._config.output,
-                         MANIFEST_NAME, len(failed))
-            return
-        if not has_training_records(shard_stats):
+    def process(self, reports: list[dict]) -> Iterator[dict]:
+        output = self._config.output
+        report = RunReport.gather(reports, self._files, self._config)
+        if self._lock_token is not None:  # never publish over a directory another run has taken
+            owner = read_lock(output)
+            if owner is None or owner.get("token") != self._lock_token:
+                _LOG.warning("%s/%s not written: the directory's lock is no longer this run's", output, MANIFEST_NAME)
+                report.lost_lock = describe(owner)
+                Metrics.string_set(NAMESPACE, LOST_LOCK).add(report.lost_lock)
+        if report.lost_lock is None and not report.write_errors and not report.problems:
+            self._publish(report)
+        if report.write_errors and report.lost_lock is None:
+            _LOG.warning("%s/%s not written: %d file(s) could not be written", output, MANIFEST_NAME,
+                         len(report.write_errors))
+            remove_run_files(output)
+        save_report(report.to_dict(), self._report_path)
+        yield report.to_dict()
+
+    def _publish(self, report: "RunReport") -> None:
+        """Writes the manifest when the run has training records (the report says whether it did)."""
+        if not has_training_records(report.shards):
             _LOG.warning("no training records: %s/%s not written", self._config.output, MANIFEST_NAME)
             return
-        sizes = shard_sizes(self._config.output, [s["file"] for s in shard_stats])
-        manifest = build_manifest(self._config, self._vocab_entry, self._special_ids, shard_stats, sizes)
+        sizes = shard_sizes(self._config.output, [s["file"] for s in report.shards])
+        manifest = build_manifest(self._config, self._vocab_entry, self._special_ids, report.shards, sizes,
+                                  report.corpus_counters())
         problems = manifest.validate()
         if problems:
             raise RuntimeError("inconsistent shard statistics: " + "; ".join(problems))
-        if self._lock_token is not None:  # never publish over a directory another run has taken
-            owner = read_lock(self._config.output)
-            if owner is None or owner.get("token") != self._lock_token:
-                _LOG.warning("%s/%s not written: the directory's lock is no longer this run's", self._config.output,
-                             MANIFEST_NAME)
-                Metrics.string_set(NAMESPACE, LOST_LOCK).add(describe(owner))
-                return
         try:
-            yield save_manifest(manifest, self._config.output)
+            report.manifest = save_manifest(manifest, self._config.output)
         except OutputWriteError as failure:
             if not failure.lasting:
                 raise
             Metrics.string_set(NAMESPACE, WRITE_ERRORS).add(failure.text())
+            report.write_errors.append(failure.text())
+
+
+@dataclass
+class RunReport:
+    """What a run learnt, gathered in its last stage from the reports that travelled through it as
+    elements (never from a runner's metrics, which not every runner has): the same on every runner.
+
+    ``counters``: the end-of-run counters (COUNTER_KEYS); ``shards``: each shard's report;
+    ``reads`` / ``writes``: per worker (host:pid), how many files it read and shards it wrote;
+    ``write_errors``: the files that could not be written for good (OutputWriteError texts);
+    ``lost_lock``: the owner of --output's lock when it was no longer this run's; ``problems``:
+    results the runner delivered twice or never; ``manifest``: its path once published."""
+
+    counters: dict[str, int]
+    shards: list[dict]
+    reads: dict[str, int]
+    writes: dict[str, int]
+    write_errors: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    lost_lock: str | None = None
+    manifest: str | None = None
+
+    @classmethod
+    def gather(cls, reports: list[dict], files: list[str], config: PreprocessConfig) -> "RunReport":
+        reads = [r for r in reports if r.get("kind") == "read"]
+        shards = [r for r in reports if r.get("kind") == "shard"]
+        problems = _delivered_once("input file", [r["file"] for r in reads], files)
+        problems += _delivered_once("shard", [r["file"] for r in shards],
+                                    [config.shard_name(s.split, s.shard) for s in every_shard(config)])
+        written = [s for s in shards if not s.get("write_error")]
+        counters = {key: sum(r[key] for r in reads) for key in READ_STATS}
+        counters.update({key: sum(s[key] for s in written)
+                         for key in ("documents", "tokens", "records", "masked_tokens", *SHARD_STATS)})
+        return cls(counters=counters, shards=sorted(written, key=lambda s: (s["split"], s["shard"])),
+                   reads=dict(sorted(Counter(r["worker"] for r in reads).items())),
+                   writes=dict(sorted(Counter(s["worker"] for s in shards).items())),
+                   write_errors=sorted(s["write_error"] for s in shards if s.get("write_error")), problems=problems)
+
+    def corpus_counters(self) -> dict[str, int]:
+        """The counters that depend only on the corpus and settings (not on workers): the manifest's."""
+        return dict(sorted(self.counters.items()))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "RunReport":
+        return cls(**values)
+
+
+def _delivered_once(what: str, delivered: list[str], expected: list[str]) -> list[str]:
+    """Problems when the runner delivered an item's results more than once, or never."""
+    seen = Counter(delivered)
+    problems = [f"the runner delivered the results of {what} {name} {count} times"
+                for name, count in sorted(seen.items()) if count > 1]
+    missing = sorted(set(expected) - set(seen))
+    if missing:
+        problems.append(f"the runner delivered no results for {len(missing)} {what}(s), e.g. {missing[0]}")
+    return problems
 
 
 def has_training_records(shard_stats: list[dict]) -> bool:
@@ -338,7 +462,7 @@ def has_training_records(shard_stats: list[dict]) -> bool:
 
 
 def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dict, shard_stats: list[dict],
-                   sizes: dict[str, int]) -> Manifest:
+                   sizes: dict[str, int], counters: dict[str, int] | None = None) -> Manifest:
     """The manifest for a finished run from the per-shard statistics and the shard files' sizes."""
     splits = {}
     for split in SPLITS:
@@ -350,19 +474,29 @@ def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dic
             for s in stats)
         splits[split] = SplitEntry(num_shards=config.num_shards_of(split), num_streams=config.num_streams,
                                    shards=shards)
-    return Manifest(config=config.to_dict(), vocab=vocab_entry, special_ids=special_ids, splits=splits)
+    return Manifest(config=config.to_dict(), vocab=vocab_entry, special_ids=special_ids, splits=splits,
+                    counters=counters)
+
+
+def interleaved(files: list[InputFile], markers: list[EveryShard]) -> list[InputFile | EveryShard]:
+    """Files and shard markers alternating, so that a runner cutting the list into consecutive
+    partitions (Dask) gives every partition some reading to do."""
+    return [item for pair in itertools.zip_longest(files, markers) for item in pair if item is not None]
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Vocab, files: list[InputFile],
-                   lock_token: str | None = None) -> None:
-    """Adds every stage of the preprocessing to ``pipeline``; with ``lock_token`` (the run's
-    pipeline/output_lock.py token) the manifest is written only while the lock still holds it."""
+                   lock_token: str | None = None) -> str:
+    """Adds every stage of the preprocessing to ``pipeline``; returns where its last stage writes the
+    run's report (read_report reads it). With ``lock_token`` (the run's pipeline/output_lock.py
+    token) the manifest is written only while the lock still holds it."""
+    path = report_path(config.output, lock_token or uuid.uuid4().hex)
     _ = (
         pipeline
-        | "MatchedFiles" >> beam.Create([EveryShard()] + files)  # Create itself redistributes them
+        | "MatchedFiles" >> beam.Create(interleaved(files, every_shard(config)))  # Create redistributes them
         | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
         | "GroupByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShard(config, vocab.sha256))
-        | "AllShards" >> beam.combiners.ToList()
+        | "AllReports" >> beam.combiners.ToList()
         | "WriteManifest" >> beam.ParDo(WriteManifest(config, vocab.manifest_entry(), vocab.special_ids.to_dict(),
-                                                       lock_token)))
+                                                       [f.path for f in files], path, lock_token)))
+    return path

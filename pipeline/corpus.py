@@ -36,6 +36,7 @@ from apache_beam.io.filesystems import FileSystems
 from tfrecords.corpus_text import (  # noqa: F401 (read_raw_lines: this module's readers' API)
     INPUT_FORMATS,
     decompressed,
+    directory_input_problem,
     documents_of,
     format_by_name,
     read_raw_lines,
@@ -106,9 +107,7 @@ def _holds_files(pattern: str) -> bool:
 
 
 def _directory_error(pattern: str) -> CorpusError:
-    directory = pattern.rstrip("/")
-    return CorpusError(f"--input {pattern!r} is a directory; give its files or a glob, e.g. "
-                       f"--input '{directory}/*.txt'")
+    return CorpusError(directory_input_problem(pattern))
 
 
 def resolve_format(path: str, input_format: str) -> str:
@@ -120,9 +119,28 @@ def resolve_format(path: str, input_format: str) -> str:
     return format_by_name(path)
 
 
-def _open_decompressed(path: str):
-    """The file's bytes, decompressed by extension (tfrecords/corpus_text.py)."""
-    return decompressed(FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED), path)
+class _CountingReader:
+    """A binary file handle that counts the stored bytes read through it (``position``)."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self.position = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        self.position += len(data)
+        return data
+
+    def __getattr__(self, name: str):
+        return getattr(self._handle, name)
+
+    def __enter__(self) -> "_CountingReader":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._handle.close()
+
+
 
 
 def read_documents(path: str, input_format: str = "auto", text_field: str = "text",
@@ -131,15 +149,22 @@ def read_documents(path: str, input_format: str = "auto", text_field: str = "tex
 
     Compression is detected from the extension (.gz, .bz2). Problems are counted in
     ``stats`` (see the module docstring); a file that cannot be decompressed, or is
-    truncated, raises CorpusError naming it.
+    truncated, raises CorpusError naming it. ``stats["bytes_read"]`` counts the stored
+    (compressed) bytes read so far, so a reader can tell how much of a failed file was lost.
     """
     stats = Counter() if stats is None else stats
     file_format = resolve_format(path, input_format)
     before = stats["lines"] + stats["invalid_lines"] + stats["long_lines"]
+    stored = None
     try:
-        with _open_decompressed(path) as handle:
-            yield from documents_of(handle, file_format, text_field, max_line_bytes, stats)
+        stored = _CountingReader(FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
+        with decompressed(stored, path) as handle:  # by extension (tfrecords/corpus_text.py)
+            for document in documents_of(handle, file_format, text_field, max_line_bytes, stats):
+                stats["bytes_read"] = stored.position
+                yield document
+        stats["bytes_read"] = stored.position
     except (OSError, EOFError, ValueError, zlib.error) as error:
+        stats["bytes_read"] = stored.position if stored is not None else 0
         if isinstance(error, CorpusError):
             raise
         raise CorpusError(f"{path}: cannot read: {error}") from error

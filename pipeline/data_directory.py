@@ -8,6 +8,7 @@ and clearing away what a failed run wrote. Shard files are written by the pipeli
 from __future__ import annotations
 
 import errno
+import json
 import os
 import posixpath
 import re
@@ -19,8 +20,10 @@ from pipeline.output_lock import LOCK_NAME
 from tfrecords.errors import DataError, UsageError
 from tfrecords.manifest import MANIFEST_NAME, Manifest, manifest_location, missing_manifest_error, parse_manifest
 
+# The run's report, written by the pipeline's last stage for the launcher (read, then removed).
+REPORT_PREFIX = ".preprocess-report-"
 # Names of what a run writes; anything else in the directory is left alone.
-OWN_PREFIXES = ("train-", "valid-", f".{MANIFEST_NAME}")
+OWN_PREFIXES = ("train-", "valid-", f".{MANIFEST_NAME}", REPORT_PREFIX)
 # A full disk or quota is a state problem (exit 3); a path that cannot be written as given, a flag's (exit 2).
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -194,6 +197,30 @@ def save_manifest(manifest: Manifest, directory: str) -> str:
     return target
 
 
+def report_path(output: str, run_id: str) -> str:
+    """Where the pipeline's last stage leaves the report of run ``run_id`` for its launcher."""
+    return FileSystems.join(output, f"{REPORT_PREFIX}{run_id}.json")
+
+
+def save_report(report: dict, path: str) -> None:
+    """Writes a run's report (JSON); a file that cannot be written raises OutputWriteError."""
+    try:
+        with FileSystems.create(path, mime_type="application/json") as handle:
+            handle.write(json.dumps(report, sort_keys=True).encode("utf-8"))
+    except OSError as error:
+        raise OutputWriteError.of(path, error) from error
+
+
+def take_report(path: str) -> dict | None:
+    """The run's report at ``path``, removed once read; None when the pipeline left none."""
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path, compression_type="uncompressed") as handle:
+        report = json.loads(handle.read().decode("utf-8"))
+    FileSystems.delete([path])
+    return report
+
+
 def has_manifest(output: str) -> bool:
     """Whether ``output`` holds a manifest, i.e. complete data."""
     return FileSystems.exists(FileSystems.join(output, MANIFEST_NAME))
@@ -205,4 +232,4 @@ def read_manifest(path: str) -> Manifest:
     if not FileSystems.exists(file_path):
         raise missing_manifest_error(file_path)
     with FileSystems.open(file_path, compression_type="uncompressed") as handle:
-        return parse_manifest(handle.read().decode("utf-8"), file_path)
+        return parse_manifest(handle.read(), file_path)

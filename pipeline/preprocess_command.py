@@ -2,10 +2,16 @@
 
 Locally the default runner is Beam's FnApiRunner in multi-processing mode with ``--workers N``
 worker processes (default: one per CPU core), fully offline; ``--direct_running_mode in_memory``
-runs everything inside this process instead. Any other flag is handed to Beam as a pipeline option, so Dataflow, Flink and
-Spark are reached with their standard options, e.g.
+runs everything inside this process instead. ``--runner dask`` runs on a Dask cluster
+(pipeline/dask_cluster.py). Any other flag is handed to Beam as a pipeline option, so Dataflow,
+Flink and Spark are reached with their standard options, e.g.
 ``--runner DataflowRunner --project P --region R --temp_location gs://... --sdk_container_image IMAGE``.
 Unknown flags are an error, never silently dropped.
+
+What the launcher learns from a run (counters, write errors, a lost lock, which worker did what)
+comes from the run's report, which the pipeline's last stage gathers from elements and writes
+next to the data (pipeline/beam_pipeline.py, RunReport): the same on every runner, Beam metrics
+or not.
 """
 from __future__ import annotations
 
@@ -19,9 +25,11 @@ import threading
 import time
 
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, expand_inputs
+from pipeline.dask_cluster import (DASK_RUNNER, DaskCluster, check_options, connection_timeout, dask_cluster,
+                                   is_dask, scheduler_option, wait_for_run)
 from pipeline.data_directory import (abandon_run, found_write_error, has_manifest, is_local_path,
                                      make_output_directory, output_error, prepare_output, read_manifest,
-                                     remove_run_files)
+                                     remove_run_files, take_report)
 from pipeline.output_lock import OutputInUseError, OutputLock
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from pipeline.vocab import load_vocab
@@ -77,10 +85,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lay.add_argument("--seed", type=int, default=d.seed, help="seeds document placement and span masks")
     run_group = parser.add_argument_group("runner (other flags go to Beam, e.g. --project, --region)")
     run_group.add_argument("--runner", default="FnApiRunner",
-                           help="FnApiRunner (local), DataflowRunner, FlinkRunner, SparkRunner, PortableRunner")
+                           help="FnApiRunner (local), dask (DaskRunner), DataflowRunner; FlinkRunner, SparkRunner "
+                                "and PortableRunner need Beam's job-server jars (docs/preprocessing.md)")
     run_group.add_argument("--workers", type=int, default=default_workers(),
-                           help="FnApiRunner worker processes (default: the number of CPU cores, here "
-                                "%(default)s); --direct_running_mode in_memory runs in this process instead")
+                           help="local worker processes of FnApiRunner, or of the local Dask cluster (default: the "
+                                "number of CPU cores, here %(default)s); --direct_running_mode in_memory runs in "
+                                "this process instead")
+    run_group.add_argument("--dask-scheduler", metavar="tcp://HOST:PORT", default=None,
+                           help="--runner dask: run on this existing Dask cluster instead of a local one of "
+                                "--workers processes; --dask_npartitions N overrides how the work is split")
 
 
 def default_workers() -> int:
@@ -99,11 +112,22 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         input_format=args.input_format, text_field=args.text_field, max_line_bytes=args.max_line_bytes)
 
 
+def beam_runner(runner: str) -> str:
+    """The name Beam knows a --runner by (Dask's only by its class path)."""
+    return DASK_RUNNER if is_dask(runner) else runner
+
+
 def pipeline_options(runner: str, workers: int, runner_options: list[str]):
-    """Beam options: our runner/worker choice plus the pass-through flags (unknown ones rejected)."""
+    """Beam options: our runner/worker choice plus the pass-through flags (unknown or malformed ones
+    rejected as usage errors)."""
+    import apache_beam.runners.dask.dask_runner  # noqa: F401 (defines DaskOptions: Dask's flags are known)
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
-    parser = _BeamArgumentParser(allow_abbrev=False)
+    class Parser(_BeamArgumentParser):
+        def error(self, message: str):  # argparse would print its usage and exit
+            raise ConfigError(f"runner option: {message}")
+
+    parser = Parser(allow_abbrev=False)
     for options_class in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
         options_class._add_argparse_args(parser)
     _, unknown = parser.parse_known_args(runner_options)
@@ -117,7 +141,7 @@ def pipeline_options(runner: str, workers: int, runner_options: list[str]):
         extra = {"direct_num_workers": workers}
         if not any(flag.startswith("--direct_running_mode") for flag in runner_options):
             extra["direct_running_mode"] = "multi_processing"
-    options = PipelineOptions(runner_options, runner=runner, **extra)
+    options = PipelineOptions(runner_options, runner=beam_runner(runner), **extra)
     if runner.lower() == "dataflowrunner":
         setup = options.get_all_options()
         if not (setup.get("setup_file") or setup.get("sdk_container_image")):
@@ -140,22 +164,9 @@ def check_paths(config: PreprocessConfig, runner: str, files) -> None:
         raise ConfigError(f"--vocab {config.vocab}: {runner} workers load the model themselves; copy it to gs://")
 
 
-def counters(result) -> dict[str, int]:
-    """The pipeline's xlnet.* counters, summed over steps."""
-    from apache_beam.metrics.metric import MetricsFilter
-
-    from pipeline.beam_pipeline import NAMESPACE
-
-    totals: dict[str, int] = {}
-    for counter in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
-        value = counter.committed if counter.committed is not None else counter.attempted
-        totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + int(value or 0)
-    return totals
-
-
 COUNTER_KEYS = ("files", "lines", "documents", "tokens", "records", "masked_tokens", "empty_files",
-                "unreadable_files", "invalid_lines", "long_lines", "empty_documents", "short_streams",
-                "uncovered_tokens")
+                "unreadable_files", "invalid_lines", "long_lines", "dropped_bytes", "empty_documents",
+                "short_streams", "uncovered_tokens")
 SKIPPED_KEYS = ("unreadable_files", "invalid_lines", "long_lines", "empty_files")
 
 
@@ -179,14 +190,15 @@ def counter_lines(metrics: dict[str, int]) -> list[str]:
 
 
 def summary(manifest, metrics: dict[str, int], seconds: float) -> str:
-    """The readable end-of-run report."""
+    """The readable end-of-run report (with how the work was split when ``metrics`` holds the run's report)."""
     lines = [f"preprocessing finished in {seconds:.1f} s -> {manifest.directory}/{MANIFEST_NAME}"]
     for name, split in manifest.splits.items():
         t = split.totals
         lines.append(f"  {name}: {t['documents']} documents, {t['tokens']} tokens -> {t['records']} records "
                      f"({t['masked_tokens']} masked tokens) in {split.num_shards} shard(s), "
                      f"{split.num_streams} streams{' x2 (bi_data)' if manifest.bi_data else ''}")
-    return "\n".join(lines + counter_lines(metrics))
+    report = getattr(metrics, "report", None)
+    return "\n".join(lines + counter_lines(metrics) + ([work_split(report)] if report is not None else []))
 
 
 def no_records_message(config: PreprocessConfig, metrics: dict[str, int]) -> str:
@@ -221,25 +233,30 @@ def _skipped_input(count: dict[str, int]) -> str:
 
 
 def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: int | None = None,
-               runner_options: list[str] | None = None, overwrite: bool = False):
+               runner_options: list[str] | None = None, overwrite: bool = False,
+               dask_scheduler: str | None = None) -> tuple:
     """Validates everything, runs the pipeline, returns (manifest, counters). Raises on bad input, and
     NoTrainingRecordsError (after removing the run's shards) when there is no training record.
+    The counters are a RunCounters: a dict that also holds the whole RunReport as ``report``.
 
     One run writes a data directory at a time: the run holds ``--output``'s lock
     (pipeline/output_lock.py) from before it prepares the directory until it returns, so a second
-    run on it stops at once, naming the first. A run that fails writing its output (a full disk, a
-    read-only directory) removes what it wrote and raises one sentence naming ``--output``; SIGINT
+    run on it stops at once, naming the first. A run that fails after it prepared the directory,
+    wherever it fails, removes what it wrote (no manifest without a whole dataset) and raises one
+    sentence for the failures it knows (a full disk, a read-only directory, a lost cluster); SIGINT
     and SIGTERM end it, its local workers with it (``ending_cleanly_on_signals``).
 
     Locally (FnApiRunner) ``workers`` worker processes (default: one per CPU core) run the
-    pipeline unless ``runner_options`` choose ``--direct_running_mode=in_memory``."""
-    import apache_beam as beam
-
-    from pipeline.beam_pipeline import LOST_LOCK, build_pipeline
+    pipeline unless ``runner_options`` choose ``--direct_running_mode=in_memory``. With
+    ``runner="dask"`` it runs on the Dask cluster at ``dask_scheduler``, or on a local one of
+    ``workers`` processes (pipeline/dask_cluster.py)."""
+    from pipeline.beam_pipeline import RunReport
 
     config.validate()
     workers = default_workers() if workers is None else workers
-    options = pipeline_options(runner, workers, list(runner_options or []))
+    runner_options = list(runner_options or [])
+    check_options(runner, runner_options, dask_scheduler)
+    pipeline_options(runner, workers, runner_options)  # every flag checked before any work
     vocab = load_vocab(config.vocab)
     files = expand_inputs(config.inputs)
     check_paths(config, runner, files)
@@ -251,8 +268,19 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
         raise output_error(config.output, lock.path, error.errno or 0, error.strerror or str(error)) from None
     try:
         # Locally the run is this process and its workers; a remote job is not ended by ending this one.
-        local = runner.lower() in LOCAL_RUNNERS
-        with ending_cleanly_on_signals(config.output, lock) if local else contextlib.nullcontext():
+        local = runner.lower() in LOCAL_RUNNERS or (is_dask(runner) and not dask_scheduler
+                                                     and not scheduler_option(runner_options))
+        with contextlib.ExitStack() as stack:
+            if local:
+                stack.enter_context(ending_cleanly_on_signals(config.output, lock))
+            cluster = None
+            if is_dask(runner):
+                cluster = stack.enter_context(dask_cluster(dask_scheduler or scheduler_option(runner_options),
+                                                           workers, connection_timeout(runner_options)))
+                elements = len(files) + config.num_shards + config.valid_shards
+                runner_options = cluster.runner_options(runner_options, elements)
+                workers = len(cluster.workers)
+            options = pipeline_options(runner, workers, runner_options)
             try:
                 prepare_output(config.output, overwrite)
             except OSError as error:
@@ -260,51 +288,79 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
                                    error.strerror or str(error)) from None
             _LOG.info("preprocessing %d file(s) (%.1f MB) with %s, %d worker(s)", len(files),
                       sum(f.size_bytes for f in files) / 1e6, runner, workers)
-            pipeline = beam.Pipeline(options=options)
-            build_pipeline(pipeline, config, vocab, files, lock.token)
-            try:
-                result = pipeline.run()
-                result.wait_until_finish()
-            except Exception as error:
-                known = failed_run_error(config.output, error)
-                if known is None:
-                    raise  # a bug: keeps its traceback (its partial output is removed all the same)
-                raise known from None
-            taken = string_set(result, LOST_LOCK)
-            if taken:  # its shards may be the other run's by now: leave the directory to it
-                raise OutputInUseError(f"--output {config.output} was taken by another `xlnet preprocess` ({taken[0]}) "
-                                       "while this run wrote it; this run wrote no manifest, and the directory is "
-                                       "left to that run")
-            failures = write_errors(result)
-            if failures:
-                raise failed_run_error(config.output, failures[0]) or DataError(failures[0])
-            metrics = counters(result)
-            if not has_manifest(config.output):  # the pipeline writes none without a training record
-                remove_run_files(config.output)
-                raise NoTrainingRecordsError(no_records_message(config, metrics), metrics)
-            return read_manifest(config.output), metrics
+            report = RunReport.from_dict(run_pipeline(options, config, vocab, files, lock, cluster))
+            return judged(config, report)
     finally:
         lock.release()
 
 
-def write_errors(result) -> list[str]:
-    """The files the run could not write for good (beam_pipeline.WRITE_ERRORS), sorted."""
-    from pipeline.beam_pipeline import WRITE_ERRORS
+def run_pipeline(options, config: PreprocessConfig, vocab, files, lock: OutputLock,
+                 cluster: DaskCluster | None) -> dict:
+    """Runs the pipeline and returns its report (a dict). Any failure removes what the run wrote
+    first, and becomes one sentence where it is known: a file that could not be written, the loss
+    of the Dask cluster."""
+    import apache_beam as beam
 
-    return string_set(result, WRITE_ERRORS)
+    from pipeline.beam_pipeline import build_pipeline
+
+    try:
+        pipeline = beam.Pipeline(options=options)
+        report_path = build_pipeline(pipeline, config, vocab, files, lock.token)
+        result = pipeline.run()
+        if cluster is not None:
+            wait_for_run(result, cluster)
+        else:
+            result.wait_until_finish()
+        report = take_report(report_path)
+        if report is None:
+            raise DataError(f"the pipeline finished without its report ({report_path}): the run is incomplete")
+        return report
+    except BaseException as error:
+        known = failed_run_error(config.output, error)
+        if known is None or isinstance(error, KeyboardInterrupt):
+            raise  # a bug keeps its traceback (its partial output is removed all the same)
+        raise known from None
 
 
-def string_set(result, name: str) -> list[str]:
-    """The values of the pipeline's string-set metric ``name`` (namespace xlnet), sorted."""
-    from apache_beam.metrics.metric import MetricsFilter
+def judged(config: PreprocessConfig, report) -> tuple:
+    """(manifest, counters) of a run whose report says it published its data; otherwise the one
+    sentence for why not, once what the run wrote is removed (but not from a directory another
+    run has taken: that is left to it)."""
+    if report.lost_lock:  # its shards may be the other run's by now: leave the directory to it
+        raise OutputInUseError(f"--output {config.output} was taken by another `xlnet preprocess` "
+                               f"({report.lost_lock}) while this run wrote it; this run wrote no manifest, and "
+                               "the directory is left to that run")
+    counters = RunCounters(report.counters, report)
+    try:
+        if report.write_errors:
+            raise failed_run_error(config.output, report.write_errors[0]) or DataError(report.write_errors[0])
+        if report.problems:
+            raise DataError(f"the run's results are incomplete: {report.problems[0]}; nothing was published")
+        if not report.manifest or not has_manifest(config.output):  # none without a training record
+            raise NoTrainingRecordsError(no_records_message(config, counters), counters)
+        return read_manifest(config.output), counters
+    except BaseException:
+        with contextlib.suppress(Exception):  # the first error stands
+            abandon_run(config.output)
+        raise
 
-    from pipeline.beam_pipeline import NAMESPACE
 
-    found: set[str] = set()
-    query = MetricsFilter().with_namespace(NAMESPACE).with_name(name)
-    for metric in result.metrics().query(query).get("string_sets", []):
-        found |= set(metric.committed or ()) | set(metric.attempted or ())
-    return sorted(found)
+class RunCounters(dict):
+    """The run's counters (a dict, COUNTER_KEYS and more), with the whole RunReport as ``report``."""
+
+    def __init__(self, counters: dict[str, int], report):
+        super().__init__(counters)
+        self.report = report
+
+
+def work_split(report) -> str:
+    """How the work was split over the workers (host:pid), from the run's report."""
+    def listed(counts: dict[str, int]) -> str:
+        return ", ".join(f"{worker} {count}" for worker, count in counts.items())
+
+    return (f"  work: {sum(report.reads.values())} file(s) read by {len(report.reads)} worker(s) "
+            f"[{listed(report.reads)}]; {sum(report.writes.values())} shard(s) written by {len(report.writes)} "
+            f"worker(s) [{listed(report.writes)}]")
 
 
 def failed_run_error(output: str, error: BaseException | str) -> Exception | None:
@@ -410,7 +466,7 @@ def configure_logging() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
-    for noisy in ("apache_beam", "absl"):
+    for noisy in ("apache_beam", "absl", "distributed"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     for forwarder in _WORKER_LOG_FORWARDERS:
         logging.getLogger(forwarder).setLevel(logging.INFO)
@@ -422,7 +478,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     try:  # bad flags, vocabulary, corpus or output: a UsageError (exit 2)
         manifest, metrics = preprocess(config, args.runner, args.workers, getattr(args, "runner_options", []),
-                                       args.overwrite)
+                                       args.overwrite, getattr(args, "dask_scheduler", None))
     except NoTrainingRecordsError as error:  # a DataError (exit 3), after the counters that explain it
         print(f"preprocessing failed after {time.time() - start:.1f} s\n" + "\n".join(counter_lines(error.metrics)))
         raise

@@ -154,3 +154,100 @@ def test_inspect_help_says_the_split_default_once(capsys):
         xlnet_cli.main(["inspect", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "split to decode (default: train)" in text and "(default train)" not in text
+
+
+def test_a_misspelled_flag_is_named_first_with_the_nearest_flags(capsys):
+    # Before: "the following arguments are required: --prompt" under a 7-line usage block.
+    assert xlnet_cli.main(["generate", "--model-dir", "m", "--promt", "hello"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "xlnet generate: error: unrecognized argument --promt (did you mean --prompt or --prompts?); "
+        "--help lists the flags"]
+
+
+def test_an_argparse_error_is_one_line_without_the_usage_block(capsys):
+    assert xlnet_cli.main(["plan", "--format", "jsn"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "xlnet plan: error: argument --format: invalid choice: 'jsn' (choose from 'text', 'json')"]
+    assert xlnet_cli.main(["generate"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "xlnet generate: error: the following arguments are required: --model-dir"]
+
+
+def test_an_unknown_command_is_one_line_with_the_nearest_commands(capsys):
+    assert xlnet_cli.main(["trian", "--data", "d"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "xlnet: error: unknown command 'trian' (did you mean train?); xlnet --help lists them"]
+
+
+def test_the_usage_block_comes_with_help_only(capsys):
+    with pytest.raises(SystemExit) as exited:
+        xlnet_cli.main(["plan", "--help"])
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith("usage: xlnet plan ")
+
+
+def preprocess_parser() -> argparse.ArgumentParser:
+    parser = xlnet_cli.CommandParser(prog="xlnet preprocess")
+    preprocess_arguments(parser)
+    return parser
+
+
+def test_preprocess_still_hands_the_flags_it_does_not_define_to_beam():
+    args = xlnet_cli.parse_flags(preprocess_parser(), [*REQUIRED, "--project", "p", "--region=r"], runner_options=True)
+    assert args.runner_options == ["--project", "p", "--region=r"] and args.output == "out"
+
+
+def test_preprocess_names_a_misspelled_flag_when_the_parse_fails():
+    # --ouput would go to Beam; the missing --output it was meant as makes it the likely cause.
+    with pytest.raises(xlnet_cli.UsageError, match=r"^unrecognized argument --ouput \(did you mean --output"):
+        xlnet_cli.parse_flags(preprocess_parser(), ["--input", "c", "--ouput", "o", "--vocab", "v"],
+                              runner_options=True)
+
+
+def test_an_abbreviated_flag_argparse_accepts_is_not_called_misspelled():
+    parser = xlnet_cli.CommandParser()
+    parser.add_argument("--prompt")
+    parser.add_argument("--steps", type=int)
+    assert vars(xlnet_cli.parse_flags(parser, ["--prom", "x", "--steps=-3"])) == {"prompt": "x", "steps": -3}
+
+
+def modules_after(argv: list[str]) -> set[str]:
+    """The top-level modules loaded after `xlnet_cli.main(argv)` in a fresh process."""
+    code = ("import sys, xlnet_cli\n"
+            "try:\n    xlnet_cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sorted({name.split('.')[0] for name in sys.modules})), file=sys.__stderr__)")
+    result = subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO, capture_output=True, text=True,
+                            timeout=300)
+    return set(result.stderr.strip().splitlines()[-1].split())
+
+
+@pytest.mark.parametrize("command", list(xlnet_cli.SUBCOMMANDS))
+def test_help_imports_no_tensorflow(command):
+    assert "tensorflow" not in modules_after([command, "--help"])
+
+
+def test_plan_on_a_named_device_imports_no_tensorflow():
+    loaded = modules_after(["plan", "--device", "v100-16gb", "--preset", "base", "--task", "classification"])
+    assert "tensorflow" not in loaded and "trainer" in loaded  # it planned, without TensorFlow
+
+
+def crash(command: str) -> subprocess.CompletedProcess:
+    """A process that reports crashes as `xlnet COMMAND` does, then reads address 0."""
+    return subprocess.run([sys.executable, "-c", f"import ctypes, xlnet_cli\nxlnet_cli.install_crash_report("
+                           f"{command!r})\nctypes.string_at(0)"], cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def test_a_native_crash_prints_the_python_stack_then_one_line_naming_the_command():
+    result = crash("train")
+    assert result.returncode == -signal.SIGSEGV
+    lines = result.stderr.splitlines()
+    assert lines[0] == "Fatal Python error: Segmentation fault"
+    assert any("in string_at" in line for line in lines) and any('File "<string>", line 3' in line for line in lines)
+    assert lines[-1] == ("xlnet train: crashed in native code (Segmentation fault, the Python stack above); exit "
+                         "status 139 in a shell, -11 from Python's subprocess; run the same command again: it "
+                         "resumes from the last checkpoint")
+
+
+def test_a_command_that_ends_without_a_crash_prints_nothing_more():
+    result = subprocess.run([sys.executable, "xlnet_cli.py", "plan", "--device", "tpu-v4"], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stderr == "" and "tpu-v4" in result.stdout

@@ -24,6 +24,13 @@ JSONL_NAME = re.compile(r"\.(jsonl|ndjson)(\.gz|\.bz2)?$")
 READ_CHUNK = 1 << 20
 
 
+def directory_input_problem(pattern: str, flag: str = "--input") -> str:
+    """What to say when a corpus input names a directory (`xlnet preprocess`, `xlnet score`): its
+    files are wanted, or a glob of them."""
+    directory = pattern.rstrip("/")
+    return f"{flag} {pattern!r} is a directory; give its files or a glob, e.g. {flag} '{directory}/*.txt'"
+
+
 def format_by_name(path: str) -> str:
     """'jsonl' for *.jsonl / *.ndjson (optionally .gz/.bz2), else 'text': what ``auto`` picks."""
     return "jsonl" if JSONL_NAME.search(path) else "text"

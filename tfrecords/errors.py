@@ -12,6 +12,9 @@ status itself. Anything else that escapes is a bug and keeps its traceback (exit
 """
 from __future__ import annotations
 
+import difflib
+from typing import Callable, Iterable
+
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_DATA = 3
@@ -36,3 +39,13 @@ def exit_code(error: BaseException) -> int | None:
     if isinstance(error, (UsageError, DataError)):
         return error.exit_code
     return None
+
+
+def did_you_mean(word: str, choices: Iterable[str], spelled: Callable[[str], str] = str) -> str | None:
+    """"did you mean X?" (or "X or Y", "X, Y or Z", nearest first) for the ``choices`` closest to
+    ``word``, a name the user mistyped, each written as ``spelled(choice)``; None when none is
+    close. The one rule for every suggestion: `--set` keys, flags, subcommands."""
+    close = [spelled(choice) for choice in difflib.get_close_matches(word, list(choices), n=3)]
+    if not close:
+        return None
+    return f"did you mean {' or '.join([', '.join(close[:-1]), close[-1]] if len(close) > 1 else close)}?"

@@ -153,6 +153,9 @@ class Manifest:
     splits: dict[str, SplitEntry]
     format_version: int = FORMAT_VERSION
     directory: str = field(default="", compare=False)
+    # What the run read and skipped (files, lines, invalid_lines, dropped_bytes, ...): its end-of-run
+    # counters; None in manifests written before they were recorded.
+    counters: dict | None = None
 
     # Convenience views of the config every consumer needs.
     @property
@@ -201,7 +204,8 @@ class Manifest:
     def to_dict(self) -> dict:
         return {"format_version": self.format_version, "config": self.config, "vocab": self.vocab,
                 "special_ids": self.special_ids,
-                "splits": {name: entry.to_dict() for name, entry in self.splits.items()}}
+                "splits": {name: entry.to_dict() for name, entry in self.splits.items()},
+                **({"counters": self.counters} if self.counters is not None else {})}
 
     @classmethod
     def from_dict(cls, values: dict, directory: str = "") -> "Manifest":
@@ -210,7 +214,8 @@ class Manifest:
         return cls(config=_object(values["config"], "config"), vocab=_object(values["vocab"], "vocab"),
                    special_ids=values["special_ids"],
                    splits={name: SplitEntry.from_dict(entry, f"splits.{name}") for name, entry in splits.items()},
-                   format_version=values["format_version"], directory=directory)
+                   format_version=values["format_version"], directory=directory,
+                   counters=values.get("counters"))
 
     def validate(self) -> list[str]:
         """Problems found (empty when consistent): version, shard/stream bookkeeping, totals."""
@@ -260,10 +265,15 @@ def manifest_location(path: str) -> tuple[str, str]:
     return posixpath.join(path, MANIFEST_NAME), path
 
 
-def parse_manifest(text: str, file_path: str) -> Manifest:
-    """The validated manifest in ``text``, read from ``file_path`` (named in every error)."""
+def parse_manifest(text: str | bytes, file_path: str) -> Manifest:
+    """The validated manifest in ``text`` (the file's bytes, or its text), read from ``file_path``
+    (named in every error). The one reading of a manifest's content, whichever filesystem layer
+    (tf.io.gfile here, Beam's in pipeline/data_directory.py) fetched its bytes: bytes that are not
+    UTF-8 are a ManifestError like any other damage, never a UnicodeDecodeError."""
     _, directory = manifest_location(file_path)
     try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
         manifest = Manifest.from_dict(json.loads(text), directory=directory)
     except KeyError as error:
         raise ManifestError(f"{file_path} is not a valid manifest: it lacks the field {error}") from None
@@ -297,7 +307,7 @@ def load_manifest(path: str) -> Manifest:
     if not tf.io.gfile.exists(file_path):
         raise missing_manifest_error(file_path)
     with tf.io.gfile.GFile(file_path, "rb") as handle:
-        return parse_manifest(handle.read().decode("utf-8"), file_path)
+        return parse_manifest(handle.read(), file_path)
 
 
 def vocabulary_path(manifest: Manifest) -> str:

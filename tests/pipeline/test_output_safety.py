@@ -113,9 +113,10 @@ def test_object_store_lock_refuses_a_live_owner_and_takes_over_a_dead_one(gcs_pr
 def test_no_manifest_is_published_in_a_directory_another_run_has_taken(tmp_path, corpus_sample, spm_model):
     import apache_beam as beam
 
-    from pipeline.beam_pipeline import LOST_LOCK, build_pipeline
+    from pipeline.beam_pipeline import build_pipeline
     from pipeline.corpus import expand_inputs
-    from pipeline.preprocess_command import pipeline_options, string_set
+    from pipeline.data_directory import take_report
+    from pipeline.preprocess_command import pipeline_options
     from pipeline.preprocess_config import PreprocessConfig
     from pipeline.vocab import load_vocab
 
@@ -124,11 +125,11 @@ def test_no_manifest_is_published_in_a_directory_another_run_has_taken(tmp_path,
     config = PreprocessConfig(inputs=(corpus_sample,), output=str(output), vocab=spm_model, **TINY_DATA)
     with OutputLock(str(output)):  # the run that has taken the directory meanwhile
         pipeline = beam.Pipeline(options=pipeline_options("FnApiRunner", 1, ["--direct_running_mode=in_memory"]))
-        build_pipeline(pipeline, config, load_vocab(spm_model), expand_inputs(config.inputs), lock_token="this run's")
-        result = pipeline.run()
-        result.wait_until_finish()
-        (owner,) = string_set(result, LOST_LOCK)
-    assert f"pid {os.getpid()}" in owner
+        report_path = build_pipeline(pipeline, config, load_vocab(spm_model), expand_inputs(config.inputs),
+                                     lock_token="this run's")
+        pipeline.run().wait_until_finish()
+        report = take_report(report_path)
+    assert f"pid {os.getpid()}" in report["lost_lock"] and report["manifest"] is None
     assert "manifest.json" not in names(output)
 
 

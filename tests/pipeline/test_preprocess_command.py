@@ -355,8 +355,11 @@ def test_reader_sends_each_document_to_the_shard_of_its_stream(corpus_sample, sp
 
     config = PreprocessConfig(inputs=(corpus_sample,), output="unused", vocab=spm_model, **TINY_DATA)
     (input_file,) = expand_inputs(config.inputs)
-    received = {}
+    received, reports = {}, []
     for (split, shard), batch in ReadDocuments(config).process(input_file):
+        if isinstance(batch, dict):  # the file's read report, bound for the last stage
+            reports.append(((split, shard), batch))
+            continue
         for key, stream, order, lines in batch.documents():
             place = place_document(key, config.seed, config.valid_fraction, config.num_streams)
             assert (split, shard, stream, order) == (place.split, shard_of_stream(place.stream, config.num_shards_of(
@@ -364,6 +367,9 @@ def test_reader_sends_each_document_to_the_shard_of_its_stream(corpus_sample, sp
             received[key] = lines
     expected = {f"{input_file.key}:{i}": lines for i, lines in enumerate(read_documents(input_file.path))}
     assert received == expected
+    ((carrier, report),) = reports
+    assert carrier == ("train", 0) and report["file"] == input_file.path
+    assert (report["files"], report["documents_read"]) == (1, len(expected))
 
 
 def test_dataflow_refuses_local_paths_its_workers_cannot_read(tmp_path, corpus_sample, spm_model):

@@ -109,3 +109,12 @@ def test_a_shard_size_that_is_not_a_file_size_is_refused(tiny_data_dir, tmp_path
     (tmp_path / "manifest.json").write_text(json.dumps(values))
     with pytest.raises(ManifestError, match="valid-00000-of-00002.tfrecord: bytes must be a file size"):
         load_manifest(str(tmp_path))
+
+
+def test_a_manifest_that_is_not_utf8_is_refused_naming_the_file_by_both_readers(tiny_data_dir, tmp_path):
+    (tmp_path / "manifest.json").write_bytes(b'{"format_version": \xff\xfe}')
+    for read in (load_manifest, read_manifest):  # the trainer's (tf.io.gfile) and the pipeline's (Beam)
+        with pytest.raises(ManifestError) as error:
+            read(str(tmp_path))
+        assert str(error.value) == (f"{tmp_path / 'manifest.json'} is not a valid manifest: 'utf-8' codec can't "
+                                    "decode byte 0xff in position 19: invalid start byte")

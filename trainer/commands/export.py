@@ -8,8 +8,7 @@ import time
 
 from tfrecords.errors import UsageError
 from tfrecords.interruption import ending_on_signals
-from trainer.serving.publishing import abandon_export
-from trainer.serving.saved_model import ExportConfig, signature_names
+from trainer.serving.export_config import ExportConfig  # TensorFlow-free: --help imports no TensorFlow
 
 CASING_DEFAULT = "default: as training recorded, else detected from the vocabulary"
 
@@ -25,6 +24,8 @@ def _abandon(args: argparse.Namespace) -> str:
     """Removes what an interrupted export wrote, where it can; says what is left."""
     if args.format != "savedmodel":
         return f"{args.output} may hold a partial {args.format} export"
+    from trainer.serving.publishing import abandon_export
+
     try:
         complete = abandon_export()
     except Exception as error:  # the handler must still exit; the next export removes the staging
@@ -85,22 +86,45 @@ def run(args: argparse.Namespace) -> int:
 def _run_savedmodel_export(args: argparse.Namespace) -> int:
     """`xlnet export` (the SavedModel): prints where it went."""
     from trainer.runtime.restore import open_model_directory, resolve_uncased
-    from trainer.serving.saved_model import export_saved_model, resolve_export_config
+    from trainer.serving.saved_model import export_saved_model, resolve_export_config, signature_names
 
     started = time.time()
     model_dir = open_model_directory(args.model_dir)  # read once, for the casing and the export
     uncased, why = resolve_uncased(model_dir, args.uncased)
     config = resolve_export_config(model_dir, args.max_length, args.top_k, uncased, args.max_segments, args.mem_len)
     config = dataclasses.replace(config, generation_mem_len=args.generation_mem_len)
-    segments = (f", max_segments={config.max_segments}, mem_len={config.mem_len}"
-                if config.max_segments > 1 else "")
-    print(f"exporting {args.model_dir} (max_length={config.max_length}{segments}, top_k={config.top_k}, "
-          f"{'uncased' if uncased else 'cased'} text: {why})", flush=True)
-    target = export_saved_model(model_dir, args.output, config, version=args.version, checkpoint=args.checkpoint)
+    check_generation_cache_fits(model_dir, config)
     task = model_dir.finetune_config.task if model_dir.finetune_config else None
+    print(export_line(args.model_dir, config, task, uncased, why), flush=True)
+    target = export_saved_model(model_dir, args.output, config, version=args.version, checkpoint=args.checkpoint)
     print(f"SavedModel written to {target} in {time.time() - started:.1f}s; "
           f"signatures: {', '.join(signature_names(task))}", flush=True)
     return 0
+
+
+def export_line(model_dir: str, config: ExportConfig, task: str | None, uncased: bool, why: str) -> str:
+    """The line an export starts with: the settings that shape the model's main signatures. top_k
+    (predict_masked's candidates) for a pretrained model only: a fine-tuned model is served for its
+    head (``task``), where top_k decides nothing."""
+    settings = [f"max_length={config.max_length}"]
+    if config.max_segments > 1:
+        settings += [f"max_segments={config.max_segments}", f"mem_len={config.mem_len}"]
+    if task is None:
+        settings.append(f"top_k={config.top_k}")
+    return f"exporting {model_dir} ({', '.join(settings)}, {'uncased' if uncased else 'cased'} text: {why})"
+
+
+def check_generation_cache_fits(model_dir, config) -> None:
+    """Refuses (UsageError naming --generation-mem-len) a generate signature whose cache, for one
+    prompt of --max-length pieces, would not fit this machine's memory (trainer/planning/generation.py),
+    before anything is built."""
+    from trainer.planning.generation import check_generation_cache
+    from trainer.serving.text_generation_signatures import default_generation_mem_len
+
+    model = model_dir.model_config
+    mem_len = config.generation_mem_len or default_generation_mem_len(model.mem_len, config.max_length)
+    why = "" if config.generation_mem_len else " (0: the default)"
+    check_generation_cache("--generation-mem-len", model, mem_len, lambda size: (config.max_length, 0), why=why)
 
 
 def _run_format_export(args: argparse.Namespace) -> int:

@@ -27,10 +27,9 @@ from trainer.models.head_spec import TASKS
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `xlnet finetune`."""
     from trainer.commands.training_command import add_fit_arguments, add_run_arguments, field_help
-    from trainer.configs.finetuning import FinetuneConfig
+    from trainer.configs.finetuning import FieldNames, FinetuneConfig
     from trainer.launch.finetuning_run import SQUAD_FLAGS
     from trainer.models.config import MODEL_PRESETS
-    from trainer.tasks.sequence import FieldNames
 
     parser.add_argument("--task", required=True, choices=TASKS, help="what the head predicts")
     parser.add_argument("--train", required=True, help="training file or glob (local or gs://): CSV, TSV or "

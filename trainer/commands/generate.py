@@ -1,7 +1,9 @@
 """`xlnet generate --model-dir M --prompt TEXT` (or `--prompts FILE`): continues text, printing tokens as they come.
 
 Each prompt is tokenised as `xlnet score` reads a line (normalised, SentencePiece), read once as
-the context, then continued in natural order with the two-stream key/value cache of
+the context (in segments of ``mem_len`` pieces, each seeing the ``mem_len`` states before it, as
+Transformer-XL reads a long text: memory is bounded by the cache however long the prompt; a
+prompt of at most ``mem_len`` pieces is one pass, all its pieces seeing each other), then continued in natural order with the two-stream key/value cache of
 trainer/models/generation.py: one query and one content position per new token, the past never
 recomputed. Tokens are chosen as the ``generate`` signature chooses them (greedy at temperature
 0, else seeded sampling with top_k / top_p: trainer/configs/generation.py), and each is printed,
@@ -11,6 +13,10 @@ detokenised, as soon as it is chosen. A prompt stops at ``max_new_tokens`` or af
 Standard output: each prompt's continuation on its own line (``--prompts``: one line per prompt, in
 order; blank lines of the file are skipped). Standard error: one JSON line per prompt with its
 ``prompt_tokens``, ``new_tokens``, ``stopped`` (true at a stop token) and ``seconds``.
+
+A cache that would not fit this machine's memory (trainer/planning/generation.py: the cache's keys
+and values and a prompt segment's working set, against 95% of the GPU's memory or this machine's)
+is refused before the model is restored, naming ``--mem-len`` and the largest that fits.
 """
 from __future__ import annotations
 
@@ -95,11 +101,12 @@ def run(args: argparse.Namespace) -> int:
         if len(ids) == 0:
             where = "--prompt" if args.prompt is not None else f"--prompts {args.prompts}: prompt {number}"
             raise UsageError(f"{where} holds no token to continue (empty after normalisation)")
+    mem_len = config.resolved_mem_len(directory.model_config.mem_len, max(len(ids) for ids in tokenized))
+    check_cache(config, directory.model_config, mem_len, max(len(ids) for ids in tokenized))
     restored = restore_model(directory, args.checkpoint)
     if restored.head_spec is not None:
         print(f"xlnet generate: note: {args.model_dir} is fine-tuned ({restored.head_spec.task}); its LM head (the "
               "tied embedding and lm_bias) is kept, but fine-tuning trained the embedding further", file=sys.stderr)
-    mem_len = config.resolved_mem_len(directory.model_config.mem_len, max(len(ids) for ids in tokenized))
     special = directory.special_ids
     streamer = Streamer(restored.network, mem_len, stop_symbol_ids(special), excluded_symbol_ids(special))
     for ids in tokenized:
@@ -123,29 +130,47 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_cache(config, model_config, mem_len: int, longest_prompt: int) -> None:
+    """Refuses (UsageError naming --mem-len) a cache that would not fit this machine's memory, before
+    the model is restored (trainer/planning/generation.py); the prompt is read in segments of
+    ``mem_len`` pieces (Streamer)."""
+    from trainer.planning.generation import check_generation_cache
+
+    why = ""
+    if config.mem_len == -1:
+        why = (f" (-1: the model's mem_len)" if model_config.mem_len > 0 else
+               f" (-1: the longest prompt's {longest_prompt} pieces and --max-new-tokens {config.max_new_tokens}, "
+               "for a model without memory)")
+    check_generation_cache("--mem-len", model_config, mem_len, lambda size: (size, size), why=why)
+
+
 class Streamer:
     """Yields a prompt's new tokens one at a time from the cached two-stream steps
-    (trainer/models/generation.py: start_generation once, then extend_generation per token)."""
+    (trainer/models/generation.py: the prompt read by read_prompt in segments of ``mem_len`` pieces,
+    each seeing the ``mem_len`` states before it, the cache built by start_from_memory, then
+    extend_generation per token). Memory stays bounded by ``mem_len`` however long the prompt."""
 
     def __init__(self, network, mem_len: int, stop_ids: list[int], excluded_ids: list[int]):
         import tensorflow as tf
 
-        from trainer.models.generation import extend_generation, start_generation
+        from trainer.models.generation import extend_generation, start_from_memory
         from trainer.models.inference_network import inference_network
 
         self.network = inference_network(network, mem_len)
+        self.segment_len = mem_len
         self.stop_ids, self.excluded_ids = set(stop_ids), list(excluded_ids)
-        # Traced once per prompt length (start) and once (extend): the steps then run as graphs.
-        self.start = tf.function(lambda ids, lengths: start_generation(self.network, ids, lengths))
+        # Traced once per segment and memory length (a few: the memory grows to mem_len, then stays),
+        # once per cached length (start) and once (extend): the steps then run as graphs.
+        self.segment = tf.function(lambda ids, mems: self.network.encode(ids, tf.zeros_like(ids), mems=mems)[1])
+        self.start = tf.function(lambda mems, valid: start_from_memory(self.network, mems, valid))
         self.extend = tf.function(lambda cache, tokens: extend_generation(self.network, cache, tokens))
 
     def tokens(self, prompt_ids, config):
         """Yields each new token id (int) of ``prompt_ids``, then None when a stop token was chosen."""
-        import tensorflow as tf
+        from trainer.models.generation import choose_tokens, read_prompt
 
-        from trainer.models.generation import choose_tokens
-
-        cache, logits = self.start(tf.constant([prompt_ids], tf.int32), tf.constant([len(prompt_ids)], tf.int32))
+        mems, valid = read_prompt(self.network, prompt_ids, self.segment_len, self.segment)
+        cache, logits = self.start(mems, valid)
         for step in range(config.max_new_tokens):
             tokens = choose_tokens(logits, config.temperature, config.top_k, config.top_p, config.seed, step,
                                    self.excluded_ids)

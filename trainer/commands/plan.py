@@ -43,6 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="text, or one JSON object")
 
 
+def needs_tensorflow(args: argparse.Namespace) -> bool:
+    """Whether this plan needs TensorFlow (xlnet_cli.py imports it, quietly, only then): to time
+    this machine's matmul peak (``--device cpu``) or to read ``--init-checkpoint``; a named device's
+    figures and the configurations are plain Python."""
+    from trainer.planning.devices import CPU
+
+    return (args.device or "").strip().lower() == CPU or bool(args.init_checkpoint)
+
+
 def run(args: argparse.Namespace) -> int:
     """Prints the plan; 0, or a UsageError (exit 2) on bad input or when nothing fits (after the plan,
     which shows the numbers)."""

@@ -10,18 +10,27 @@ Standard output: one JSON line per document (or per file with --per file) with `
 many were scored), ``log_likelihood`` (natural log), ``mean_nll`` and ``perplexity``, then one
 summary line (``"summary": true``) over everything scored. A file without text is an error
 naming it (exit 2), met when the file is reached.
+
+SIGTERM or SIGINT while documents are being scored stops the scoring at once (within one
+segment's step): the documents already printed stand, the summary line covers them and says
+``"stopped": "SIGTERM"`` (or ``"SIGINT"``; null after a full run), and the status is 128 + the
+signal's number (143, 130), as a shell gives (tfrecords/interruption.py).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 
 from tfrecords.errors import UsageError
+from tfrecords.interruption import INTERRUPTING_SIGNALS, interrupted_status
 
 FLAGS = {"segment_len": "--segment-len", "mem_len": "--mem-len", "context_length": "--context-length",
          "batch_size": "--batch-size", "eod": "--eod"}
@@ -93,23 +102,60 @@ def run(args: argparse.Namespace) -> int:
     totals = Totals()
     per_file: dict[str, Totals] = {}
     documents = corpus_documents(files, processor, uncased, args.input_format, args.text_field, stats)
-    for document, tokens, log_likelihood in scorer.score(documents):
-        totals.add(tokens, log_likelihood)
-        if args.per == "document":
-            line = Totals(1, tokens, log_likelihood).as_dict()
-            del line["documents"]
-            print(json.dumps({"file": document.path, "document": document.index, **line}), flush=True)
-        else:
-            per_file.setdefault(document.path, Totals()).add(tokens, log_likelihood)
+    stopped = None
+    try:
+        with stopping_on_signals():
+            for document, tokens, log_likelihood in scorer.score(documents):
+                totals.add(tokens, log_likelihood)
+                if args.per == "document":
+                    line = Totals(1, tokens, log_likelihood).as_dict()
+                    del line["documents"]
+                    print(json.dumps({"file": document.path, "document": document.index, **line}), flush=True)
+                else:
+                    per_file.setdefault(document.path, Totals()).add(tokens, log_likelihood)
+    except ScoringStopped as stop:
+        stopped = stop.signum
     for path, file_totals in per_file.items():
         print(json.dumps({"file": path, **file_totals.as_dict()}), flush=True)
     seconds = time.time() - started
     print(json.dumps({"summary": True, "files": len(files), **totals.as_dict(), "segment_len": config.segment_len,
                       "mem_len": mem_len, "context_length": config.context_length, "eod": config.eod,
                       "seconds": round(seconds, 3), "tokens_per_second": round(totals.tokens / max(seconds, 1e-9), 1),
-                      **{name: stats[name] for name in ("invalid_lines", "long_lines", "empty_documents")}}),
+                      **{name: stats[name] for name in ("invalid_lines", "long_lines", "empty_documents")},
+                      "stopped": None if stopped is None else signal.Signals(stopped).name}),
           flush=True)
-    return 0
+    return 0 if stopped is None else interrupted_status(stopped)
+
+
+class ScoringStopped(Exception):
+    """SIGTERM or SIGINT arrived while documents were being scored (``signum``)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stopping_on_signals():
+    """While the block runs, the first SIGTERM or SIGINT raises ScoringStopped in it (later ones are
+    ignored until the block ends, so the summary is printed whole). Python runs the handler between
+    two of TensorFlow's calls, never inside one: scoring stops within one segment's step. Off the
+    main thread, where handlers cannot be set, the block runs without them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame) -> None:
+        for each in INTERRUPTING_SIGNALS:
+            signal.signal(each, signal.SIG_IGN)
+        raise ScoringStopped(signum)
+
+    previous = {each: signal.signal(each, stop) for each in INTERRUPTING_SIGNALS}
+    try:
+        yield
+    finally:
+        for each, handler in previous.items():
+            signal.signal(each, handler)
 
 
 def check_files_hold_text(files, processor, uncased: bool, input_format: str, text_field: str) -> None:

@@ -14,6 +14,14 @@ from trainer.configs.training import LoopConfig
 from trainer.models.config import MODEL_PRESETS, named_preset
 from trainer.models.head_spec import TASKS
 
+# The most segments a text is read in (fine-tuning's max_segments, `xlnet export --max-segments`).
+# Fine-tuning builds one copy of the network per segment into its step's graph (encode_segments is
+# a Python loop, traced): building took about 3 s per segment for the tiny preset on 2 loaded CPU
+# cores (8 segments: 36 s before the first step; 1000 segments never reached a step in 9 minutes),
+# and every step reads N - 1 segments forward before the last. At 32 a text spans 32 x
+# max_seq_length pieces (16,384 at Base's 512), and the head reads n_layer x mem_len pieces back
+# at most (docs/finetuning.md, "Long documents").
+MAX_SEGMENTS = 32
 # A SQuAD context needs room: the original's run_squad.py sequence length, the squad default of
 # every preset (a --config file, --set or --max-seq-length still changes it).
 SQUAD_MAX_SEQ_LENGTH = 512
@@ -64,8 +72,10 @@ class FinetuneConfig(LoopConfig):
             problems.append(f"max_seq_length must be at least 3 (<sep>, <sep>, <cls>), got {self.max_seq_length}")
         if self.layer_decay_rate > 1:
             problems.append(f"layer_decay_rate must be in (0, 1], got {self.layer_decay_rate}")
-        if self.max_segments < 1:
-            problems.append(f"max_segments must be at least 1 (segments read per text), got {self.max_segments}")
+        if not 1 <= self.max_segments <= MAX_SEGMENTS:
+            problems.append(f"max_segments must be in 1..{MAX_SEGMENTS} (segments read per text; each is one more "
+                            f"copy of the network in the step's graph and one more pass per step), got "
+                            f"{self.max_segments}")
         if self.task == "squad":
             problems += squad_length_problems(self.max_seq_length, self.max_query_length)
             if self.max_segments > 1:
@@ -110,3 +120,14 @@ assert set(FINETUNE_PRESETS) == set(MODEL_PRESETS), "fine-tuning and model prese
 def finetune_preset(name: str) -> FinetuneConfig:
     """The named fine-tuning preset."""
     return named_preset(FINETUNE_PRESETS, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldNames:
+    """Column or key names of classification / regression files, and their format
+    (TensorFlow-free: `xlnet finetune --help` shows the defaults)."""
+
+    text: str = "text"
+    text_b: str = "text_b"
+    label: str = "label"
+    file_format: str | None = None  # None: from the extension

@@ -10,11 +10,10 @@ in exactly one of the two configurations. Every error is a ValueError naming the
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 from typing import Any, Iterable, Mapping
 
-from tfrecords.errors import UsageError
+from tfrecords.errors import UsageError, did_you_mean
 from trainer.configs.training import TrainConfig, train_preset
 from trainer.models.config import JsonConfig, ModelConfig, field_types, model_preset, type_problems
 
@@ -104,11 +103,10 @@ def _unknown_key(key: str, problem: str, model_fields: Iterable[str], other_fiel
     scope, _, name = key.rpartition(".")
     model_fields = list(model_fields)
     # Names only: a shared "model." would make every model field look close to "model.anything".
-    close = difflib.get_close_matches(name, [*model_fields, *other_fields], n=3)  # nearest first
-    if scope:
-        close = [f"{'model' if field in model_fields else scope_name}.{field}" for field in close]
-    suggestion = f"; did you mean {' or '.join([', '.join(close[:-1]), close[-1]] if len(close) > 1 else close)}?"
-    return UsageError(f"--set {key}: {problem}{suggestion if close else ''}")
+    suggestion = did_you_mean(name, [*model_fields, *other_fields],
+                              lambda field: f"{'model' if field in model_fields else scope_name}.{field}" if scope
+                              else field)
+    return UsageError(f"--set {key}: {problem}{f'; {suggestion}' if suggestion else ''}")
 
 
 def config_file_sections(values: Any, source: str, scope_name: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -79,11 +79,15 @@ class LoopConfig(JsonConfig):
     # Steps traced by TensorFlow's profiler, "START:END" (1-based, both included), into
     # tensorboard/train/plugins/profile/ where TensorBoard's profile plugin reads them; "" traces nothing.
     profile_steps: str = ""
+    # How long SIGTERM / Ctrl-C waits for the running loop of steps to end (then a checkpoint is saved);
+    # a loop still running then is given up, the run saving nothing more (trainer/runtime/preemption.py).
+    preemption_grace_seconds: float = 20.0
 
     CONFIG_KIND = "training"
     POSITIVE = ("train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop", "accumulation_steps",
                 "checkpoint_every", "keep_checkpoints")
-    NON_NEGATIVE = ("warmup_steps", "eval_every", "weight_decay", "end_learning_rate", "clip_norm")
+    NON_NEGATIVE = ("warmup_steps", "eval_every", "weight_decay", "end_learning_rate", "clip_norm",
+                    "preemption_grace_seconds")
 
     def __post_init__(self) -> None:
         self.check_field_types()
@@ -113,6 +117,9 @@ class LoopConfig(JsonConfig):
         if self.profile_steps and profile_window(self.profile_steps) is None:
             problems.append(f"profile_steps must be START:END, whole steps with 1 <= START <= END (e.g. 100:105), "
                             f"got {self.profile_steps!r}")
+        elif self.profile_steps and profile_window(self.profile_steps)[0] > self.train_steps > 0:
+            problems.append(f"profile_steps {self.profile_steps} starts after the run's last step (train_steps "
+                            f"{self.train_steps}): nothing would be traced; choose a START of at most {self.train_steps}")
         return problems
 
     @property

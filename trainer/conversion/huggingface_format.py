@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from tfrecords.errors import UsageError
 from trainer.conversion.huggingface_tokenizer import tokenizer_json
-from trainer.models.config import ModelConfig
+from trainer.models.config import ModelConfig, expected_type, has_type, shown, type_problems
 from trainer.models.head_spec import HeadSpec
 from trainer.models.network import XLNetNetwork
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
@@ -192,6 +192,21 @@ def huggingface_config(config: ModelConfig, special_ids: Mapping[str, int], head
     return values
 
 
+# config.json's numbers that are ModelConfig fields of the same name (typed there), and the others read.
+SHARED_NUMBERS = ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner", "clamp_len", "dropout",
+                  "initializer_range")
+OTHER_NUMBERS = {"n_token": int, "layer_norm_eps": float}
+
+
+def config_type_problems(values: Mapping[str, Any]) -> list[str]:
+    """``FIELD: expected TYPE, got VALUE`` for each number of config.json that we read and that holds
+    another type (a string, null, a bool): the typed check --config gets (trainer/models/config.py),
+    so that a value is named before any arithmetic on it."""
+    problems = type_problems(ModelConfig, {name: values[name] for name in SHARED_NUMBERS if name in values})
+    return problems + [f"{name}: expected {expected_type(kind)}, got {shown(values[name])}"
+                       for name, kind in OTHER_NUMBERS.items() if name in values and not has_type(values[name], kind)]
+
+
 def model_config_from_huggingface(values: Mapping[str, Any], source: str, **overrides: Any) -> ModelConfig:
     """config.json values -> our ModelConfig (untie_r true; the tensors decide, see ``tied_biases``).
 
@@ -201,6 +216,9 @@ def model_config_from_huggingface(values: Mapping[str, Any], source: str, **over
     """
     if values.get("model_type") != "xlnet":
         raise HuggingFaceFormatError(f"{source}: model_type {values.get('model_type')!r} is not 'xlnet'")
+    problems = config_type_problems(values)
+    if problems:
+        raise HuggingFaceFormatError(f"{source}: " + "; ".join(problems))
     if "vocab_size" not in values and "n_token" in values:  # the old name, which transformers still maps
         values = dict(values, vocab_size=values["n_token"])
     missing = [key for key in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner") if key not in values]

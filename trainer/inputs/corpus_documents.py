@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfrecords.corpus_text import INPUT_FORMATS, decompressed, documents_of, format_by_name
+from tfrecords.corpus_text import INPUT_FORMATS, decompressed, directory_input_problem, documents_of, format_by_name
 from tfrecords.errors import UsageError
 from tfrecords.text_normalization import normalize_text
 
@@ -44,9 +44,12 @@ def matching_corpus_files(patterns: Sequence[str], flag: str = "--input") -> lis
             matched = sorted(tf.io.gfile.glob(pattern))
         except tf.errors.OpError as error:
             raise CorpusInputError(f"{flag} {pattern!r}: cannot list files: {error.message.splitlines()[0]}") from None
-        matched = [path for path in matched if not tf.io.gfile.isdir(path)]
-        if not matched:
+        files_matched = [path for path in matched if not tf.io.gfile.isdir(path)]
+        if not files_matched and (matched or tf.io.gfile.isdir(pattern)):
+            raise CorpusInputError(directory_input_problem(pattern, flag))
+        if not files_matched:
             raise CorpusInputError(f"{flag} {pattern!r} matches no files")
+        matched = files_matched
         files.extend(path for path in matched if path not in files)
     return files
 

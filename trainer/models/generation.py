@@ -18,8 +18,11 @@ content states, projected once (a decoder's cache, not hidden states projected a
 * The cache has ``mem_len`` columns (the network's ``inference_config`` mem_len), right-aligned:
   each row attends the ``mem_len`` newest cached positions plus the new one; once full, the
   oldest position falls out (Transformer-XL memory: the states of the positions that remain are
-  not recomputed). A prompt longer than ``mem_len`` is still read whole by the first pass, then
-  only its last ``mem_len`` positions are kept. Until then (prompt columns + new tokens <=
+  not recomputed). ``start_generation`` reads a prompt longer than ``mem_len`` whole in its first
+  pass (the ``generate`` signature's, whose prompts are at most ``max_length`` pieces), then keeps
+  only its last ``mem_len`` positions; ``read_prompt`` reads a prompt of any length segment by
+  segment with memory instead (`xlnet generate`), and ``start_from_memory`` starts from either.
+  Until then (prompt columns + new tokens <=
   ``mem_len`` + 1) the logits equal ``uncached_next_logits``, the full two-stream pass.
 
 Prompts are LEFT-padded: row b's ``prompt_lengths[b]`` tokens are the last columns of
@@ -162,20 +165,68 @@ def _blocked(cache: GenerationCache, valid: tf.Tensor, rows: int) -> tf.Tensor:
 
 def start_generation(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor,
                      recent_columns: int = RECENT_COLUMNS) -> tuple[GenerationCache, tf.Tensor]:
-    """Reads a left-padded prompt once. prompt_ids [B, T] int, prompt_lengths [B] int (>= 1).
+    """Reads a left-padded prompt in one pass. prompt_ids [B, T] int, prompt_lengths [B] int (>= 1).
 
     -> (cache, logits [B, vocab] float32 of the first new position, the query stream at column T).
     ``network`` is built with ``inference_config(config, mem_len >= 1)``; mem_len is the cache size.
     ``recent_columns``: the width of the cache's recent part (see ``GenerationCache``); any width
-    gives the same tokens, 1 merges after every token.
+    gives the same tokens, 1 merges after every token. A long prompt costs T^2 here: read it with
+    ``read_prompt`` and ``start_from_memory`` instead.
     """
-    size = _cache_size(network)
+    _cache_size(network)
     prompt_ids = tf.cast(prompt_ids, tf.int32)
-    batch = tf.shape(prompt_ids)[0]
     mask = prompt_mask(prompt_ids, prompt_lengths)
     _, mems = network.encode(prompt_ids, tf.zeros_like(prompt_ids), input_mask=tf.cast(mask, tf.int32),
                              training=False)
     kept = tf.shape(mems[0])[1]  # the last min(T, mem_len) prompt columns
+    return start_from_memory(network, mems, mask[:, tf.shape(mask)[1] - kept:], recent_columns)
+
+
+def read_prompt(network: XLNetNetwork, prompt_ids, segment_len: int, segment_fn=None) -> tuple[list, tf.Tensor]:
+    """Reads one prompt as Transformer-XL reads a text: in segments of ``segment_len`` pieces, each
+    seeing its own pieces and the last ``mem_len`` states of the ones before (``network.encode``
+    with memory; ``XLNetNetwork.encode_segments``' recurrence). The segments end at the prompt's
+    end: the first holds the ``len % segment_len`` first pieces (or a whole segment). A prompt of
+    at most ``segment_len`` pieces is one ``encode`` pass, as ``start_generation`` reads it.
+
+    Memory and time are bounded by the segment: no call sees more than ``segment_len`` queries and
+    ``mem_len + segment_len`` keys, however long the prompt.
+
+    Args:
+      network: built with ``inference_config(config, mem_len >= 1)``.
+      prompt_ids: [T] int (T >= 1), one prompt (a Python sequence or a 1-D tensor).
+      segment_len: pieces per segment (>= 1).
+      segment_fn: ``(ids [1, L], mems or None) -> new_mems``: ``network.encode``'s memory by
+        default; pass a ``tf.function`` of it to run each segment as a graph.
+    Returns (mems: n_layer [1, min(T, mem_len), d_model], valid [1, min(T, mem_len)] bool, all True):
+    what ``start_from_memory`` builds the cache from.
+    """
+    _cache_size(network)
+    if segment_len < 1:
+        raise ValueError(f"segment_len must be at least 1, got {segment_len}")
+    ids = tf.reshape(tf.cast(tf.convert_to_tensor(prompt_ids), tf.int32), [1, -1])
+    total = int(ids.shape[1])
+    if total < 1:
+        raise ValueError("a prompt must hold at least one token")
+    segment_fn = segment_fn or (lambda segment, mems: network.encode(segment, tf.zeros_like(segment), mems=mems,
+                                                                      training=False)[1])
+    mems = None
+    for end in range(total % segment_len or segment_len, total + 1, segment_len):
+        mems = segment_fn(ids[:, max(0, end - segment_len):end], mems)
+    return list(mems), tf.ones([1, int(mems[0].shape[1])], tf.bool)
+
+
+def start_from_memory(network: XLNetNetwork, mems, valid: tf.Tensor, recent_columns: int = RECENT_COLUMNS
+                      ) -> tuple[GenerationCache, tf.Tensor]:
+    """The cache of a prompt already read, and the logits of its first new position.
+
+    mems: n_layer [B, K, d_model], each layer's input states of the prompt's last K <= mem_len
+    columns (``network.encode``'s new memory); valid: [B, K] bool, False at padding.
+    -> as ``start_generation``.
+    """
+    size = _cache_size(network)
+    valid = tf.cast(valid, tf.bool)
+    batch = tf.shape(valid)[0]
     pos_emb = network.position_encoding(klen=size + 1, qlen=1, training=False)
     keys, values, recent, position_keys = [], [], [], []
     for mem, block in zip(mems, network.blocks):
@@ -185,7 +236,7 @@ def start_generation(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_length
         recent.append(tf.zeros(tf.concat([tf.shape(layer_keys)[:2], [recent_columns, layer_keys.shape[3]]], 0),
                                layer_keys.dtype))
         position_keys.append(block.attention.project_positions(pos_emb))
-    key_valid = tf.concat([_left_pad_to(mask[:, tf.shape(mask)[1] - kept:], size, axis=1, value=False),
+    key_valid = tf.concat([_left_pad_to(valid, size, axis=1, value=False),
                            tf.zeros(tf.stack([batch, recent_columns]), tf.bool)], axis=1)
     cache = GenerationCache(tuple(keys), tuple(values), tuple(recent), tuple(recent), key_valid, tf.constant(0),
                             tuple(position_keys))
@@ -397,8 +448,14 @@ def generate(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Te
               for dtype in (tf.int32, tf.float32)]
     state = (tf.constant(0), cache, logits, tf.zeros(tf.stack([batch]), tf.bool), *arrays)
     _, _, _, _, chosen, scores = tf.while_loop(running, body, state)
-    return _outputs(prompt_ids, prompt_lengths, tf.transpose(chosen.stack()), tf.transpose(scores.stack()),
-                    steps, pad_id)
+    return _outputs(prompt_ids, prompt_lengths, _rows(chosen, batch), _rows(scores, batch), steps, pad_id)
+
+
+def _rows(steps: tf.TensorArray, batch: tf.Tensor) -> tf.Tensor:
+    """The loop's per-step [B] outputs as [B, steps]. An empty batch runs no step (every row of none
+    is done), and a TensorArray of no element of unknown shape cannot be stacked: [0, 0] then."""
+    return tf.cond(steps.size() > 0, lambda: tf.transpose(steps.stack()),
+                   lambda: tf.zeros(tf.stack([batch, 0]), steps.dtype))
 
 
 def generate_uncached(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_lengths: tf.Tensor, max_new_tokens: int,

@@ -84,11 +84,16 @@ def device_named(name: str) -> Device:
     return DEVICES[key]
 
 
+def host_memory_bytes() -> int:
+    """This machine's physical memory, in bytes."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
 def this_cpu() -> Device:
     """This machine as a device: its physical memory and the float32 matmul peak timed now."""
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    memory = host_memory_bytes()
     peak = measured_matmul_peak("float32")
-    return Device(CPU, int(memory), measured_matmul_peak("bfloat16"), peak, "this machine: memory from the "
+    return Device(CPU, memory, measured_matmul_peak("bfloat16"), peak, "this machine: memory from the "
                   "system, peaks from a 1024 x 1024 matmul timed now")
 
 
@@ -141,19 +146,24 @@ def reported_memory(strategy) -> tuple[int | None, str]:
     return None, ""
 
 
-_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": GB, "tb": 1000 ** 4,
+_UNITS = {"b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": GB, "tb": 1000 ** 4,
           "kib": 1024, "mib": 1024 ** 2, "gib": GIB, "tib": 1024 ** 4}
+_UNIT_NAMES = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_memory_size(text: str, flag: str = "--device-memory") -> int:
-    """Bytes of a size such as ``16GiB``, ``80GB``, ``512MiB`` or ``1073741824``; a ValueError
-    naming ``flag`` with an example otherwise."""
+    """Bytes of a size such as ``16GiB``, ``80GB``, ``512MiB`` or ``1073741824B``; a UsageError
+    naming ``flag`` and the units otherwise. The unit is required: a bare ``16`` meant as GiB would
+    plan for 16 bytes, and ``16G`` could be either GiB or GB. The one reader of a size a user types
+    (`xlnet plan`, `xlnet train`, `xlnet finetune` ``--device-memory``)."""
     match = _SIZE.match(str(text))
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS or float(match.group(1)) <= 0:
-        raise UsageError(f"{flag} {text!r}: expected a size such as 16GiB, 80GB or 512MiB "
-                         f"(units: {', '.join(u for u in _UNITS if u)}; a bare number is bytes)")
+        problem = ("not a positive size" if match is None or float(match.group(1)) <= 0
+                   else f"unknown unit {match.group(2)!r}" if unit else "a size needs a unit")
+        raise UsageError(f"{flag} {text!r}: {problem}; expected a size such as 16GiB, 80GB or 512MiB "
+                         f"(units: {_UNIT_NAMES}; GiB = 2^30 bytes, GB = 10^9)")
     return int(float(match.group(1)) * _UNITS[unit])
 
 

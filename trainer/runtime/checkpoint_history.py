@@ -12,7 +12,8 @@ renamed wherever it points. This module makes the files present the truth:
 * :func:`write_history`: the state file written with timestamps, so a CheckpointManager built on it
   keeps every checkpoint in its list (without them it silently drops them all).
 * :func:`set_aside`: a checkpoint's files moved to ``damaged/`` under a name no earlier one has:
-  nothing is overwritten, nothing outside the directory is touched.
+  nothing is overwritten, nothing outside the directory is touched. :func:`set_aside_file` does
+  the same for one file of a directory (a model directory's damaged goodput.json).
 * :func:`unfinished_saves` and :func:`remove_unfinished_save`: what a save that did not finish (a
   full disk, a process killed while writing) left, and its removal.
 
@@ -25,6 +26,7 @@ import os
 import posixpath
 import re
 import time
+from typing import Callable
 
 import tensorflow as tf
 from google.protobuf import text_format
@@ -197,15 +199,34 @@ def set_aside(directory: str, prefix: str) -> str:
     name = posixpath.basename(prefix)
     damaged = damaged_directory(directory)
     tf.io.gfile.makedirs(damaged)
-    target, counter = name, 1
-    while tf.io.gfile.glob(posixpath.join(damaged, target + ".*")):
-        counter += 1
-        target = f"{name}_{counter}"
+    target = _unused_name(name, lambda candidate: bool(tf.io.gfile.glob(posixpath.join(damaged, candidate + ".*"))))
     for path in tf.io.gfile.glob(prefix + ".*"):
         suffix = posixpath.basename(path)[len(name):]
         if suffix == ".index" or suffix.startswith(".data-"):
             tf.io.gfile.rename(path, posixpath.join(damaged, target + suffix), overwrite=False)
     return posixpath.join(damaged, target)
+
+
+def set_aside_file(directory: str, name: str) -> str:
+    """Moves the file ``name`` of ``directory`` to ``damaged/`` and returns its new path there:
+    ``damaged/NAME``, or ``damaged/STEM_2.EXT``, ``_3``... when a file of that name was set aside
+    before (the rule of :func:`set_aside`). Nothing is overwritten."""
+    damaged = damaged_directory(directory)
+    tf.io.gfile.makedirs(damaged)
+    stem, extension = posixpath.splitext(name)
+    target = _unused_name(stem, lambda candidate: tf.io.gfile.exists(posixpath.join(damaged, candidate + extension)))
+    moved = posixpath.join(damaged, target + extension)
+    tf.io.gfile.rename(posixpath.join(directory, name), moved, overwrite=False)
+    return moved
+
+
+def _unused_name(name: str, taken: Callable[[str], bool]) -> str:
+    """``name``, or ``name_2``, ``name_3``... the first that ``taken`` (a check of a candidate) refuses."""
+    target, counter = name, 1
+    while taken(target):
+        counter += 1
+        target = f"{name}_{counter}"
+    return target
 
 
 def unfinished_saves(directory: str) -> list[str]:

@@ -44,7 +44,7 @@ from tfrecords.tensorflow_errors import error_text
 from trainer.configs.training import LoopConfig
 from trainer.runtime import checkpoint_history
 from trainer.runtime.checkpoint_writer import BackgroundWrites, SaveFailed
-from trainer.runtime.distribution import is_chief, worker_info
+from trainer.runtime.distribution import is_chief, lost_worker, worker_info
 from trainer.runtime.goodput import GoodputRecorder, log_breakdown
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
 from trainer.runtime.optimization import build_optimizer, clip_by_global_norm
@@ -53,6 +53,7 @@ from trainer.runtime.preemption import Preemption
 from trainer.runtime.profiling import ProfileWindow
 from trainer.runtime.resume_agreement import agreed_history, check_same_step
 from trainer.runtime.run_clock import command_start_time
+from trainer.runtime.run_lock import taken_over_from
 from trainer.runtime.summaries import SummaryManager
 from trainer.runtime.task_protocol import Task
 from trainer.runtime.throughput import StepFlops
@@ -73,6 +74,11 @@ class UnreadableCheckpointError(TrainingStopped):
 
 class TrainingDataError(TrainingStopped):
     """The training input could not be read (a damaged or vanished file)."""
+
+
+class WorkerLostError(TrainingStopped):
+    """A worker of a multi-worker run is gone (killed, its machine or network down): the others
+    cannot go on without it, and a restart of all of them resumes from the last checkpoint."""
 
 
 class CheckpointSaveError(TrainingStopped):
@@ -150,7 +156,9 @@ class Controller:
         self._restored = self._restore(init_checkpoint)
         self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile)
         self._train_loop = tf.function(self._train_loop_fn)
-        self.preemption = Preemption(strategy, self.num_workers)
+        self.preemption = Preemption(strategy, self.num_workers, config.preemption_grace_seconds,
+                                     give_up=self._given_up, log=self.log)
+        self._running: tuple[int, int, int] = (0, 0, 0)  # (the run's first step, the running loop's first, last)
         self.peak_memory = PeakMemory(strategy)
 
     @property
@@ -354,14 +362,16 @@ class Controller:
         profile = ProfileWindow(config.profile_window, self.model_dir.tensorboard("train"), enabled=self.chief)
         step, last_loss, eval_metrics, evaluated_at = start, None, {}, -1
         saved_at = start if self._restored else None  # the step of the newest checkpoint on disk
-        goodput.begin(start)
+        goodput.begin(start, taken_over_from(self.model_dir) if self.chief else None)
         began, timed_from = time.time(), start  # the ETA leaves the first (compiling) step out
-        with self.preemption.handlers(), _stopped_at_exit(profile):
+        with self.preemption.handlers(), _stopped_at_exit(profile), self._workers_all_present():
             while step < config.train_steps and not self.preemption.stopping():
                 # the first loop of a process is one step, so that progress shows once it is compiled
                 count = 1 if step == start else self._steps_until_event(step, profile.boundaries())
                 profile.before_loop(step)
-                with goodput.timed("compile" if step == start else "productive", steps=count):
+                self._running = (start, step + 1, step + count)
+                with goodput.timed("compile" if step == start else "productive", steps=count), \
+                        self.preemption.running_loop():  # a signal waits for it preemption_grace_seconds at most
                     losses, metrics, norms, elapsed, peak = self._run_loop(iterator, step, count)
                 profile.after_loop(step + count)
                 rates = self._loop_rates(count, elapsed)
@@ -420,6 +430,41 @@ class Controller:
         elapsed = time.time() - tick
         self._guard_finite(step, losses)
         return losses, metrics, norms, elapsed, self.peak_memory.peak()
+
+    @contextlib.contextmanager
+    def _workers_all_present(self) -> Iterator[None]:
+        """A collective that fails because a worker is gone becomes a WorkerLostError (exit status 3)
+        naming that worker and the checkpoint a restart of all workers resumes from."""
+        try:
+            yield
+        except tf.errors.OpError as error:
+            who = lost_worker(error, self.strategy)
+            if who is None:
+                raise
+            latest = self.manager.latest_checkpoint
+            resume = (f"they resume from the last checkpoint all of them saved ({latest} here)" if latest else
+                      "no checkpoint was saved yet, so they start again at step 1")
+            raise WorkerLostError(
+                f"{who} of the {self.num_workers} workers in TF_CONFIG stopped answering (killed, or its machine or "
+                f"network went down) and this worker ({self.worker}) cannot train without it. Restart ALL workers "
+                f"with the same command: {resume}") from None
+
+    def _given_up(self, signum: int) -> str:
+        """The line of a run whose loop of steps outlasted ``preemption_grace_seconds`` after signal
+        ``signum`` (trainer/runtime/preemption.py calls it on its watcher thread before the process
+        exits): the checkpoint write in flight is waited for first, then the line says what is saved."""
+        start, first, last = self._running
+        try:
+            self._finish_saves(start)
+            failed = ""
+        except (TrainingStopped, SaveFailed) as error:
+            failed = f" (the checkpoint being written failed: {error})"
+        latest = self.manager.latest_checkpoint
+        saved = (f"nothing to save since {latest}{failed}; re-running the same command resumes from it" if latest else
+                 f"stopped before the run's first checkpoint{failed}; re-running the same command starts at step 1")
+        steps = f"step {first}" if first == last else f"steps {first}-{last}"
+        return (f"received signal {signum}: {steps} did not end within {self.config.preemption_grace_seconds:g} s "
+                f"(preemption_grace_seconds), so the run stopped without them: {saved}")
 
     def _loop_rates(self, count: int, seconds: float) -> dict[str, float]:
         """Tokens/s, examples/s and, when the model's FLOPs are known, model FLOPs/s and MFU of a

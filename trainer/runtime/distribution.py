@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-
-import tensorflow as tf
+import re
 
 from tfrecords.errors import UsageError
 
+# TensorFlow is imported in the functions that use it: STRATEGIES, the choices of --strategy, is
+# read by `xlnet train --help` and `xlnet finetune --help`, which import no TensorFlow.
 STRATEGIES = ("auto", "cpu", "gpu", "mirrored", "multi-worker", "tpu")
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,8 @@ def create_strategy(name: str = "auto", tpu: str | None = None) -> tf.distribute
     multi-worker reads the cluster from TF_CONFIG; tpu resolves ``--tpu`` (a TPU name, a
     grpc:// address, or 'local' on a TPU VM) through TPUClusterResolver.
     """
+    import tensorflow as tf
+
     if name not in STRATEGIES:
         raise UsageError(f"--strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
     if name == "auto":
@@ -47,6 +50,8 @@ def create_strategy(name: str = "auto", tpu: str | None = None) -> tf.distribute
 
 
 def _auto_strategy_name(tpu: str | None) -> str:
+    import tensorflow as tf
+
     if tpu:
         return "tpu"
     workers = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get("worker", [])
@@ -58,6 +63,8 @@ def _auto_strategy_name(tpu: str | None) -> str:
 
 
 def _tpu_strategy(tpu: str | None) -> tf.distribute.Strategy:
+    import tensorflow as tf
+
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
         tf.config.experimental_connect_to_cluster(resolver)
@@ -70,6 +77,8 @@ def _tpu_strategy(tpu: str | None) -> tf.distribute.Strategy:
 
 def worker_info(strategy: tf.distribute.Strategy) -> tuple[int, int]:
     """(this worker's index, number of workers) for the strategy's cluster."""
+    import tensorflow as tf
+
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return 0, 1  # one client program drives every TPU host
     resolver = getattr(strategy, "cluster_resolver", None)
@@ -81,10 +90,44 @@ def worker_info(strategy: tf.distribute.Strategy) -> tuple[int, int]:
     return int(resolver.task_id or 0), len(workers)
 
 
+# What TensorFlow says when a peer of a collective is gone: its coordination service's heartbeats
+# (UnavailableError, "The following tasks are unhealthy (stopped sending heartbeats)") or the gRPC
+# channel to it ("Connection reset by peer", "Socket closed", "failed to connect").
+_PEER_GONE = re.compile(r"unhealthy|stopped sending heartbeats|connection reset|socket closed|connection refused|"
+                        r"failed to connect|connect failed|broken pipe|end of file", re.IGNORECASE)
+_TASK = re.compile(r"/job:worker/(?:replica:\d+/)?task:(\d+)")
+
+
+def lost_worker(error: tf.errors.OpError, strategy: tf.distribute.Strategy) -> str | None:
+    """Which worker of a multi-worker run ``error`` says is gone ("worker 1 (10.0.0.2:2222)"), as
+    TF_CONFIG names it; "another worker" when the error names none of them; None when ``error``
+    is not a lost peer (or the run has one worker)."""
+    import tensorflow as tf
+
+    me, count = worker_info(strategy)
+    if count < 2:
+        return None
+    message = getattr(error, "message", "") or str(error)
+    if not (isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)) or _PEER_GONE.search(message)):
+        return None
+    addresses = strategy.cluster_resolver.cluster_spec().as_dict().get("worker", [])
+    unhealthy = message.split("unhealthy", 1)[-1]  # the tasks named after it, when TensorFlow lists them
+    indices = [int(index) for index in _TASK.findall(unhealthy) or _TASK.findall(message)]
+    indices += [index for index, address in enumerate(addresses) if address in message]
+    others = [index for index in dict.fromkeys(indices) if index != me and index < len(addresses)]
+    if not others and count == 2:
+        others = [1 - me]  # of two workers, the one that is gone is the other
+    if not others:
+        return "another worker"
+    return ", ".join(f"worker {index} ({addresses[index]})" for index in others)
+
+
 def input_pipelines(strategy: tf.distribute.Strategy) -> int:
     """The input pipelines ``strategy`` runs, one per host: what its ``distribute_datasets_from_function``
     passes as ``InputContext.num_input_pipelines`` (a TPU pod's hosts, a multi-worker cluster's
     workers; 1 on one machine), known before any dataset is built."""
+    import tensorflow as tf
+
     if isinstance(strategy, tf.distribute.TPUStrategy):
         return int(strategy.extended.num_hosts)
     return worker_info(strategy)[1]
@@ -100,6 +143,8 @@ def make_deterministic() -> None:
 
     TensorFlow fixes its thread pools when it first runs an op, so this must come before that.
     """
+    import tensorflow as tf
+
     try:
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)

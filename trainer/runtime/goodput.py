@@ -14,24 +14,60 @@ its training loop, falls in exactly one category:
 * ``lost``: productive time a killed run spent on steps after its last checkpoint, which the next
   run trains again; moved out of ``productive`` when that run resumes (the killed run's own
   measurement of those steps, plus an estimate at the job's mean step time for steps before that
-  checkpoint when an older one resumes);
+  checkpoint when an older one resumes); and the time a killed run lived after the job's last
+  record (the loop it was killed in, never recorded), up to the last heartbeat of its run lock
+  (trainer/runtime/run_lock.py), added when the next run, which took that lock over, begins;
 * ``other``: the loop's bookkeeping between those (the step log, TensorBoard, progress lines,
   this file, the profiler's start and stop).
 
 ``goodput`` is productive over total seconds. The file is rewritten after every loop of steps
 (on a local disk through a temporary file and a rename, an object store publishing it whole), so
-a run killed with SIGKILL keeps all but its last, unfinished loop. Only the chief writes it.
+a run killed with SIGKILL keeps all but its last, unfinished loop, whose time up to its lock's
+last heartbeat (at most ``HEARTBEAT_SECONDS`` before the kill) the next run counts as lost. Only
+the chief writes it.
+
+The file only monitors the job: one that is not a record (not JSON, a field of another type:
+:func:`record_problems`, the one check of its structure) never stops a run, which sets it aside
+under ``MODEL_DIR/damaged/`` with a warning and starts a new record; `xlnet goodput` names what
+is wrong with it (GoodputFileError, exit status 3). This module imports no TensorFlow.
 """
 from __future__ import annotations
 
 import contextlib
+import json
+import math
+import posixpath
+import sys
 import time
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
-from trainer.runtime.model_dir import ModelDirectory
-from trainer.runtime.storage import StorageError, read_json
+from tfrecords.errors import DataError
+from tfrecords.lock_owner import owner_time
+from trainer.runtime.storage import exists, read_bytes
 
+FILE = "goodput.json"
 CATEGORIES = ("productive", "startup", "compile", "evaluation", "checkpoint", "lost", "other")
+
+
+class RecordedDirectory(Protocol):
+    """What the recorder needs of a model directory (trainer/runtime/model_dir.py ModelDirectory,
+    not imported: it imports TensorFlow, and `xlnet goodput` reads a record without it)."""
+
+    path: str
+
+    def replace_json(self, name: str, value: Any) -> None: ...
+
+    def set_aside_file(self, name: str) -> str: ...
+
+
+class GoodputFileError(DataError):
+    """A goodput.json that is not a goodput record (exit status 3); the message names the file and
+    what is wrong with it, ``problem`` the latter alone."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path} is not a goodput record: {problem}. It only monitors the job: remove it, or let "
+                         "the next `xlnet train` or `xlnet finetune` set it aside under damaged/ and start a new one")
+        self.path, self.problem = path, problem
 
 
 class GoodputRecorder:
@@ -43,7 +79,7 @@ class GoodputRecorder:
       enabled: False off the chief: nothing is read or written.
     """
 
-    def __init__(self, model_dir: ModelDirectory, started: float, enabled: bool = True):
+    def __init__(self, model_dir: RecordedDirectory, started: float, enabled: bool = True):
         self.model_dir, self.enabled = model_dir, enabled
         self._mark = started  # every second before this is counted
         self._run = dict.fromkeys(CATEGORIES, 0.0)  # this run's seconds
@@ -51,22 +87,26 @@ class GoodputRecorder:
         self._before: dict[str, Any] = empty_record()  # the job's record before this run
         self._unsaved = _window(0)
 
-    def begin(self, step: int) -> float:
-        """Ends the run's start-up; the run resumed at ``step``. Counts the run and moves the
-        productive time of the steps it trains again (a killed run's work after its last checkpoint)
-        to ``lost``; returns those seconds."""
+    def begin(self, step: int, killed_run: Mapping[str, Any] | None = None) -> float:
+        """Ends the run's start-up; the run resumed at ``step``. Counts the run, moves the productive
+        time of the steps it trains again (a killed run's work after its last checkpoint) to
+        ``lost``, and adds to ``lost`` the time a killed run lived after the job's last record (the
+        loop it was killed in), up to its run lock's last heartbeat (``killed_run``: the record of
+        the lock this run took over, run_lock.taken_over_from; None when it took over none); returns
+        the seconds lost. A goodput.json that is not a record is set aside with a warning, and a new
+        record starts."""
         self._count("startup")
-        previous = read_goodput(self.model_dir) if self.enabled else None
-        before = empty_record() if previous is None else previous
+        before = self._previous() if self.enabled else empty_record()
         seconds = {name: float(before["seconds"].get(name, 0.0)) for name in CATEGORIES}
         steps, lost = _replayed(before.get("unsaved"), step, seconds["productive"], before.get("productive_steps", 0))
+        unrecorded = unrecorded_seconds(before.get("written_at"), killed_run) if self.enabled else 0.0
         seconds["productive"] -= lost
-        seconds["lost"] += lost
+        seconds["lost"] += lost + unrecorded
         self._before = {"runs": int(before["runs"]) + 1, "seconds": seconds,
                         "productive_steps": int(before.get("productive_steps", 0)) - steps}
         self._unsaved = _window(step)
         self.record()
-        return lost
+        return lost + unrecorded
 
     @contextlib.contextmanager
     def timed(self, category: str, steps: int = 0) -> Iterator[None]:
@@ -95,15 +135,40 @@ class GoodputRecorder:
         record = {"goodput": seconds["productive"] / total if total > 0 else 0.0, "runs": self._before["runs"],
                   "total_seconds": total, "seconds": seconds,
                   "productive_steps": self._before["productive_steps"] + self._run_steps,
-                  "unsaved": dict(self._unsaved), "this_run_seconds": sum(self._run.values())}
+                  "unsaved": dict(self._unsaved), "this_run_seconds": sum(self._run.values()),
+                  "written_at": self._mark}
         if self.enabled:
-            self.model_dir.replace_json(ModelDirectory.GOODPUT, record)
+            self.model_dir.replace_json(FILE, record)
         return record
+
+    def _previous(self) -> dict[str, Any]:
+        """The job's record before this run; a damaged one set aside (it only monitors the job:
+        training goes on with a new record), with a warning on standard error."""
+        try:
+            previous = read_goodput(self.model_dir.path)
+        except GoodputFileError as error:
+            moved = self.model_dir.set_aside_file(FILE)
+            print(f"warning: {error.path} is not a goodput record ({error.problem}); set aside as {moved}, "
+                  "a new record starts with this run", file=sys.stderr, flush=True)
+            return empty_record()
+        return empty_record() if previous is None else previous
 
     def _count(self, category: str) -> None:
         now = time.time()
         self._run[category] += now - self._mark
         self._mark = now
+
+
+def unrecorded_seconds(written_at: Any, killed_run: Mapping[str, Any] | None) -> float:
+    """The seconds a killed run lived after the job's last record (written at ``written_at``, a
+    time.time() value): from that record, or from the run's start when it began later, to the last
+    heartbeat of its run lock (``killed_run``: that lock's record). 0 when a time is unknown or the
+    heartbeat is older (the run died before a beat could follow the record)."""
+    heartbeat, started = owner_time(killed_run, "heartbeat"), owner_time(killed_run, "started")
+    recorded = owner_time({"written_at": written_at}, "written_at")
+    if heartbeat is None or recorded is None or heartbeat > time.time():  # a clock set wrong: nothing to trust
+        return 0.0
+    return max(0.0, heartbeat - max(recorded, started if started is not None else recorded))
 
 
 def empty_record() -> dict[str, Any]:
@@ -130,16 +195,77 @@ def _replayed(unsaved: Mapping[str, float] | None, resumed_at: int, productive: 
     return steps, min(productive, float(unsaved["productive_seconds"]) + earlier * per_step)
 
 
-def read_goodput(model_dir: ModelDirectory) -> dict[str, Any] | None:
-    """The job's record in ``model_dir``'s goodput.json, None when it has none; a StorageError
-    naming a file that is not a record."""
-    if not model_dir.has(ModelDirectory.GOODPUT):
+def read_goodput(directory: str) -> dict[str, Any] | None:
+    """The job's record in the model directory ``directory`` (local or gs://), None when it has no
+    goodput.json; GoodputFileError names a file that is not a record and says what is wrong."""
+    path = posixpath.join(directory, FILE)
+    if not exists(path):
         return None
-    record = read_json(model_dir.join(ModelDirectory.GOODPUT))
-    if not isinstance(record, dict) or not isinstance(record.get("seconds"), dict) or "runs" not in record:
-        raise StorageError(f"{model_dir.join(ModelDirectory.GOODPUT)} is not a goodput record (expected "
-                           '{"goodput": ..., "runs": N, "seconds": {...}})')
-    return record
+    try:
+        values = json.loads(read_bytes(path).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise GoodputFileError(path, f"not JSON ({error})") from None
+    problems = record_problems(values)
+    if problems:
+        raise GoodputFileError(path, "; ".join(problems))
+    return values
+
+
+def record_problems(values: Any) -> list[str]:
+    """What makes ``values`` (goodput.json's JSON value) not a goodput record, one phrase per field:
+    a required field missing, any field of another type (bool is not a number, numbers are finite).
+    Empty when it is a record. The one check of the file's structure: every reader goes through it."""
+    if not isinstance(values, dict):
+        return [f'expected an object {{"goodput": ..., "runs": N, "seconds": {{...}}}}, got {_shown(values)}']
+    problems = [f"{name} is missing" for name in _REQUIRED if name not in values]
+    problems += _field_problems(values, _FIELDS, "")
+    seconds = values.get("seconds")
+    if isinstance(seconds, dict):
+        problems += [f"seconds.{name} is not a category (one of {', '.join(CATEGORIES)})"
+                     for name in seconds if name not in CATEGORIES]
+        problems += _field_problems(seconds, dict.fromkeys(CATEGORIES, _SECONDS), "seconds.")
+    unsaved = values.get("unsaved")
+    if isinstance(unsaved, dict):
+        problems += [f"unsaved.{name} is missing" for name in _UNSAVED if name not in unsaved]
+        problems += _field_problems(unsaved, _UNSAVED, "unsaved.")
+    return problems
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# field -> (the check of its value, what it should be)
+_SECONDS = (_is_number, "a number of seconds")
+_STEP = (_is_integer, "a step (an integer)")
+_FIELDS = {
+    "goodput": (_is_number, "a fraction (a number)"),
+    "runs": (lambda value: _is_integer(value) and value >= 0, "a count of runs (an integer >= 0)"),
+    "total_seconds": _SECONDS,
+    "seconds": (lambda value: isinstance(value, dict), "an object of category -> seconds"),
+    "productive_steps": (_is_integer, "a count of steps (an integer)"),
+    "unsaved": (lambda value: value is None or isinstance(value, dict), "null or an object"),
+    "this_run_seconds": _SECONDS,
+    "written_at": (_is_number, "a time (seconds since the epoch)"),
+}
+_REQUIRED = ("goodput", "runs", "total_seconds", "seconds")
+_UNSAVED = {"checkpoint_step": _STEP, "last_step": _STEP, "productive_steps": (_is_integer, "a count of steps"),
+            "productive_seconds": _SECONDS}
+
+
+def _field_problems(values: Mapping[str, Any], fields: Mapping[str, tuple[Callable[[Any], bool], str]],
+                    prefix: str) -> list[str]:
+    return [f"{prefix}{name} is {_shown(values[name])}, not {expected}"
+            for name, (check, expected) in fields.items() if name in values and not check(values[name])]
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def describe(record: Mapping[str, Any], where: str) -> str:

@@ -16,6 +16,7 @@ by a resumed run and by `xlnet export`. Layout::
               train_steps.jsonl        one JSON line per optimizer step: step, loss, accuracy, grad_norm
               run.lock                 the run writing the directory (trainer/runtime/run_lock.py)
               goodput.json             where the job's wall time went, over its runs (trainer/runtime/goodput.py)
+              damaged/                 a goodput.json that was not a record, set aside by the next run
               train_config.step-N.json the settings a resume at step N replaced (finetune_config too)
               finetune_config.json     how it was fine-tuned (trainer/configs/finetuning.py), `xlnet finetune` only
               labels.json              the classification labels, index = class id (`xlnet finetune`)
@@ -41,7 +42,7 @@ import tensorflow as tf
 from tfrecords.errors import DataError
 from trainer.models.config import ModelConfig
 from trainer.models.head_spec import HeadSpec
-from trainer.runtime import checkpoint_history, event_files
+from trainer.runtime import checkpoint_history, event_files, goodput
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
 from trainer.runtime.throughput import CLOCK_FIELDS
 
@@ -90,7 +91,7 @@ class ModelDirectory:
     SQUAD_TEST_PREDICTIONS = "test_predictions.json"  # squad --test: as predictions.json
     DAMAGED_CHECKPOINTS = "damaged"  # under checkpoints/: checkpoints that could not be read, set aside
     TEST_NULL_ODDS = "test_null_odds.json"  # squad --test, a model trained on SQuAD 2.0
-    GOODPUT = "goodput.json"  # where the job's wall time went, over all its runs (trainer/runtime/goodput.py)
+    GOODPUT = goodput.FILE  # where the job's wall time went, over all its runs (trainer/runtime/goodput.py)
     # What `xlnet export` and --init-checkpoint need besides a checkpoint.
     REQUIRED = (MODEL_CONFIG, VOCAB, SPECIAL_IDS)
 
@@ -164,8 +165,9 @@ class ModelDirectory:
     # ------------------------------------------------------------------------- reads
     @functools.cached_property
     def model_config(self) -> ModelConfig:
+        values = read_json(self.join(self.MODEL_CONFIG))  # a StorageError names the file itself
         try:
-            return ModelConfig.from_dict(read_json(self.join(self.MODEL_CONFIG)))
+            return ModelConfig.from_dict(values)
         except (ValueError, TypeError) as error:
             raise ModelDirectoryError(f"{self.join(self.MODEL_CONFIG)}: {error}") from None
 
@@ -199,8 +201,9 @@ class ModelDirectory:
 
         if not self.has(self.FINETUNE_CONFIG):
             return None
+        values = read_json(self.join(self.FINETUNE_CONFIG))  # a StorageError names the file itself
         try:
-            return FinetuneConfig.from_dict(read_json(self.join(self.FINETUNE_CONFIG)))
+            return FinetuneConfig.from_dict(values)
         except (ValueError, TypeError) as error:
             raise ModelDirectoryError(f"{self.join(self.FINETUNE_CONFIG)}: {error}") from None
 
@@ -275,6 +278,12 @@ class ModelDirectory:
         left = tuple(path for path in history.prefixes if posixpath.basename(path) != posixpath.basename(prefix))
         checkpoint_history.write_history(checkpoint_history.History(self.checkpoints, left))
         return moved
+
+    def set_aside_file(self, name: str) -> str:
+        """Moves the directory's file ``name`` (a damaged goodput.json) to damaged/ under the rule
+        checkpoints are set aside by (trainer/runtime/checkpoint_history.py): nothing overwritten, a
+        name set aside before gets a counter (goodput_2.json); returns its new path."""
+        return checkpoint_history.set_aside_file(self.path, name)
 
     def _replace(self, path: str, data: bytes) -> None:
         """Writes ``data`` as the whole of ``path``: on a local disk through a temporary file and a

@@ -4,7 +4,9 @@ The lock holds the owner's host, pid, start time and a heartbeat that a backgrou
 refreshes every ``HEARTBEAT_SECONDS``. A second `xlnet train` or `xlnet finetune` on the same
 directory stops with exit status 2 and names the owner. A lock is taken over, with a warning,
 when its owner is dead: a process that no longer exists on this host, or a heartbeat older than
-``STALE_SECONDS`` (a host that crashed or lost the directory). The workers of one multi-worker
+``STALE_SECONDS`` (a host that crashed or lost the directory). The new lock keeps the dead run's
+record (``taken_over_from``: its start and last heartbeat), from which the next run's goodput
+counts the time that run lived after its last record as lost (trainer/runtime/goodput.py). The workers of one multi-worker
 job share the chief's lock: only the chief takes it.
 
 Two kinds of lock are judged by the file's own modification time instead (set by the filesystem
@@ -49,6 +51,30 @@ from trainer.runtime.storage import StorageError, StorageUnreachableError, failu
 HEARTBEAT_SECONDS = 30.0
 STALE_SECONDS = 600.0  # 20 missed heartbeats: the owner is gone
 SETTLE_SECONDS = 2.0  # object stores: how long a competing write has to show before ours is trusted
+_HELD: set["RunLock"] = set()  # the locks this process holds now (release_held_locks)
+
+
+def release_held_locks() -> None:
+    """Releases every run lock this process holds: for a process about to leave through os._exit,
+    where no context manager's exit runs (a loop of steps given up after a signal,
+    trainer/runtime/preemption.py)."""
+    for lock in list(_HELD):
+        lock.release()
+
+
+TAKEN_OVER = "taken_over_from"  # in a lock taken over: the record of the dead run's lock
+
+
+def taken_over_from(directory: ModelDirectory) -> dict[str, Any] | None:
+    """When the run holding ``directory``'s lock took it over from a run that is gone (killed): that
+    run's lock record (host, pid, started, heartbeat: when it was last alive); else None. Given to
+    trainer/runtime/goodput.py to count the killed run's last, unrecorded loop as lost."""
+    try:
+        record = read_json(directory.join(RunLock.FILE))
+    except (StorageError, StorageUnreachableError):
+        return None
+    previous = record.get(TAKEN_OVER) if isinstance(record, dict) else None
+    return previous if isinstance(previous, dict) else None
 
 
 class RunLockError(ModelDirectoryError):
@@ -91,14 +117,18 @@ class RunLock:
                 raise RunLockError(f"--model-dir {self.directory.path} is in use by another run: {describe(owner)}; "
                                    f"wait for it to finish, or remove {self.path} if that run is gone")
             self.log(f"warning: taking over {self.path} from a run that is gone ({why_stale}): {describe(owner)}")
+            if owner is not None:  # when it was last alive: goodput counts its time since its last record as lost
+                self.record[TAKEN_OVER] = {key: owner.get(key) for key in ("host", "pid", "started", "heartbeat")}
             write_json(self.path, self.record)
         if "://" in self.path:
             self._settle()
         self._beating = threading.Thread(target=self._beat, name="run-lock-heartbeat", daemon=True)
         self._beating.start()
+        _HELD.add(self)
 
     def release(self) -> None:
         """Stops the heartbeat and removes the lock if it is still ours."""
+        _HELD.discard(self)
         self._stop.set()
         if self._beating is not None:
             self._beating.join()

@@ -6,6 +6,9 @@ helpers; listings, globs, copies, renames and record streams through tf.io.gfile
 directly, in the module that owns them (trainer/runtime/model_dir.py for model directories,
 trainer/inputs/text_files.py for fine-tuning files, trainer/serving/saved_model.py for
 publishing an export). tests/test_cloud_storage.py runs those paths against a GCS API.
+TensorFlow is imported only where a path with a scheme (gs://) or a write needs it: a local file
+is read with Python's own I/O, so that a light command reading one (`xlnet goodput` on a local
+directory) never pays for TensorFlow's import.
 
 A filesystem that fails is a sentence naming the path (and the flag, where the caller knows it),
 never a traceback (:func:`storage_failure`, :func:`failures_named`):
@@ -26,9 +29,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from typing import Any, Iterator
-
-import tensorflow as tf
 
 from tfrecords.errors import DataError, UsageError
 from tfrecords.tensorflow_errors import UNREACHABLE_ADVICE, error_text, is_unreachable
@@ -47,6 +49,27 @@ class StorageError(UsageError):
 class StorageUnreachableError(DataError):
     """Storage that did not answer (no network, a host that cannot be resolved, retries
     exhausted); the message names the path, and the flag when the caller knows it."""
+
+
+def _tensorflow():
+    """TensorFlow, imported where a path or an operation needs it (see the module's docstring)."""
+    import tensorflow as tf
+
+    return tf
+
+
+def _filesystem_errors() -> tuple[type[BaseException], ...]:
+    """What a filesystem raises: OSError, and tf.errors.OpError once TensorFlow is loaded (before,
+    nothing can raise one, and importing TensorFlow to name it would cost its import)."""
+    errors = getattr(sys.modules.get("tensorflow"), "errors", None)
+    op_error = getattr(errors, "OpError", None)
+    return (OSError,) if op_error is None else (op_error, OSError)
+
+
+def _not_found(error: BaseException) -> bool:
+    errors = getattr(sys.modules.get("tensorflow"), "errors", None)
+    not_found = getattr(errors, "NotFoundError", None)
+    return isinstance(error, FileNotFoundError) or (not_found is not None and isinstance(error, not_found))
 
 
 def storage_failure(error: BaseException, path: str, doing: str = "read",
@@ -71,7 +94,7 @@ def storage_failure(error: BaseException, path: str, doing: str = "read",
         elif message.startswith(path + " "):
             message = message[len(path) + 1:].strip()
         reason = message.replace("; ", ": ", 1) if message.startswith(("/", "gs://")) else message
-    if isinstance(error, (tf.errors.NotFoundError, FileNotFoundError)) and doing == "read" and not flag:
+    if _not_found(error) and doing == "read" and not flag:
         return StorageError(f"{path}: file not found", path=path, reason="file not found")
     return StorageError(f"{subject} cannot be {doing}: {reason}", path=path, reason=reason)
 
@@ -84,7 +107,7 @@ def failures_named(path: str | os.PathLike, doing: str = "read", flag: str | Non
     path = os.fspath(path)
     try:
         yield
-    except (tf.errors.OpError, OSError) as error:
+    except _filesystem_errors() as error:
         raise storage_failure(error, path, doing, flag) from None
     except StorageError as error:  # a helper's, naming a file in ``path``: the flag is named too
         if not flag or error.reason is None:
@@ -97,18 +120,33 @@ def check_output_directory(path: str, flag: str = "--output") -> None:
     """Before anything is written to ``path``: a StorageError naming ``flag`` when it is a file,
     StorageUnreachableError when its storage does not answer. (A read-only one is found by the
     first write, through :func:`failures_named`.)"""
+    tf = _tensorflow()
     with failures_named(path, "read", flag):
         is_file = tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
     if is_file:
         raise StorageError(f"{flag} {path} cannot be written: it is a file, not a directory")
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """The bytes of a file; StorageError names a missing one (or a directory, or one that cannot be
-    read), StorageUnreachableError one whose storage does not answer."""
+def exists(path: str | os.PathLike) -> bool:
+    """Whether a file or directory is at ``path`` (a local one is checked without TensorFlow);
+    StorageUnreachableError when its storage does not answer."""
     path = os.fspath(path)
     with failures_named(path, "read"):
-        with tf.io.gfile.GFile(path, "rb") as handle:
+        if "://" not in path:
+            return os.path.exists(path)
+        return _tensorflow().io.gfile.exists(path)
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of a file; StorageError names a missing one (or a directory, or one that cannot be
+    read), StorageUnreachableError one whose storage does not answer. A local file is read without
+    TensorFlow."""
+    path = os.fspath(path)
+    with failures_named(path, "read"):
+        if "://" not in path:
+            with open(path, "rb") as handle:
+                return handle.read()
+        with _tensorflow().io.gfile.GFile(path, "rb") as handle:
             return handle.read()
 
 
@@ -118,12 +156,13 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     whose storage does not answer."""
     path = os.fspath(path)
     with failures_named(path, "written"):
-        with tf.io.gfile.GFile(path, "wb") as handle:
+        with _tensorflow().io.gfile.GFile(path, "wb") as handle:
             handle.write(data)
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """The JSON value of a file; StorageError names a missing file or one that is not JSON."""
+    """The JSON value of a file; StorageError names a missing file or one that is not JSON (bytes
+    that are not UTF-8 included)."""
     data = read_bytes(path)
     try:
         return json.loads(data.decode("utf-8"))

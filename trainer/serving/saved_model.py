@@ -68,6 +68,7 @@ from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.restore import checkpoint_to_read, open_model_directory, restore_model
 from trainer.runtime.storage import check_output_directory, failures_named, write_bytes, write_json
 from trainer.serving.answer_signature import SquadServingConfig, answer
+from trainer.serving.export_config import ExportConfig, ExportError  # noqa: F401  (ExportError: raised here)
 from trainer.serving.publishing import next_version, publish_version
 from trainer.serving.segment_reading import check_recurrent, read_segments
 from trainer.serving.text_encoder import XLNetTextEncoder, question_with_option_graph
@@ -80,43 +81,6 @@ SIGNATURES = ("serving_default", "encode", "encode_text", "encode_text_pair", "p
 TASK_SIGNATURES = {"classification": ("classify", "classify_ids"), "regression": ("regress", "regress_ids"),
                    "multiple-choice": ("choose", "choose_ids"), "squad": ("answer",)}
 SMALLEST_LENGTH_BUCKET = 16
-
-
-class ExportError(UsageError):
-    """A model directory or export setting that cannot produce a SavedModel."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportConfig:
-    """What the exported model accepts: sequence length, masked-prediction k, text casing."""
-
-    max_length: int = 128
-    top_k: int = 5
-    uncased: bool = False
-    # Segments of max_length a text may span; more than 1 reads them with the Transformer-XL
-    # recurrence (trainer/serving/segment_reading.py), each seeing the last mem_len states before it.
-    max_segments: int = 1
-    mem_len: int = 0  # only read with max_segments > 1
-    # The generate signature's cache (trainer/serving/text_generation_signatures.py); 0: its default.
-    generation_mem_len: int = 0
-
-    def __post_init__(self) -> None:
-        if self.max_length < 3:
-            raise ExportError(f"--max-length must be at least 3 (<sep>, <sep>, <cls>), got {self.max_length}")
-        if self.top_k < 1:
-            raise ExportError(f"--top-k must be at least 1, got {self.top_k}")
-        if self.max_segments < 1:
-            raise ExportError(f"--max-segments must be at least 1, got {self.max_segments}")
-        if self.mem_len < 0:
-            raise ExportError(f"--mem-len must be at least 0, got {self.mem_len}")
-        if self.max_segments > 1 and self.mem_len == 0:
-            raise ExportError(f"--max-segments {self.max_segments} reads a text with memory, but --mem-len is 0: "
-                              f"pass --mem-len M (e.g. {self.max_length}, one whole segment)")
-        if self.max_segments == 1 and self.mem_len:
-            raise ExportError(f"--mem-len {self.mem_len} needs --max-segments above 1 (one segment reads no memory)")
-        if self.generation_mem_len < 0:
-            raise ExportError(f"--generation-mem-len must be at least 0 (0: the default), "
-                              f"got {self.generation_mem_len}")
 
 
 def default_max_length(directory: ModelDirectory) -> int:

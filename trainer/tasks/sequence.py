@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from trainer.configs.finetuning import FinetuneConfig
+from trainer.configs.finetuning import FieldNames, FinetuneConfig
 from trainer.evaluation import metrics
 from trainer.inputs import sequence_examples
 from trainer.inputs.sequence_examples import ChoiceExample, TextExample
@@ -54,16 +54,6 @@ class TaskData:
     eval: Split
     labels: tuple[str, ...] | None = None
     test: Split | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class FieldNames:
-    """Column or key names of classification / regression files, and their format."""
-
-    text: str = "text"
-    text_b: str = "text_b"
-    label: str = "label"
-    file_format: str | None = None  # None: from the extension
 
 
 def read_examples(task: str, pattern: str, fields: FieldNames, require_label: bool = True) -> Examples:

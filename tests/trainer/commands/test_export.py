@@ -107,3 +107,17 @@ def test_an_interrupted_export_to_a_bucket_leaves_nothing_there_nor_locally(mode
     assert xlnet_cli.main(["export", "--model-dir", str(model_dir), "--output", serving,
                            "--max-length", str(MAX_LENGTH)]) == 0  # the next export publishes version 1
     assert tf.io.gfile.exists(f"{serving}/1/saved_model.pb")
+
+
+def test_the_export_line_shows_top_k_only_for_a_pretrained_model():
+    # A classifier's export printed top_k=5, which decides nothing about the classify signature.
+    from trainer.commands.export import export_line
+    from trainer.serving.export_config import ExportConfig
+
+    config = ExportConfig(max_length=64)
+    assert export_line("m", config, None, True, "as trained") == \
+        "exporting m (max_length=64, top_k=5, uncased text: as trained)"
+    assert export_line("m", config, "classification", False, "as trained") == \
+        "exporting m (max_length=64, cased text: as trained)"
+    assert export_line("m", ExportConfig(max_length=64, max_segments=4, mem_len=64), "regression", True, "x") == \
+        "exporting m (max_length=64, max_segments=4, mem_len=64, uncased text: x)"

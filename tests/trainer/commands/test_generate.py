@@ -77,6 +77,34 @@ def test_bad_settings_are_refused_naming_the_flag(capsys, flags, named):
     assert named in err
 
 
+def test_a_cache_larger_than_the_machine_is_refused_before_the_model_is_restored(capsys):
+    status, out, err = run_generate(capsys, "--prompt", "Light", "--mem-len", "100000000")
+    assert (status, out) == (2, "")
+    assert "--mem-len 100000000: a generation cache of 100000000 positions needs about" in err
+    assert "more than 95% of" in err and "the largest that fits is --mem-len" in err
+
+
+@pytest.mark.slow  # a fresh `xlnet` process reading a 200,000-character prompt (about 30 s)
+def test_a_prompt_line_of_200000_characters_is_read_in_segments_with_bounded_memory(tmp_path):
+    # One pass over its pieces would hold [1, n_head, T, T] attention scores: about 2 x 4 x T^2 bytes,
+    # 32 GB at T = 63,000. Read in segments of --mem-len 256 pieces, the process stays under 2 GB.
+    line = (" ".join(PROMPTS) + " ") * (200_000 // (len(" ".join(PROMPTS)) + 1) + 1)
+    path = tmp_path / "long.txt"
+    path.write_text(line[:200_000] + "\n")
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        process = subprocess.Popen([sys.executable, str(REPO / "xlnet_cli.py"), "generate", "--model-dir", PRETRAINED,
+                                    "--prompts", str(path), "--mem-len", "256", "--max-new-tokens", "4"],
+                                   stdout=out, stderr=err)
+        _, status, usage = os.wait4(process.pid, 0)  # this child's own peak resident memory
+        process.returncode = os.waitstatus_to_exitcode(status)
+    errors = (tmp_path / "err.txt").read_text()
+    assert process.returncode == 0, errors[-2000:]
+    summary = json.loads([line for line in errors.splitlines() if line.startswith("{")][0])
+    assert summary["prompt_tokens"] > 40_000 and summary["mem_len"] == 256 and summary["new_tokens"] >= 1
+    peak_kib = usage.ru_maxrss
+    assert peak_kib < 2 * 1024 * 1024
+
+
 def test_an_empty_prompt_is_refused(capsys):
     status, _, err = run_generate(capsys, "--prompt", "  ")
     assert status == 2

@@ -366,3 +366,11 @@ def test_decoding_stats_and_plot_on_cloud_storage(tiny_data_dir, spm_model, gcs_
     plot = posixpath.join(gcs_prefix, "stats.png")
     code, _, _ = inspect(capsys, remote, "--stats", "--plot", plot)
     assert code == 0 and tf.io.gfile.GFile(plot, "rb").read(4) == b"\x89PNG"
+
+
+@pytest.mark.parametrize("verify", [[], ["--verify"]])
+def test_a_manifest_that_is_not_utf8_is_one_line_naming_it(data_copy, capsys, verify):
+    (data_copy / "manifest.json").write_bytes(b"\xff" + (data_copy / "manifest.json").read_bytes())
+    code, out, err = inspect(capsys, str(data_copy), *verify)
+    assert code == 2 and err.count("\n") == 1
+    assert f"{data_copy / 'manifest.json'} is not a valid manifest: 'utf-8' codec can't decode byte 0xff" in err

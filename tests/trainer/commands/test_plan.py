@@ -67,7 +67,17 @@ def test_an_unknown_device_lists_the_known_names(capsys):
 def test_an_unreadable_device_memory_names_the_flag_with_an_example(capsys):
     code, _, err = run(capsys, "plan", "--device-memory", "16 gigs")
     assert code == 2
-    assert "xlnet plan: error: --device-memory '16 gigs': expected a size such as 16GiB, 80GB or 512MiB" in err
+    assert "xlnet plan: error: --device-memory '16 gigs': unknown unit 'gigs'; expected a size such as 16GiB, " \
+           "80GB or 512MiB" in err
+
+
+def test_a_device_memory_without_a_unit_is_refused_not_read_as_bytes(capsys):
+    # Before: planned for 16 bytes ("more than 0.0 MiB"), exit 2 with the plan of a device that holds nothing.
+    code, out, err = run(capsys, "plan", "--device-memory", "16")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == ["xlnet plan: error: --device-memory '16': a size needs a unit; expected a size such "
+                                "as 16GiB, 80GB or 512MiB (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB; GiB = 2^30 "
+                                "bytes, GB = 10^9)"]
 
 
 def test_a_remat_value_that_is_not_one_of_the_three_names_them(capsys):
@@ -97,7 +107,7 @@ def memory_fitting(workload: Workload, micro_batch: int, remat: str = "none") ->
 def test_train_refuses_before_building_when_the_plan_exceeds_the_device_memory(tiny_data_dir, tmp_path, capsys):
     memory = memory_fitting(small_workload(), 2)
     code, out, err = run(capsys, "train", "--data", tiny_data_dir, "--model-dir", str(tmp_path / "model"),
-                         "--preset", "tiny", "--device-memory", str(memory), *sets(SMALL))
+                         "--preset", "tiny", "--device-memory", f"{memory}B", *sets(SMALL))
     assert code == 2
     assert "xlnet train: plan: 2x64, seq 128, micro-batch 4/replica x 1 x 1 accumulation" in out
     assert "xlnet train: error: the plan predicts a peak of" in err
@@ -124,7 +134,7 @@ def test_auto_fit_keeps_the_global_batch_and_trains_as_the_same_settings_written
     memory = memory_fitting(small_workload(), 2)
     auto = tmp_path / "auto"
     code, out, _ = run(capsys, "train", "--data", tiny_data_dir, "--model-dir", str(auto), "--preset", "tiny",
-                       "--device-memory", str(memory), *sets(SMALL + ["auto_fit=true"]))
+                       "--device-memory", f"{memory}B", *sets(SMALL + ["auto_fit=true"]))
     assert code == 0
     assert "xlnet train: auto_fit: remat none, train_batch_size 2, accumulation_steps 2" in out
     saved = json.loads((auto / "train_config.json").read_text())

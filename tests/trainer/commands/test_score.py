@@ -5,10 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import signal
+import subprocess
 
 import numpy as np
 import pytest
 import sentencepiece as spm
+from support import processes
 from support.bundled_data import REPO
 
 import xlnet_cli
@@ -105,6 +108,31 @@ def test_a_file_of_invalid_utf8_has_no_text_to_score(capsys, tmp_path):
 def test_an_input_matching_nothing_is_refused(capsys, tmp_path):
     status, _, err = score(capsys, "--model-dir", PRETRAINED, "--input", str(tmp_path / "none*.txt"))
     assert status == 2 and "matches no files" in err and "--input" in err
+
+
+def test_a_directory_input_says_to_give_its_files_as_preprocess_does(capsys, tmp_path):
+    status, _, err = score(capsys, "--model-dir", PRETRAINED, "--input", str(tmp_path))
+    assert status == 2
+    assert f"--input '{tmp_path}' is a directory; give its files or a glob, e.g. --input '{tmp_path}/*.txt'" in err
+
+
+@pytest.mark.slow  # a fresh `xlnet score` process over many documents, stopped by SIGTERM (about 20 s)
+def test_sigterm_stops_scoring_with_the_summary_of_what_was_scored_and_status_143(tmp_path):
+    corpus = tmp_path / "many.txt"
+    corpus.write_text("\n\n".join(f"Document {n}: " + " ".join(DOCUMENTS[0]) for n in range(20_000)) + "\n")
+    out = tmp_path / "out.jsonl"
+    with open(out, "w") as handle:
+        process = processes.start([str(REPO / "xlnet_cli.py"), "score", "--model-dir", PRETRAINED, "--input",
+                                   str(corpus), "--batch-size", "1"], stdout=handle, stderr=subprocess.DEVNULL)
+        with processes.stopped(process):
+            processes.wait_for(lambda: out.read_text().count('"document"') >= 3, process, what="3 documents scored")
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 143
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    documents, summary = lines[:-1], lines[-1]
+    assert summary["summary"] is True and summary["stopped"] == "SIGTERM"
+    assert summary["documents"] == len(documents) < 20_000
+    assert summary["tokens"] == sum(line["tokens"] for line in documents)
 
 
 @pytest.mark.parametrize("flags, named", [

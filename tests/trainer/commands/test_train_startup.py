@@ -71,3 +71,11 @@ def test_an_older_manifest_without_sizes_gets_a_note_and_the_existence_check(dat
     (data_copy / "valid-00000-of-00001.tfrecord").unlink()
     code, err = train(data_copy, tmp_path / "model", capsys)
     assert code == 3 and "valid-00000-of-00001.tfrecord: listed in the manifest, found no such file" in err
+
+
+def test_a_manifest_that_is_not_utf8_stops_training_with_one_line_naming_it(data_copy, tmp_path, capsys):
+    (data_copy / "manifest.json").write_bytes(b"\xff" + (data_copy / "manifest.json").read_bytes())
+    code, err = train(data_copy, tmp_path / "model", capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"xlnet train: error: {data_copy / 'manifest.json'} is not a valid manifest: 'utf-8' codec "
+                          "can't decode byte 0xff in position 0")

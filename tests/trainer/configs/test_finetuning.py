@@ -9,7 +9,13 @@ import pytest
 from support.bundled_data import REPO
 
 import xlnet_cli
-from trainer.configs.finetuning import SQUAD_MAX_SEQ_LENGTH, FinetuneConfig, finetune_preset, squad_length_problems
+from trainer.configs.finetuning import (
+    MAX_SEGMENTS,
+    SQUAD_MAX_SEQ_LENGTH,
+    FinetuneConfig,
+    finetune_preset,
+    squad_length_problems,
+)
 from trainer.serving.answer_signature import SquadServingConfig
 
 
@@ -73,8 +79,15 @@ def test_one_segment_per_text_is_the_default():
 
 
 def test_fewer_than_one_segment_is_refused_naming_the_field():
-    with pytest.raises(ValueError, match="max_segments must be at least 1 \\(segments read per text\\), got 0"):
+    with pytest.raises(ValueError, match="max_segments must be in 1..32 \\(segments read per text; .*\\), got 0"):
         FinetuneConfig(max_segments=0)
+
+
+def test_more_segments_than_the_bound_are_refused_with_the_reason():
+    assert FinetuneConfig(max_segments=MAX_SEGMENTS).max_segments == MAX_SEGMENTS
+    with pytest.raises(ValueError, match="max_segments must be in 1..32 \\(.*one more copy of the network in the "
+                                         "step's graph and one more pass per step\\), got 1000"):
+        FinetuneConfig(max_segments=1000)
 
 
 def test_squad_reads_long_contexts_in_windows_not_segments():
@@ -89,5 +102,5 @@ def test_finetune_refuses_max_segments_below_one_before_reading_any_file(tmp_pat
                            "--model-dir", str(tmp_path / "out"), "--set", "max_segments=0"])
     assert code == 2
     error = capsys.readouterr().err
-    assert "max_segments must be at least 1" in error and "--set max_segments=0" in error
+    assert "max_segments must be in 1..32" in error and "--set max_segments=0" in error
     assert not (tmp_path / "out").exists()

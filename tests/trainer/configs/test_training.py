@@ -32,6 +32,16 @@ def test_profile_steps_is_off_by_default_and_names_the_window_it_traces():
     assert TrainConfig(profile_steps="7:7").profile_window == (7, 7)
 
 
+def test_a_profile_window_that_starts_after_the_last_step_is_refused_naming_the_run_length():
+    from trainer.configs.overrides import resolve_configs
+
+    with pytest.raises(UsageError) as error:
+        resolve_configs("tiny", None, ["train_steps=20", "profile_steps=100:200"])
+    assert ("profile_steps 100:200 starts after the run's last step (train_steps 20): nothing would be traced; "
+            "choose a START of at most 20 (set by --set profile_steps=100:200)") in str(error.value)
+    assert TrainConfig(train_steps=20, profile_steps="20:200").profile_window == (20, 200)  # traces step 20
+
+
 @pytest.mark.parametrize("value", ["5:3", "x", "0:2", "3", "3:", "-1:2", "2:3:4"])
 def test_a_profile_window_that_is_not_start_colon_end_is_a_usage_error_set_by_its_flag(value):
     from trainer.configs.overrides import resolve_configs

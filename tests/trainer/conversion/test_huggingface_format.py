@@ -460,6 +460,21 @@ def test_unsupported_config_value_is_named(copy_of, tmp_path, capsys, field, val
     assert message in import_error(copy_of, tmp_path, capsys)
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("d_model", "abc", 'd_model: expected an integer, got "abc"'),
+    ("vocab_size", None, "vocab_size: expected an integer, got null"),
+    ("layer_norm_eps", "x", 'layer_norm_eps: expected a finite number, got "x"'),
+    ("clamp_len", "inf", 'clamp_len: expected an integer, got "inf"'),
+    ("n_head", 2.5, "n_head: expected an integer, got 2.5"),
+    ("dropout", True, "dropout: expected a finite number, got true"),
+    ("n_token", [1], "n_token: expected an integer, got [1]")])
+def test_a_number_of_another_type_is_named_with_the_file_and_the_type_expected(copy_of, tmp_path, capsys, field,
+                                                                                value, message):
+    rewrite_config(copy_of, **{field: value})
+    error = import_error(copy_of, tmp_path, capsys)
+    assert error == f"xlnet import-checkpoint: error: {copy_of / 'config.json'}: {message}\n"
+
+
 def test_pytorch_bin_only_directory_says_how_to_get_safetensors(copy_of, tmp_path, capsys):
     (copy_of / "model.safetensors").rename(copy_of / "pytorch_model.bin")
     error = import_error(copy_of, tmp_path, capsys)

@@ -98,3 +98,25 @@ def test_splits_of_very_different_sizes_are_compared_as_shares_or_on_a_log_scale
     # (a step outline's vertices: (x0, 0), (x0, h0), (x1, h0), (x1, h1), ..., (xn, 0))
     sums = [float(patch.get_xy()[1:-1:2, 1].sum()) for patch in documents.patches]
     assert sums == [pytest.approx(1.0)] * 2
+
+
+def test_the_title_names_the_directory_not_its_absolute_path(drawn):
+    assert drawn._suptitle.get_text() == "xlnet inspect --stats demo"  # DataStats("/data/demo", ...)
+
+
+def test_the_span_panel_says_why_short_runs_top_the_configured_share(drawn):
+    from matplotlib.patches import Rectangle
+
+    from trainer.inspection.statistics import SPAN_NOTE
+
+    renderer = drawn.canvas.get_renderer()
+    spans = next(axis for axis in drawn.axes if axis.get_title().startswith("span lengths"))
+    note = next(text for text in spans.texts if text.get_text() == SPAN_NOTE)
+    assert "shorter than the drawn n-grams" in SPAN_NOTE  # the reason docs/inspect.md gives
+    box = note.get_window_extent(renderer)
+    assert box.x0 >= spans.get_window_extent(renderer).x0 and box.x1 <= spans.get_window_extent(renderer).x1
+    for bar in [bar for bar in spans.patches if isinstance(bar, Rectangle) and bar.get_height() > 0]:
+        assert not box.overlaps(bar.get_window_extent(renderer))
+    for line in spans.lines:  # the configured share's marks
+        assert not any(box.contains(x, y) for x, y in spans.transData.transform(line.get_xydata()))
+    assert not box.overlaps(spans.get_legend().get_window_extent(renderer))

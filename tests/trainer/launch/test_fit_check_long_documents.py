@@ -33,19 +33,19 @@ def between() -> int:
 def test_a_run_that_fits_with_one_segment_is_refused_with_eight_and_a_memory():
     memory, lines = between(), []
     model, config = configs(1)
-    assert fit_to_device("xlnet finetune", model, config, tf.distribute.get_strategy(), str(memory),
+    assert fit_to_device("xlnet finetune", model, config, tf.distribute.get_strategy(), f"{memory}B",
                          lines.append) == config
     model, config = configs(8)
     assert model.mem_len == 512 and config.max_segments == 8
     with pytest.raises(DoesNotFit, match="the plan predicts a peak of .* per replica, more than 95% of the device's"):
-        fit_to_device("xlnet finetune", model, config, tf.distribute.get_strategy(), str(memory), lines.append)
+        fit_to_device("xlnet finetune", model, config, tf.distribute.get_strategy(), f"{memory}B", lines.append)
     assert lines[-1].startswith("xlnet finetune: plan: 12x768, seq 512 x 8 segments with memory 512, micro-batch 8")
 
 
 def test_auto_fit_chooses_settings_that_fit_the_long_document_costs():
     memory = between()
     model, config = configs(8, "auto_fit=true")
-    fitted = fit_to_device("xlnet finetune", model, config, tf.distribute.get_strategy(), str(memory), lambda _: None)
+    fitted = fit_to_device("xlnet finetune", model, config, tf.distribute.get_strategy(), f"{memory}B", lambda _: None)
     assert fitted.train_batch_size * fitted.accumulation_steps == 8 and fitted.max_segments == 8
     assert (fitted.remat, fitted.train_batch_size) != ("none", 8)
     assert peak(model, fitted) <= memory * 0.95

@@ -10,7 +10,7 @@ from trainer.planning.devices import DEVICE_NAMES, DEVICES, GIB, device_named, p
 
 @pytest.mark.parametrize("text, expected", [("16GiB", 16 * 1024 ** 3), ("80GB", 80 * 1000 ** 3),
                                             ("512MiB", 512 * 1024 ** 2), ("1.5 GiB", int(1.5 * 1024 ** 3)),
-                                            ("1073741824", 1073741824), ("16gib", 16 * 1024 ** 3)])
+                                            ("1073741824B", 1073741824), ("16gib", 16 * 1024 ** 3)])
 def test_memory_sizes_are_read_in_binary_and_decimal_units(text, expected):
     assert parse_memory_size(text) == expected
 
@@ -19,6 +19,15 @@ def test_memory_sizes_are_read_in_binary_and_decimal_units(text, expected):
 def test_an_unreadable_size_names_the_flag_and_shows_an_example(text):
     with pytest.raises(ValueError, match=r"--device-memory .*expected a size such as 16GiB, 80GB or 512MiB"):
         parse_memory_size(text)
+
+
+@pytest.mark.parametrize("text", ["16", "1073741824", "0.5"])
+def test_a_size_without_a_unit_is_refused_naming_the_units(text):
+    # A bare 16 was read as 16 bytes: "more than 0.0 MiB", where 16 GiB was meant.
+    with pytest.raises(ValueError) as raised:
+        parse_memory_size(text)
+    assert str(raised.value).startswith(f"--device-memory {text!r}: a size needs a unit; expected a size such as "
+                                        "16GiB, 80GB or 512MiB (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB")
 
 
 def test_an_unknown_device_lists_the_known_names():

@@ -1,8 +1,11 @@
-"""tf.distribute: two replicas compute what one device computes; two worker processes agree."""
+"""tf.distribute: two replicas compute what one device computes; two worker processes agree; a worker
+that loses the other says so in one line."""
 from __future__ import annotations
 
 import json
+import re
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -79,6 +82,29 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(small_data_di
                    for directory in (model_dir, model_dir / "workers" / "worker-1")]
     steps = {int(path.rsplit("-", 1)[1]) for path in checkpoints}
     assert len(steps) == 1 and steps.pop() % 2 == 0  # one loop boundary (steps_per_loop=2) for both
+
+
+@pytest.mark.slow  # about 60 s: two workers started, one killed
+def test_a_lost_worker_stops_the_other_with_one_line_naming_it_and_the_checkpoint_to_resume_from(small_data_dir,
+                                                                                               tmp_path):
+    model_dir = tmp_path / "model"
+    processes = start_two_workers(small_data_dir, model_dir, "train_steps=100000", "checkpoint_every=4",
+                                  "eval_every=0")
+    survivor_checkpoints = model_dir / "workers" / "worker-1" / "checkpoints"
+    wait_for(lambda: tf.train.latest_checkpoint(str(survivor_checkpoints)), *processes, what="worker 1's ckpt-4")
+    processes[0].kill()  # the chief, as when its VM goes away
+    began = time.monotonic()
+    (output,) = output_of(processes[1], timeout=180)  # it does not hang
+    processes[0].communicate()
+    assert processes[1].returncode == 3 and "Traceback" not in output, output[-3000:]
+    assert time.monotonic() - began < 120
+    lines = [line for line in output.splitlines() if "error:" in line]
+    assert len(lines) == 1, output[-3000:]
+    assert re.search(r"error: worker 0 \(127\.0\.0\.1:\d+\) of the 2 workers in TF_CONFIG stopped answering .* "
+                     r"Restart ALL workers with the same command: they resume from the last checkpoint all of them "
+                     r"saved \((.+/ckpt-\d+) here\)$", lines[0]), lines[0]
+    named = re.search(r"\((\S+/ckpt-\d+) here\)$", lines[0]).group(1)
+    assert tf.io.gfile.exists(named + ".index")
 
 
 def test_strategy_flag_selects_the_strategy_and_refuses_what_cannot_run(monkeypatch):

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
 
-from trainer.runtime.goodput import CATEGORIES, GoodputRecorder, describe, read_goodput
+from trainer.runtime.goodput import (CATEGORIES, GoodputFileError, GoodputRecorder, describe, read_goodput,
+                                     unrecorded_seconds)
 from trainer.runtime.model_dir import ModelDirectory
+from trainer.runtime.run_lock import RunLock, taken_over_from
+
+from support.bundled_data import REPO
+from support.processes import exited_pid
 
 
 def recorded(path) -> dict:
@@ -111,8 +119,8 @@ def test_the_record_is_replaced_whole(tmp_path):
 
 def test_a_file_that_is_not_a_record_is_named(tmp_path):
     (tmp_path / ModelDirectory.GOODPUT).write_text('{"goodput": 1}')
-    with pytest.raises(ValueError, match="goodput.json is not a goodput record"):
-        read_goodput(ModelDirectory(str(tmp_path)))
+    with pytest.raises(GoodputFileError, match="goodput.json is not a goodput record"):
+        read_goodput(str(tmp_path))
 
 
 def test_the_breakdown_lists_each_category_with_its_share_largest_first():
@@ -134,8 +142,140 @@ def test_on_gcs_the_record_is_kept_across_runs_and_xlnet_goodput_prints_it(gcs_p
         recorder.begin(0)
         run_for(recorder, "productive", 0.01, steps=1)
         recorder.record()
-    assert read_goodput(directory)["runs"] == 2
+    assert read_goodput(directory.path)["runs"] == 2
     assert xlnet_cli.main(["goodput", directory.path]) == 0
     assert capsys.readouterr().out.startswith(f"goodput of {directory.path}: ")
     assert xlnet_cli.main(["goodput", gcs_prefix + "nothing"]) == 2
     assert f"MODEL_DIR {gcs_prefix}nothing has no goodput.json" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ a damaged record never stops a run
+def write_record(path, **changes) -> None:
+    record = GoodputRecorder(ModelDirectory(str(path)), time.time())
+    record.begin(0)
+    values = json.loads((path / ModelDirectory.GOODPUT).read_text()) | changes
+    (path / ModelDirectory.GOODPUT).write_text(json.dumps(values))
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("runs", "many", 'runs is "many", not a count of runs'),
+    ("goodput", None, "goodput is null, not a fraction"),
+    ("total_seconds", [1], "total_seconds is [1], not a number of seconds"),
+    ("seconds", 3, "seconds is 3, not an object"),
+    ("productive_steps", 2.5, "productive_steps is 2.5, not a count of steps"),
+    ("unsaved", "x", 'unsaved is "x", not null or an object'),
+    ("this_run_seconds", True, "this_run_seconds is true, not a number of seconds"),
+    ("written_at", "now", 'written_at is "now", not a time'),
+])
+def test_each_field_of_another_type_is_named(tmp_path, field, value, said):
+    write_record(tmp_path, **{field: value})
+    with pytest.raises(GoodputFileError) as raised:
+        read_goodput(str(tmp_path))
+    assert said in str(raised.value) and str(tmp_path / ModelDirectory.GOODPUT) in str(raised.value)
+
+
+@pytest.mark.parametrize("changes, said", [
+    ({"seconds": {"productive": "x"}}, 'seconds.productive is "x", not a number of seconds'),
+    ({"seconds": {"idle": 1.0}}, "seconds.idle is not a category"),
+    ({"unsaved": {"checkpoint_step": 0, "last_step": "4", "productive_steps": 0, "productive_seconds": 0.0}},
+     'unsaved.last_step is "4", not a step'),
+    ({"unsaved": {"checkpoint_step": 0}}, "unsaved.last_step is missing"),
+])
+def test_the_fields_inside_seconds_and_unsaved_are_checked_too(tmp_path, changes, said):
+    write_record(tmp_path, **changes)
+    with pytest.raises(GoodputFileError, match=said):
+        read_goodput(str(tmp_path))
+
+
+def test_a_file_that_is_not_json_is_named_with_what_to_do(tmp_path):
+    (tmp_path / ModelDirectory.GOODPUT).write_text('{"goodput": 0.5, "ru')
+    with pytest.raises(GoodputFileError, match=r"goodput.json is not a goodput record: not JSON .*remove it, or let "
+                                               r"the next `xlnet train` or `xlnet finetune` set it aside"):
+        read_goodput(str(tmp_path))
+
+
+@pytest.mark.parametrize("content", [b'{"goodput": 0.5, "ru', b'{"goodput": 1, "runs": "many", "total_seconds": 1, '
+                                     b'"seconds": {}}', b"\xff\xfe not UTF-8"])
+def test_a_run_sets_a_damaged_record_aside_with_a_warning_and_starts_a_new_one(tmp_path, capsys, content):
+    (tmp_path / ModelDirectory.GOODPUT).write_bytes(content)
+    recorder = GoodputRecorder(ModelDirectory(str(tmp_path)), time.time())
+    assert recorder.begin(0) == 0.0
+    run_for(recorder, "productive", 0.01, steps=1)
+    assert recorder.record()["runs"] == 1 and recorded(tmp_path)["runs"] == 1
+    assert (tmp_path / "damaged" / ModelDirectory.GOODPUT).read_bytes() == content  # kept as it was
+    warning = capsys.readouterr().err.splitlines()
+    assert len(warning) == 1 and warning[0].startswith(f"warning: {tmp_path / ModelDirectory.GOODPUT} is not a "
+                                                       "goodput record (")
+    assert warning[0].endswith(f"set aside as {tmp_path / 'damaged' / ModelDirectory.GOODPUT}, a new record starts "
+                               "with this run")
+
+
+def test_a_record_set_aside_before_is_never_overwritten(tmp_path):
+    for _ in range(2):
+        (tmp_path / ModelDirectory.GOODPUT).write_text("[]")
+        GoodputRecorder(ModelDirectory(str(tmp_path)), time.time()).begin(0)
+    assert sorted(os.listdir(tmp_path / "damaged")) == ["goodput.json", "goodput_2.json"]
+
+
+def test_xlnet_goodput_of_a_damaged_record_says_what_is_wrong_in_one_line_with_exit_3(tmp_path, capsys):
+    import xlnet_cli
+
+    write_record(tmp_path, goodput=None)
+    assert xlnet_cli.main(["goodput", str(tmp_path)]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"xlnet goodput: error: {tmp_path / ModelDirectory.GOODPUT} is not a goodput record: "
+                          "goodput is null, not a fraction (a number). It only monitors the job: remove it")
+
+
+def test_xlnet_goodput_imports_no_tensorflow(tmp_path):
+    write_record(tmp_path)
+    code = ("import sys, xlnet_cli\n"
+            f"assert xlnet_cli.main(['goodput', {str(tmp_path)!r}]) == 0\n"
+            "print('tensorflow' in sys.modules)\n")
+    finished = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.splitlines()[-1] == "False"
+
+
+# ------------------------------------------------------------------ a killed run's last loop is lost
+def test_a_killed_runs_time_after_its_last_record_up_to_its_last_heartbeat_is_lost():
+    assert unrecorded_seconds(1000.0, {"started": 900.0, "heartbeat": 1030.0}) == 30.0
+
+
+def test_a_killed_run_that_started_after_the_last_record_loses_the_time_from_its_start():
+    assert unrecorded_seconds(1000.0, {"started": 1200.0, "heartbeat": 1260.0}) == 60.0  # the pause between runs
+
+
+def test_a_heartbeat_before_the_last_record_loses_nothing_more():
+    assert unrecorded_seconds(1000.0, {"started": 900.0, "heartbeat": 990.0}) == 0.0
+
+
+@pytest.mark.parametrize("written_at, killed_run", [
+    (None, {"started": 900.0, "heartbeat": 1030.0}),  # a record from before the field existed
+    (1000.0, None),  # the lock was not taken over: no run was killed
+    (1000.0, {"started": 900.0}),  # a lock without a heartbeat
+    (1000.0, {"started": 900.0, "heartbeat": "x"}),
+    (1000.0, {"started": 900.0, "heartbeat": time.time() + 3600}),  # a clock set wrong
+])
+def test_nothing_more_is_lost_when_a_time_is_unknown(written_at, killed_run):
+    assert unrecorded_seconds(written_at, killed_run) == 0.0
+
+
+def test_the_next_run_taking_over_a_killed_runs_lock_counts_its_unrecorded_time_as_lost(tmp_path):
+    directory = ModelDirectory(str(tmp_path))
+    killed = GoodputRecorder(directory, time.time())
+    killed.begin(0)
+    run_for(killed, "productive", 0.01, steps=2)
+    last = killed.record()
+    last["written_at"] -= 10.0  # written 10 s ago; 7 s into its next loop, a heartbeat; then SIGKILL
+    (tmp_path / ModelDirectory.GOODPUT).write_text(json.dumps(last))
+    (tmp_path / RunLock.FILE).write_text(json.dumps({
+        "host": socket.gethostname(), "pid": exited_pid(), "started": last["written_at"] - 60,
+        "heartbeat": last["written_at"] + 7.0, "token": "killed"}))
+    with RunLock(directory, log=lambda line: None):  # takes the killed run's lock over, as the next run does
+        lost = GoodputRecorder(directory, time.time()).begin(0, taken_over_from(directory))
+    assert lost == pytest.approx(7.0 + last["unsaved"]["productive_seconds"])  # + the steps it trains again
+    record = recorded(tmp_path)
+    assert record["seconds"]["lost"] == pytest.approx(lost)
+    assert record["total_seconds"] == pytest.approx(last["total_seconds"] + 7.0, abs=0.5)  # + this run's start

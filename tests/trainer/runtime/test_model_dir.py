@@ -103,3 +103,24 @@ def test_a_labels_file_that_cannot_name_the_classes_is_a_data_error_naming_it(tm
     assert exit_code(error.value) == EXIT_DATA
     assert str(error.value) == (f"{tmp_path / 'labels.json'} {says}; put back what `xlnet finetune` wrote there: "
                                 "the classes of the head its checkpoints hold, index = class id")
+
+
+@pytest.mark.parametrize("name", [ModelDirectory.MODEL_CONFIG, ModelDirectory.FINETUNE_CONFIG])
+def test_a_config_file_that_is_not_json_is_named_once(tmp_path, name):
+    (tmp_path / name).write_text('{"n_layer": ')
+    with pytest.raises(ValueError) as raised:
+        getattr(ModelDirectory(str(tmp_path)), name.removesuffix(".json"))
+    assert str(raised.value).startswith(f"{tmp_path / name} is not valid JSON: ")
+    assert str(raised.value).count(name) == 1
+
+
+def test_export_of_a_model_config_that_is_not_json_names_it_once(tmp_path, capsys):
+    import xlnet_cli
+
+    (tmp_path / ModelDirectory.MODEL_CONFIG).write_text('{"n_layer": ')
+    (tmp_path / ModelDirectory.VOCAB).write_bytes(b"")
+    (tmp_path / ModelDirectory.SPECIAL_IDS).write_text("{}")
+    assert xlnet_cli.main(["export", "--model-dir", str(tmp_path), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"xlnet export: error: {tmp_path / ModelDirectory.MODEL_CONFIG} is not valid JSON: Expecting value: "
+                   "line 1 column 13 (char 12)\n")

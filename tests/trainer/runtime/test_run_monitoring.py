@@ -103,3 +103,20 @@ def test_xlnet_goodput_of_a_directory_without_a_record_is_a_usage_error_naming_i
     assert xlnet_cli.main(["goodput", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"MODEL_DIR {tmp_path} has no goodput.json" in err and "Traceback" not in err
+
+
+def test_a_resume_sets_a_damaged_goodput_json_aside_and_trains_on(run, small_data_dir, tmp_path, capsys):
+    import shutil
+
+    model_dir = Path(shutil.copytree(run[0], tmp_path / "model"))
+    record = json.loads((model_dir / ModelDirectory.GOODPUT).read_text())
+    (model_dir / ModelDirectory.GOODPUT).write_text(json.dumps(dict(record, runs="many")))
+    args = ["train", "--data", small_data_dir, "--model-dir", str(model_dir), "--preset", "tiny"]
+    settings = SMALL[:-1] + SMALL_DATA_TRAINING + ["train_steps=8"]
+    assert xlnet_cli.main(args + [a for item in settings for a in ("--set", item)]) == 0  # resumed from ckpt-6
+    err = capsys.readouterr().err
+    assert (f"warning: {model_dir / ModelDirectory.GOODPUT} is not a goodput record (runs is \"many\", not a count of "
+            f"runs (an integer >= 0)); set aside as {model_dir / 'damaged' / ModelDirectory.GOODPUT}") in err
+    assert "Traceback" not in err
+    assert json.loads((model_dir / "damaged" / ModelDirectory.GOODPUT).read_text())["runs"] == "many"
+    assert json.loads((model_dir / ModelDirectory.GOODPUT).read_text())["runs"] == 1  # a new record: this run

@@ -241,7 +241,16 @@ def test_max_segments_0_is_a_usage_error_naming_the_flag(pretrained, tmp_path, c
     code = xlnet_cli.main(["export", "--model-dir", str(pretrained), "--output", str(tmp_path / "out"),
                            "--max-segments", "0"])
     assert code == 2
-    assert "--max-segments must be at least 1, got 0" in capsys.readouterr().err
+    assert "--max-segments must be in 1..32 (as fine-tuning's max_segments" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_max_segments_above_the_bound_is_refused_before_anything_is_built(pretrained, tmp_path, capsys):
+    code = xlnet_cli.main(["export", "--model-dir", str(pretrained), "--output", str(tmp_path / "out"),
+                           "--max-segments", "100000", "--mem-len", "16"])
+    assert code == 2
+    error = capsys.readouterr().err
+    assert "--max-segments must be in 1..32 (" in error and "got 100000" in error
     assert not (tmp_path / "out").exists()
 
 

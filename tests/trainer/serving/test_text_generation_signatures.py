@@ -110,6 +110,14 @@ def test_a_long_prompt_keeps_its_last_max_length_tokens_and_counts_the_rest(serv
     assert out["num_truncated"].numpy().tolist() == [len(pieces) - MAX_LENGTH]
 
 
+def test_an_empty_batch_generates_zero_rows_of_the_documented_shapes(served):
+    out = served.signatures["generate"](prompt=tf.constant([], tf.string), **settings(max_new_tokens=5))
+    shapes = {name: tuple(value.shape) for name, value in out.items()}
+    assert shapes == {"text": (0,), "generated_ids": (0, 5), "token_log_probs": (0, 5), "num_generated": (0,),
+                      "num_truncated": (0,), "input_ids": (0, MAX_LENGTH + 5), "segment_ids": (0, MAX_LENGTH + 5),
+                      "input_mask": (0, MAX_LENGTH + 5)}
+
+
 def expected_scores(model, rows: list[list[int]], contexts: list[int]) -> dict[str, np.ndarray]:
     network, _, special = model
     ids = np.full([len(rows), MAX_LENGTH], special["pad"], np.int32)
@@ -176,6 +184,16 @@ def test_bad_generate_inputs_fail_naming_the_input(served, prompt, changes, name
 def test_bad_score_inputs_fail_naming_the_input(served, inputs, named):
     with pytest.raises(tf.errors.InvalidArgumentError, match=named):
         served.signatures["score_in_context"](**{name: tf.constant(value) for name, value in inputs.items()})
+
+
+def test_a_generation_cache_larger_than_the_machine_is_refused_before_anything_is_built(capsys, tmp_path):
+    status = xlnet_cli.run_subcommand("export", ["--model-dir", PRETRAINED, "--output", str(tmp_path / "out"),
+                                                 "--generation-mem-len", "100000000"])
+    assert status == 2
+    error = capsys.readouterr().err
+    assert "--generation-mem-len 100000000: a generation cache of 100000000 positions needs about" in error
+    assert "the largest that fits is --generation-mem-len" in error
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_negative_generation_cache_is_refused_naming_the_flag(capsys, tmp_path):

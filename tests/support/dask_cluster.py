@@ -1,0 +1,135 @@
+"""A real Dask cluster on 127.0.0.1 for tests: one ``dask scheduler`` and N ``dask worker`` processes.
+
+``DaskTestCluster(workers)`` starts them (from the repository root, so the workers import this
+checkout's pipeline as users' workers import the installed project), waits until every worker has
+joined (bounded), and tears them down by PID. Workers run without a nanny, one thread each: a
+worker's PID is then the process that runs its tasks, so a test can kill it mid-run and the run's
+report (host:pid per read and shard) names it.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+
+from support.processes import free_ports, start
+
+START_SECONDS = 60.0
+# Tasks that have no worker to run on fail after this long (Dask's own setting), so a cluster
+# that lost every worker ends a run instead of keeping it waiting.
+NO_WORKERS_TIMEOUT = "5s"
+
+
+class DaskTestCluster:
+    """A scheduler and ``workers`` worker processes; ``address`` is the scheduler's tcp:// address."""
+
+    def __init__(self, workers: int, env: dict[str, str] | None = None):
+        (port,) = free_ports(1)
+        self.address = f"tcp://127.0.0.1:{port}"
+        self.env = {"DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": NO_WORKERS_TIMEOUT, **(env or {})}
+        self.scheduler = start(["-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                "--no-dashboard"], env=self.env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        self.workers: list[subprocess.Popen] = []
+        try:
+            for index in range(workers):
+                self.add_worker(f"w{index}")
+            if workers:
+                self.wait_for_workers(workers)
+        except BaseException:
+            self.stop()
+            raise
+
+    def add_worker(self, name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Starts one more worker process (``env`` adds to its environment)."""
+        worker = start(["-m", "distributed.cli.dask_worker", self.address, "--name", name, "--nthreads", "1",
+                        "--no-nanny", "--no-dashboard", "--host", "127.0.0.1", "--death-timeout", "60"],
+                       env={**self.env, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.workers.append(worker)
+        return worker
+
+    def worker_pids(self) -> list[int]:
+        return [worker.pid for worker in self.workers if worker.poll() is None]
+
+    def wait_for_workers(self, count: int) -> None:
+        """Until ``count`` workers have joined the scheduler (bounded by START_SECONDS)."""
+        import distributed
+
+        with distributed.Client(self.address, timeout=START_SECONDS) as client:
+            client.wait_for_workers(count, timeout=START_SECONDS)
+
+    def kill(self, process: subprocess.Popen) -> None:
+        """SIGKILL one of the cluster's processes and reap it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Kills every process of the cluster, by PID."""
+        for process in [*self.workers, self.scheduler]:
+            if process.poll() is None:
+                self.kill(process)
+
+    def __enter__(self) -> "DaskTestCluster":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def dask_cluster(workers: int, env: dict[str, str] | None = None) -> Iterator[DaskTestCluster]:
+    """A DaskTestCluster for the block."""
+    with DaskTestCluster(workers, env) as cluster:
+        yield cluster
+
+
+def fifo_reader_pid(path: str, pids: list[int], timeout: float = 60.0) -> int:
+    """The PID among ``pids`` that opened the FIFO at ``path`` for reading: waits (bounded) until a
+    reader blocks in it, then finds which process holds it. The writer end opened meanwhile is
+    closed again, so the reader keeps waiting for data."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader has it open
+        except OSError:
+            time.sleep(0.05)
+            continue
+        try:
+            for _ in range(200):
+                for pid in pids:
+                    if _holds(pid, path):
+                        return pid
+                time.sleep(0.05)
+        finally:
+            os.close(writer)
+    raise AssertionError(f"no process opened {path} within {timeout:.0f} s")
+
+
+def feed_fifo(path: str, data: bytes, timeout: float = 60.0) -> None:
+    """Writes ``data`` into the FIFO once a reader opens it (bounded), then closes it (EOF)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            time.sleep(0.05)
+            continue
+        os.set_blocking(writer, True)
+        try:
+            os.write(writer, data)
+        finally:
+            os.close(writer)
+        return
+    raise AssertionError(f"no process opened {path} within {timeout:.0f} s")
+
+
+def _holds(pid: int, path: str) -> bool:
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
