@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent
 CORPUS_GLOB = str(REPO / "data" / "corpus" / "*.txt.gz")
@@ -98,12 +99,13 @@ for text, name, probabilities in zip(texts, out["label_names"].numpy(), out["pro
 
 
 class Step:
-    """Numbered demo step with wall time."""
+    """Numbered demo step with wall time (``seconds`` once it is done)."""
 
     total = 10
 
     def __init__(self, number: int, title: str):
         self.number, self.title = number, title
+        self.seconds = 0.0
 
     def __enter__(self) -> "Step":
         self.began = time.time()
@@ -111,8 +113,9 @@ class Step:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.seconds = time.time() - self.began
         if exc[0] is None:
-            print(f"=== [{self.number}/{self.total}] done in {time.time() - self.began:.0f}s", flush=True)
+            print(f"=== [{self.number}/{self.total}] done in {self.seconds:.0f}s", flush=True)
 
 
 def xlnet_command() -> list[str]:
@@ -126,8 +129,23 @@ NOISE = re.compile(r"^(?:[IWE]\d{4} [\d:. ]+\d+ \S+:\d+\]|WARNING: All log messa
                    r"To enable the following instructions|Sharding callback duration)")
 
 
+class CommandFailed(Exception):
+    """A step's command ended with a status other than 0 (``code``: its exit status, or -N when signal
+    N killed it)."""
+
+    def __init__(self, command: list[str], code: int):
+        super().__init__(f"`{' '.join(Path(part).name if i == 0 else part for i, part in enumerate(command[:2]))}` "
+                         + (f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"))
+        self.code = code
+
+    @property
+    def status(self) -> int:
+        """The demo's own exit status: the command's, or 128 + N for one killed by signal N (as a shell says)."""
+        return 128 - self.code if self.code < 0 else self.code
+
+
 def run(command: list[str], shown: str | None = None) -> None:
-    """Runs one command with its output streamed; stops the demo with its exit code on failure."""
+    """Runs one command with its output streamed; CommandFailed when it fails."""
     print("$ " + (shown or " ".join(command)), flush=True)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     with subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -135,10 +153,8 @@ def run(command: list[str], shown: str | None = None) -> None:
         for line in process.stdout:
             if not NOISE.match(line):
                 print("    " + line, end="", flush=True)
-    code = process.returncode
-    if code:
-        print(f"demo: `{' '.join(command[:2])}` failed with exit code {code}", file=sys.stderr)
-        sys.exit(code)
+    if process.returncode:
+        raise CommandFailed(command, process.returncode)
 
 
 def plot_losses(train: list[tuple[int, float]], valid: list[tuple[int, float]], path: Path) -> None:
@@ -179,57 +195,40 @@ def report_losses(model_dir: Path, plot: Path) -> None:
         print(f"final valid loss: {valid[-1][1]:.4f} (step {valid[-1][0]}; first {valid[0][1]:.4f})")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=str(REPO / "demo_output"), help="where everything goes (replaced)")
-    parser.add_argument("--train-steps", type=int, default=400, help="training steps of the tiny preset")
-    parser.add_argument("--eval-every", type=int, default=100, help="steps between evaluations")
+    parser.add_argument("--train-steps", type=int, default=200, help="training steps of the tiny preset")
+    parser.add_argument("--eval-every", type=int, default=50, help="steps between evaluations")
     parser.add_argument("--finetune-steps", type=int, default=300, help="fine-tuning steps on Rotten Tomatoes")
+    parser.add_argument("--from-step", type=int, default=1, metavar="N",
+                        help="run steps N to the last only, on what the steps before N wrote under --output "
+                             "(make demo FROM=N); the outputs of steps N and later are replaced")
     parser.add_argument("--plot", nargs=2, metavar=("MODEL_DIR", "PNG"),
-                        help="only plot the losses of MODEL_DIR's TensorBoard logs (step 6 runs this in its own "
+                        help="only plot the losses of MODEL_DIR's TensorBoard logs (step 7 runs this in its own "
                              "process)")
     args = parser.parse_args(argv)
-    if args.plot:
-        report_losses(Path(args.plot[0]), Path(args.plot[1]))
-        return 0
+    if not 1 <= args.from_step <= Step.total:
+        parser.error(f"--from-step {args.from_step}: the demo's steps are 1 to {Step.total}")
+    return args
 
-    began = time.time()
-    out = Path(args.output)
-    if out.exists():
-        print(f"removing the previous demo output {out}", flush=True)
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+
+def demo_steps(args: argparse.Namespace, out: Path) -> list[tuple[str, list[Path], Callable[[], None]]]:
+    """The demo's steps in order: (title, what the step writes under ``out``, what it runs)."""
     vocab, data, model, serving = out / "vocab", out / "data", out / "model", out / "serving" / "xlnet"
     classifier, classifier_serving = out / "classifier", out / "serving" / "classifier"
     xlnet = xlnet_command()
 
-    with Step(1, "vocabulary: SentencePiece unigram, 8000 pieces, XLNet special symbols"):
-        run(xlnet + ["vocab", "--input", CORPUS_GLOB, "--output", str(vocab / "spiece"), "--vocab-size", "8000",
-                     "--input-sentence-size", "20000", "--num-threads", "2", "--seed", "0"])
-    with Step(2, "preprocess: Apache Beam (FnApiRunner, 2 workers) -> TFRecord shards"):
-        run(xlnet + ["preprocess", "--input", CORPUS_GLOB, "--output", str(data), "--vocab",
-                     str(vocab / "spiece.model"), "--seq-len", "128", "--reuse-len", "64", "--num-predict", "21",
-                     "--num-streams", "16", "--num-shards", "4", "--valid-shards", "2",
-                     "--runner", "FnApiRunner", "--workers", "2"])
-    with Step(3, "inspect: two records as the model sees them, and statistics of the data with their plot"):
+    def inspect() -> None:
         run(xlnet + ["inspect", str(data), "--records", "2"])
         run(xlnet + ["inspect", str(data), "--stats", "--plot", str(out / "data_stats.png")])
-    with Step(4, f"train: tiny preset, {args.train_steps} steps on the CPU, evaluation every {args.eval_every}"):
+
+    def train() -> None:
         run(xlnet + ["train", "--data", str(data), "--model-dir", str(model), "--preset", "tiny",
                      "--set", f"train.train_steps={args.train_steps}", "--set", f"train.eval_every={args.eval_every}",
                      "--set", f"train.checkpoint_every={args.eval_every}", "--set", "train.steps_per_loop=20"])
-    with Step(5, f"export: SavedModel (max_length {MAX_LENGTH}, top-{TOP_K}) for TF Serving"):
-        run(xlnet + ["export", "--model-dir", str(model), "--output", str(serving), "--max-length", str(MAX_LENGTH),
-                     "--top-k", str(TOP_K)])
-    with Step(6, "predict: load the SavedModel in a fresh process (tensorflow + tensorflow_text only): masked "
-                 "words, a continuation (generate) and a perplexity (score)"):
-        run([sys.executable, "-c", CLIENT, str(serving / "1"), json.dumps(MASKED_SENTENCES)],
-            shown=f"python -c CLIENT {serving / '1'} MASKED_SENTENCES   (CLIENT: see demo.py)")
-    with Step(7, "loss curves from the TensorBoard event files"):
-        run([sys.executable, str(Path(__file__).resolve()), "--plot", str(model),
-             str(out / "loss_curves.png")])
 
-    with Step(8, f"fine-tune: Rotten Tomatoes fresh/rotten from the pretrained model, {args.finetune_steps} steps"):
+    def finetune() -> None:
         run(xlnet + ["finetune", "--task", "classification", "--train", str(ROTTEN / "train.tsv"),
                      "--eval", str(ROTTEN / "dev.tsv"), "--init-checkpoint", str(model),
                      "--model-dir", str(classifier), "--set", f"train_steps={args.finetune_steps}",
@@ -237,22 +236,112 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads((classifier / "eval_results.json").read_text())
         print(f"dev accuracy {results['accuracy']:.4f}, macro F1 {results['macro_f1']:.4f} on "
               f"{results['examples']} reviews (half fresh, half rotten)")
-    with Step(9, "export: the classifier as a SavedModel with a `classify` signature"):
-        run(xlnet + ["export", "--model-dir", str(classifier), "--output", str(classifier_serving)])
-    with Step(10, "classify: the classifier's SavedModel in a fresh process (tensorflow + tensorflow_text only)"):
-        run([sys.executable, "-c", CLASSIFY_CLIENT, str(classifier_serving / "1"), json.dumps(CLASSIFY_SENTENCES)],
-            shown=f"python -c CLASSIFY_CLIENT {classifier_serving / '1'} CLASSIFY_SENTENCES   (see demo.py)")
+
+    return [
+        ("vocabulary: SentencePiece unigram, 8000 pieces, XLNet special symbols", [vocab], lambda: run(
+            xlnet + ["vocab", "--input", CORPUS_GLOB, "--output", str(vocab / "spiece"), "--vocab-size", "8000",
+                     "--input-sentence-size", "20000", "--num-threads", "2", "--seed", "0"])),
+        ("preprocess: Apache Beam (FnApiRunner, 2 workers) -> TFRecord shards", [data], lambda: run(
+            xlnet + ["preprocess", "--input", CORPUS_GLOB, "--output", str(data), "--vocab",
+                     str(vocab / "spiece.model"), "--seq-len", "128", "--reuse-len", "64", "--num-predict", "21",
+                     "--num-streams", "16", "--num-shards", "4", "--valid-shards", "2",
+                     "--runner", "FnApiRunner", "--workers", "2"])),
+        ("inspect: two records as the model sees them, and statistics of the data with their plot",
+         [out / "data_stats.png"], inspect),
+        (f"train: tiny preset, {args.train_steps} steps on the CPU, evaluation every {args.eval_every}", [model],
+         train),
+        (f"export: SavedModel (max_length {MAX_LENGTH}, top-{TOP_K}) for TF Serving", [serving], lambda: run(
+            xlnet + ["export", "--model-dir", str(model), "--output", str(serving), "--max-length", str(MAX_LENGTH),
+                     "--top-k", str(TOP_K)])),
+        ("predict: load the SavedModel in a fresh process (tensorflow + tensorflow_text only): masked "
+         "words, a continuation (generate) and a perplexity (score)", [], lambda: run(
+             [sys.executable, "-c", CLIENT, str(serving / "1"), json.dumps(MASKED_SENTENCES)],
+             shown=f"python -c CLIENT {serving / '1'} MASKED_SENTENCES   (CLIENT: see demo.py)")),
+        ("loss curves from the TensorBoard event files", [out / "loss_curves.png"], lambda: run(
+            [sys.executable, str(Path(__file__).resolve()), "--plot", str(model), str(out / "loss_curves.png")])),
+        (f"fine-tune: Rotten Tomatoes fresh/rotten from the pretrained model, {args.finetune_steps} steps",
+         [classifier], finetune),
+        ("export: the classifier as a SavedModel with a `classify` signature", [classifier_serving], lambda: run(
+            xlnet + ["export", "--model-dir", str(classifier), "--output", str(classifier_serving)])),
+        ("classify: the classifier's SavedModel in a fresh process (tensorflow + tensorflow_text only)", [],
+         lambda: run([sys.executable, "-c", CLASSIFY_CLIENT, str(classifier_serving / "1"),
+                      json.dumps(CLASSIFY_SENTENCES)],
+                     shown=f"python -c CLASSIFY_CLIENT {classifier_serving / '1'} CLASSIFY_SENTENCES   (see demo.py)")),
+    ]
+
+
+def rerun_command(argv: list[str], step: int) -> str:
+    """How to run the demo again from ``step`` with the same flags as ``argv``."""
+    kept = [arg for i, arg in enumerate(argv) if not arg.startswith("--from-step")
+            and not (i and argv[i - 1] == "--from-step")]
+    python = f"python demo.py {' '.join(kept + ['--from-step', str(step)])}"
+    return f"make demo FROM={step} (or {python})" if not kept else python
+
+
+def prepare_output(out: Path, steps: list[tuple[str, list[Path], Callable[[], None]]], first: int) -> str | None:
+    """Makes ``out`` ready for steps ``first`` to the last: replaced whole from step 1; else what the
+    steps before ``first`` wrote is kept and what the later ones write is removed. A message when
+    something the steps before ``first`` write is missing."""
+    if first == 1:
+        if out.exists():
+            print(f"removing the previous demo output {out}", flush=True)
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        return None
+    missing = [str(path) for _, outputs, _ in steps[:first - 1] for path in outputs if not path.exists()]
+    if missing:
+        return (f"--from-step {first} needs what the steps before it wrote under {out}; missing: {', '.join(missing)}. "
+                "Run the demo from the step that writes it, or from step 1")
+    for _, outputs, _ in steps[first - 1:]:
+        for path in outputs:
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+    print(f"from step {first}: keeping what steps 1-{first - 1} wrote under {out}", flush=True)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.plot:
+        report_losses(Path(args.plot[0]), Path(args.plot[1]))
+        return 0
+
+    began = time.time()
+    out = Path(args.output)
+    steps = demo_steps(args, out)
+    problem = prepare_output(out, steps, args.from_step)
+    if problem:
+        print(f"demo: {problem}", file=sys.stderr)
+        return 2
+    times = []
+    for number, (title, _, action) in enumerate(steps, 1):
+        if number < args.from_step:
+            continue
+        try:
+            with Step(number, title) as step:
+                action()
+        except CommandFailed as failed:
+            sys.stdout.flush()
+            print(f"demo: step {number}/{Step.total} ({title.split(':')[0]}) failed: {failed}. What steps "
+                  f"1-{number - 1} wrote is kept under {out}; once the cause is fixed, run the demo again from this "
+                  f"step: {rerun_command(argv, number)}", file=sys.stderr, flush=True)
+            return failed.status
+        times.append(f"{number}: {step.seconds:.0f}s")
 
     print("\n=== where everything is")
-    for label, path in (("vocabulary", vocab / "spiece.model"), ("TFRecord shards + manifest", data),
-                        ("model directory (configs, checkpoints/)", model),
-                        ("TensorBoard logs (tensorboard --logdir ...)", model / "tensorboard"),
-                        ("SavedModel (TF Serving base path)", serving), ("loss curves", out / "loss_curves.png"),
+    for label, path in (("vocabulary", out / "vocab" / "spiece.model"), ("TFRecord shards + manifest", out / "data"),
+                        ("model directory (configs, checkpoints/)", out / "model"),
+                        ("TensorBoard logs (tensorboard --logdir ...)", out / "model" / "tensorboard"),
+                        ("SavedModel (TF Serving base path)", out / "serving" / "xlnet"),
+                        ("loss curves", out / "loss_curves.png"),
                         ("statistics of the data (xlnet inspect --stats)", out / "data_stats.png"),
-                        ("fine-tuned classifier (eval_results.json)", classifier),
-                        ("classifier SavedModel", classifier_serving)):
+                        ("fine-tuned classifier (eval_results.json)", out / "classifier"),
+                        ("classifier SavedModel", out / "serving" / "classifier")):
         print(f"  {label:45s} {path}")
-    print(f"\ndemo finished in {time.time() - began:.0f}s")
+    print(f"\ndemo finished in {time.time() - began:.0f}s (each step: {', '.join(times)})")
     return 0
 
 

@@ -43,9 +43,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                 "evaluation, checkpoints, work lost to kills), over all its runs"),
 }
 # Said under every --help; the codes themselves are tfrecords/errors.py's.
-EXIT_STATUS = (f"exit status: {EXIT_OK} done (or preempted, with a checkpoint saved); {EXIT_USAGE} usage or bad "
+EXIT_STATUS = (f"exit status: {EXIT_OK} done (or preempted: re-running resumes); {EXIT_USAGE} usage or bad "
                f"input (a flag, file or setting, named); {EXIT_DATA} a data or state problem (damaged data, a "
-               "diverged run, no readable checkpoint, a corpus too short for any record)")
+               "diverged run, no readable checkpoint, a lost worker, a corpus too short for any record)")
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
 # Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/commands/tensorflow_startup.py),
 # after the flags parse, unless the module's needs_tensorflow(args) says this run does without.
@@ -75,14 +75,14 @@ class CommandParser(argparse.ArgumentParser):
 def unrecognized_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """The flags in ``argv`` (before a ``--``) that ``parser`` defines no option for, as typed
     (``--promt``, without an ``=VALUE``); a unique prefix of an option, which argparse accepts, counts
-    as known, and so does a negative number."""
-    options = [option for action in parser._actions for option in action.option_strings]
+    as known, and a negative number or a token with a space is a value, as argparse reads it."""
+    options = option_strings(parser)
     unknown = []
     for token in argv:
         if token == "--":
             break
-        if not token.startswith("-") or token == "-" or _is_number(token):
-            continue
+        if not token.startswith("-") or token == "-" or " " in token or _is_number(token):
+            continue  # as argparse reads them: a value ("-5", "- a list item"), not a flag
         flag = token.split("=", 1)[0]
         if flag.startswith("--"):
             known = any(option.startswith(flag) for option in options)
@@ -91,6 +91,11 @@ def unrecognized_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list
         if not known:
             unknown.append(flag)
     return unknown
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string ``parser`` defines (``--prompt``, ``-h``)."""
+    return [option for action in parser._actions for option in action.option_strings]
 
 
 def _is_number(token: str) -> bool:
@@ -104,7 +109,7 @@ def _is_number(token: str) -> bool:
 def unrecognized_error(parser: argparse.ArgumentParser, flags: list[str]) -> UsageError:
     """The UsageError naming the first of ``flags`` parser does not know, with the nearest of its
     flags (tfrecords/errors.py's did_you_mean, the rule `--set` suggests with), and any others."""
-    options = [option for action in parser._actions for option in action.option_strings if option.startswith("--")]
+    options = [option for option in option_strings(parser) if option.startswith("--")]
     first, others = flags[0], flags[1:]
     suggestion = did_you_mean(first, options)
     more = f"; also unrecognized: {' '.join(others)}" if others else ""
@@ -124,8 +129,7 @@ def parse_flags(parser: argparse.ArgumentParser, argv: list[str], runner_options
     try:
         args, extras = parser.parse_known_args(argv)
     except UsageError:
-        options = [option for action in parser._actions for option in action.option_strings]
-        typos = [flag for flag in unknown if did_you_mean(flag, options)]
+        typos = [flag for flag in unknown if did_you_mean(flag, option_strings(parser))]
         if typos:
             raise unrecognized_error(parser, typos) from None
         raise

@@ -4,17 +4,23 @@ Stages (each DoFn loads what it needs once per worker in ``setup``: the Sentence
 is read from ``--vocab``, which workers must be able to read, and checked against the
 SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
 
-    matched files + one EveryShard marker (Create redistributes them)
+    matched files interleaved with one EveryShard marker per shard (Create redistributes them)
         -> ReadDocuments: documents, placed by the seeded hash of their key, as compact
-           ((split, shard), RawDocuments) batches; the marker seeds every shard with None
-           so that empty shards get their (empty) file too
+           ((split, shard), RawDocuments) batches, then the file's read report on shard
+           train-0's key (REPORT_CARRIER); a marker seeds its shard with None so that empty
+           shards get their (empty) file too
         -> GroupByKey: the only shuffle
         -> WriteShard: normalise + tokenise the shard's documents, per stream concatenate
            them in hash order, build records (forward, then reversed with bi_data), write the
-           shard file
-        -> shard statistics -> combined -> WriteManifest (last, atomic): each shard's size
+           shard file; emits the shard's report (and passes the read reports on)
+        -> every report -> combined -> WriteManifest (last, atomic): each shard's size
            read back from the finished files; no manifest at all when there is no training
-           record, so a failed run never looks like data
+           record, so a failed run never looks like data; then the run's report (RunReport)
+           for the launcher
+
+What the launcher learns (counters, write errors, a lost lock, which worker did what) thus
+travels as elements and is gathered in the last stage: the same on every runner, whether it
+has Beam metrics (FnApiRunner, Dataflow) or not (Dask).
 
 Why one shuffle of raw text: a document's split, stream and hence shard depend only on
 its key, so it can go straight to its shard. Everything that costs CPU (tokenising,
@@ -26,11 +32,12 @@ Shard files are written by WriteShard itself through ``apache_beam.io.filesystem
 (local, gs://, ...) with TFRecord framing, because their content must be in a fixed order:
 streams by ascending id, records by stream_pos. A retried bundle rewrites the same bytes.
 
-Beam metrics (namespace ``xlnet``): files, empty_files, unreadable_files, lines,
-invalid_lines, long_lines, documents_read, documents, empty_documents, tokens, records,
-masked_tokens, short_streams (streams with tokens but no record), uncovered_tokens (stream
-tails too short for another record). Workers log progress every ``PROGRESS_EVERY``
-documents per file and for every shard tokenised and written.
+The reports' counters, also counted as Beam metrics (namespace ``xlnet``) for a runner's UI
+but read by nothing: files, empty_files, unreadable_files, lines, invalid_lines, long_lines,
+documents_read, dropped_bytes (stored bytes of unreadable files never read), documents,
+empty_documents, tokens, records, masked_tokens, short_streams (streams with tokens but no
+record), uncovered_tokens (stream tails too short for another record). Workers log progress
+every ``PROGRESS_EVERY`` documents per file and for every shard tokenised and written.
 """
 from __future__ import annotations
 
@@ -66,10 +73,9 @@ from tfrecords.manifest import MANIFEST_NAME, SPLITS, Manifest, ShardEntry, Spli
 from tfrecords.text_normalization import normalize_text
 
 NAMESPACE = "xlnet"
-# A string-set metric: each file the run could not write for good (a full disk, a read-only output),
-# as OutputWriteError's text; the launcher turns the first into one sentence.
+# String-set metrics for a runner's UI (the run's report carries the same to the launcher): each file
+# the run could not write for good, and the owner of --output's lock when it was no longer this run's.
 WRITE_ERRORS = "write_errors"
-# A string-set metric: the owner of --output's lock when, at the end, it was no longer this run's.
 LOST_LOCK = "lost_lock"
 PROGRESS_EVERY = 20000
 # A reader sends its buffered documents on once they hold this many characters (bounds its memory).
@@ -176,7 +182,8 @@ class ReadDocuments(beam.DoFn):
         self._config = config
         self._counters = Counters(*READ_STATS)
 
-    def process(self, input_file: InputFile | EveryShard) -> Iterator[tuple[tuple[str, int], RawDocuments | dict | None]]:
+    def process(self, input_file: InputFile | EveryShard) -> Iterator[tuple[tuple[str, int],
+                                                                           RawDocuments | dict | None]]:
         c = self._config
         if isinstance(input_file, EveryShard):
             yield (input_file.split, input_file.shard), None

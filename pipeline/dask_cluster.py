@@ -122,6 +122,7 @@ def dask_cluster(scheduler: str | None, workers: int, timeout: float = CONNECT_S
         import distributed
     except ImportError as error:
         raise ConfigError(f"--runner dask needs Dask: pip install \".[dask]\" ({error})") from None
+    quiet_dask_logs()
     with contextlib.ExitStack() as stack:
         local = scheduler is None
         if local:
@@ -138,6 +139,16 @@ def dask_cluster(scheduler: str | None, workers: int, timeout: float = CONNECT_S
                             "address") from None
         found = check_workers(client, where)
         yield DaskCluster(scheduler, found, local, client)
+
+
+def quiet_dask_logs() -> None:
+    """Dask's client logs a lost scheduler or worker with tracebacks, over and over while it tries to
+    reconnect; the run reports a cluster failure itself, in one line (DaskError)."""
+    import distributed  # noqa: F401 (configures its loggers on import: set them after)
+
+    for name in list(logging.root.manager.loggerDict):
+        if name == "distributed" or name.startswith("distributed."):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def check_workers(client, where: str) -> list[str]:
@@ -191,20 +202,22 @@ def wait_for_run(result, cluster: DaskCluster) -> None:
 
 
 def dask_failure(error: BaseException, cluster: DaskCluster) -> DaskError | None:
-    """The one sentence for a cluster failure (a lost scheduler, workers lost for good), or None
-    when ``error`` is the pipeline's own."""
+    """The one sentence for a cluster failure (a lost scheduler, no worker left, workers that kept
+    dying), or None when ``error`` is the pipeline's own."""
+    import concurrent.futures
+
     from distributed.comm.core import CommClosedError
 
     name = type(error).__name__
     if isinstance(error, DaskError):
         return error
-    if isinstance(error, CommClosedError) or name in ("CancelledError", "FutureCancelledError"):
-        return DaskError(f"{cluster.where}: lost the Dask scheduler mid-run ({name}: {error}); nothing was "
-                         "published")
-    if name == "NoValidWorkerError":
-        return DaskError(f"{cluster.where}: no Dask worker was left to run the pipeline's tasks ({error}); nothing "
+    if isinstance(error, (CommClosedError, concurrent.futures.CancelledError)):
+        return DaskError(f"{cluster.where}: lost the connection to the Dask scheduler mid-run ({name}); nothing "
+                         "was published")
+    if name in ("NoWorkerError", "NoValidWorkerError"):
+        return DaskError(f"{cluster.where}: no Dask worker was left to run the pipeline's tasks ({name}); nothing "
                          "was published")
     if name == "KilledWorker":
-        return DaskError(f"{cluster.where}: Dask workers kept dying while running a task ({error}); nothing was "
+        return DaskError(f"{cluster.where}: Dask workers kept dying while running a task ({name}); nothing was "
                          "published")
     return None

@@ -40,8 +40,9 @@ class OutputFullError(DataError):
 
 class OutputWriteError(DataError):
     """A worker could not write a file of the run. Its text has one fixed form, because from a
-    worker process it reaches the launcher only as text (a Beam metric, or inside Beam's error):
-    ``found_write_error`` finds it there and ``output_error`` turns it into one sentence. Made by
+    worker process it reaches the launcher only as text (in the run's report, or inside the
+    runner's error): ``found_write_error`` finds it there and ``output_error`` turns it into one
+    sentence. Made by
     ``of``; the constructor takes the text alone, as Beam re-creates an error from its args."""
 
     def __init__(self, message: str, number: int = 0):

@@ -33,7 +33,7 @@ from pipeline.data_directory import (abandon_run, found_write_error, has_manifes
 from pipeline.output_lock import OutputInUseError, OutputLock
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from pipeline.vocab import load_vocab
-from tfrecords.errors import DataError
+from tfrecords.errors import DataError, UsageError
 from tfrecords.interruption import ending_on_signals
 from tfrecords.manifest import MANIFEST_NAME
 from tfrecords.record_config import ConfigError
@@ -316,6 +316,10 @@ def run_pipeline(options, config: PreprocessConfig, vocab, files, lock: OutputLo
             raise DataError(f"the pipeline finished without its report ({report_path}): the run is incomplete")
         return report
     except BaseException as error:
+        if isinstance(error, (DataError, UsageError)):  # already one sentence (a lost cluster, ...)
+            with contextlib.suppress(Exception):
+                abandon_run(config.output)
+            raise
         known = failed_run_error(config.output, error)
         if known is None or isinstance(error, KeyboardInterrupt):
             raise  # a bug keeps its traceback (its partial output is removed all the same)
@@ -466,7 +470,7 @@ def configure_logging() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
-    for noisy in ("apache_beam", "absl", "distributed"):
+    for noisy in ("apache_beam", "absl"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     for forwarder in _WORKER_LOG_FORWARDERS:
         logging.getLogger(forwarder).setLevel(logging.INFO)

@@ -1,5 +1,5 @@
 """demo.py (`make demo`): its loss-curve helpers, its steps as README.md and docs/benchmarks.md list them,
-and (slow) a short end-to-end run."""
+a failed step named with the way to run the demo again from it, and (slow) a short end-to-end run."""
 from __future__ import annotations
 
 import importlib.util
@@ -62,9 +62,8 @@ def test_the_readme_and_the_benchmarks_transcript_list_the_demos_steps():
     """README.md's demo table has one row per step demo.py runs, and docs/benchmarks.md's transcript
     numbers the steps out of the same total; the plot of the data's statistics is named in the README."""
     demo = load_demo()
-    source = (REPO / "demo.py").read_text()
-    steps = [int(n) for n in re.findall(r"with Step\((\d+),", source)]
-    assert steps == list(range(1, demo.Step.total + 1))
+    steps = list(range(1, len(demo.demo_steps(demo.parse_args([]), Path("demo_output"))) + 1))
+    assert steps[-1] == demo.Step.total
     readme = (REPO / "README.md").read_text()
     table = readme[readme.index("| step | command |"):readme.index("It prints every step")]
     assert [int(n) for n in re.findall(r"^\| (\d+) \|", table, re.M)] == steps
@@ -72,3 +71,40 @@ def test_the_readme_and_the_benchmarks_transcript_list_the_demos_steps():
     transcript = (REPO / "docs" / "benchmarks.md").read_text().split("## End-to-end demo", 1)[1]
     assert [int(n) for n in re.findall(r"=== \[(\d+)/(?:\d+)\]", transcript)] == steps
     assert set(re.findall(r"=== \[\d+/(\d+)\]", transcript)) == {str(demo.Step.total)}
+
+
+@pytest.mark.slow  # about 15 s: demo.py's step 7 imports TensorFlow
+def test_a_failed_step_names_itself_and_how_to_run_the_demo_again_from_it(tmp_path):
+    output = tmp_path / "demo_output"
+    for directory in ("vocab", "data", "model", "serving/xlnet"):  # what steps 1-6 write, as empty stand-ins
+        (output / directory).mkdir(parents=True)
+    (output / "data_stats.png").write_bytes(b"")
+    # step 7 plots the losses of demo_output/model, which has none
+    run = subprocess.run([sys.executable, str(REPO / "demo.py"), "--output", str(output), "--from-step", "7"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "=== [6/10]" not in run.stdout and "=== [7/10] loss curves" in run.stdout
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("demo: step 7/10 (loss curves from the TensorBoard event files) failed: "), last
+    assert last.endswith(f"run the demo again from this step: python demo.py --output {output} --from-step 7"), last
+    assert (output / "vocab").is_dir() and (output / "data_stats.png").exists()  # what steps 1-6 wrote is kept
+
+
+def test_a_command_killed_by_a_signal_fails_its_step_with_the_shells_status():
+    demo = load_demo()
+    with pytest.raises(demo.CommandFailed, match="was killed by signal 11") as failed:
+        demo.run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"])
+    assert failed.value.status == 139  # 128 + 11, as a shell reports it (not make's "Error 245")
+
+
+def test_the_rerun_command_keeps_the_flags_and_offers_make_for_the_defaults():
+    demo = load_demo()
+    assert demo.rerun_command([], 4) == "make demo FROM=4 (or python demo.py --from-step 4)"
+    assert demo.rerun_command(["--train-steps", "50", "--from-step", "2"], 4) == \
+        "python demo.py --train-steps 50 --from-step 4"
+
+
+def test_from_step_refuses_when_what_an_earlier_step_writes_is_missing(tmp_path, capsys):
+    assert load_demo().main(["--output", str(tmp_path), "--from-step", "4"]) == 2
+    error = capsys.readouterr().err
+    assert f"--from-step 4 needs what the steps before it wrote under {tmp_path}; missing: {tmp_path / 'vocab'}" in error

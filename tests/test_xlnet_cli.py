@@ -208,6 +208,9 @@ def test_an_abbreviated_flag_argparse_accepts_is_not_called_misspelled():
     parser.add_argument("--prompt")
     parser.add_argument("--steps", type=int)
     assert vars(xlnet_cli.parse_flags(parser, ["--prom", "x", "--steps=-3"])) == {"prompt": "x", "steps": -3}
+    # values that start with a dash, as argparse reads them
+    assert vars(xlnet_cli.parse_flags(parser, ["--prompt", "-5 degrees", "--steps", "-3"])) == \
+        {"prompt": "-5 degrees", "steps": -3}
 
 
 def modules_after(argv: list[str]) -> set[str]:
@@ -251,3 +254,11 @@ def test_a_command_that_ends_without_a_crash_prints_nothing_more():
     result = subprocess.run([sys.executable, "xlnet_cli.py", "plan", "--device", "tpu-v4"], cwd=REPO,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stderr == "" and "tpu-v4" in result.stdout
+
+
+def test_output_that_fits_the_pipe_is_written_before_head_goes_so_the_status_is_0():
+    # The README's `xlnet plan --format json | head`: 1.3 KB, one write into the pipe's 64 KiB (141 is
+    # for a reader gone while the command still writes: the test above).
+    result = subprocess.run(["bash", "-c", f"{sys.executable} xlnet_cli.py plan --format json | head -1; "
+                             "exit ${PIPESTATUS[0]}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "{\n", "")

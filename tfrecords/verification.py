@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
@@ -35,6 +35,24 @@ from tfrecords.tensorflow_errors import error_text
 # Records read and parsed per step: large enough that per-batch overhead is negligible.
 BATCH_RECORDS = 512
 DEFAULT_THREADS = 8
+
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def each_in_threads(work: Callable[[Item], Result], items: list[Item], threads: int) -> list[Result]:
+    """``work`` of every item, in order, ``threads`` at a time; the first item on the calling thread,
+    before any other thread starts. TensorFlow's lazy start-up (the eager context, the first tf.data
+    iterator) is not safe to enter from several threads at once: `xlnet train`, whose stream-start
+    check runs the process's first TensorFlow ops, died with SIGSEGV (a call through a null
+    pointer, about 1 start in 7 under load, issue 40) when every shard's first read started
+    together. Once the first item has run here, the threads only use what it set up."""
+    if not items:
+        return []
+    first = work(items[0])
+    with ThreadPoolExecutor(max(1, min(threads, len(items) - 1))) as pool:
+        return [first, *pool.map(work, items[1:])]
 
 
 class DamagedDataError(DataError):
@@ -100,8 +118,8 @@ def check_shard_files(manifest: Manifest, threads: int = DEFAULT_THREADS) -> boo
     size, has another size. Reads no record and runs no TensorFlow op (:func:`check_stream_starts`
     reads one per stream). Returns whether sizes were checked (an older manifest records none)."""
     shards = [shard for split in manifest.splits.values() for shard in split.shards]
-    with ThreadPoolExecutor(max(1, min(threads, len(shards)))) as pool:
-        problems = [problem for problem in pool.map(lambda s: _file_problem(manifest, s), shards) if problem]
+    problems = [problem for problem in each_in_threads(lambda s: _file_problem(manifest, s), shards, threads)
+                if problem]
     if problems:
         raise damaged(manifest, problems)
     return any(shard.bytes is not None for shard in shards)
@@ -113,8 +131,8 @@ def check_stream_starts(manifest: Manifest, threads: int = DEFAULT_THREADS) -> N
     stream through tf.data, so it runs TensorFlow ops: `xlnet train` runs it once its strategy is
     made (a deterministic or multi-worker run must configure TensorFlow before its first op)."""
     shards = [shard for split in manifest.splits.values() for shard in split.shards]
-    with ThreadPoolExecutor(max(1, min(threads, len(shards)))) as pool:
-        problems = [problem for problem in pool.map(lambda s: stream_start_problem(manifest, s), shards) if problem]
+    problems = [problem for problem in each_in_threads(lambda s: stream_start_problem(manifest, s), shards, threads)
+                if problem]
     if problems:
         raise damaged(manifest, problems)
 
@@ -227,8 +245,7 @@ def verify_data_directory(manifest: Manifest, threads: int = DEFAULT_THREADS) ->
     against ``manifest``; see the module docstring for the checks."""
     jobs = [(name, shard) for name, split in manifest.splits.items() for shard in split.shards]
     vocab_size = manifest.vocab.get("vocab_size")
-    with ThreadPoolExecutor(max(1, min(threads, len(jobs)))) as pool:
-        reports = tuple(pool.map(lambda job: verify_shard(manifest, job[0], job[1], vocab_size), jobs))
+    reports = tuple(each_in_threads(lambda job: verify_shard(manifest, job[0], job[1], vocab_size), jobs, threads))
     notes = ()
     if vocab_size is None:
         notes = ("token ids not checked: the manifest records no vocab_size",)

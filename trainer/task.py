@@ -10,9 +10,12 @@ from typing import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs `xlnet train` with ``argv`` (default: the process's arguments)."""
-    from xlnet_cli import process_started, run_subcommand
+    from xlnet_cli import install_crash_report, process_started, run_subcommand
 
-    started = process_started() if argv is None else None  # a run's start-up counts from the process's
+    started = None
+    if argv is None:  # this process's command: its start-up counts from the process's, a native crash is reported
+        started = process_started()
+        install_crash_report("train")
     return run_subcommand("train", list(sys.argv[1:] if argv is None else argv), prog="python -m trainer.task",
                           started=started)
 

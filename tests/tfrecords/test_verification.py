@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ import tensorflow as tf
 
 from tfrecords.manifest import load_manifest
 from tfrecords.schema import parse_records
-from tfrecords.verification import DamagedDataError, check_shard_files, verify_data_directory
+from tfrecords.verification import DamagedDataError, check_shard_files, each_in_threads, verify_data_directory
 
 TRAIN_0, TRAIN_1 = "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"
 VALID = "valid-00000-of-00001.tfrecord"
@@ -176,3 +177,16 @@ def test_a_manifest_without_sizes_or_vocab_size_is_verified_with_notes_saying_wh
     assert report.damaged == []
     assert report.notes == ("token ids not checked: the manifest records no vocab_size",
                             "file sizes not checked: the manifest records none (written before sizes were recorded)")
+
+
+def test_the_first_shard_is_checked_on_the_calling_thread_before_any_other_starts():
+    # TensorFlow's lazy start-up must not be entered from several threads at once (issue 40's SIGSEGV)
+    seen = []
+
+    def work(item: int) -> int:
+        seen.append((item, threading.current_thread() is threading.main_thread()))
+        return item * 10
+
+    assert each_in_threads(work, list(range(6)), threads=4) == [0, 10, 20, 30, 40, 50]
+    assert seen[0] == (0, True)
+    assert all(not on_main for _, on_main in seen[1:])

@@ -71,7 +71,8 @@ def assert_same_steps(actual: list[dict], expected: list[dict]) -> None:
 
 
 # Training settings added after the pinned commit, at the defaults that keep its behaviour.
-SETTINGS_ADDED_SINCE = {"remat": "none", "auto_fit": False, "profile_steps": "", "async_checkpoint": False}
+SETTINGS_ADDED_SINCE = {"remat": "none", "auto_fit": False, "profile_steps": "", "async_checkpoint": False,
+                        "preemption_grace_seconds": 20.0}
 # Fine-tuning settings added since: one segment per text (long documents).
 FINETUNE_SETTINGS_ADDED_SINCE = {"max_segments": 1}
 # Step-log fields added after the pinned commit, each a figure of the loop of steps a row is in: the

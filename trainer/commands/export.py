@@ -51,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "model.safetensors and tokenizer files in OUTPUT for transformers (docs/interop.md); "
                              "tf1: the original release layout (xlnet_model.ckpt, xlnet_config.json) in OUTPUT")
     parser.add_argument("--max-segments", type=int, default=None,
-                        help="segments of --max-length a text may span: more than 1 reads them in order with "
-                             "Transformer-XL memory, in the graph (docs/serving.md, long texts) (default: a "
+                        help="segments of --max-length a text may span, 1 to 32: more than 1 reads them in order "
+                             "with Transformer-XL memory, in the graph (docs/serving.md, long texts) (default: a "
                              "fine-tuned model's max_segments, else 1)")
     parser.add_argument("--mem-len", type=int, default=None,
                         help="with --max-segments above 1: the memory, how many states of the segments before "
@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for a model fine-tuned on one segment, whose mem_len is 0)")
     parser.add_argument("--generation-mem-len", type=int, default=0,
                         help="positions of the generate signature's key/value cache, which fixes its memory; "
-                             "0: the model's mem_len from model_config.json, else --max-length")
+                             "0: the model's mem_len from model_config.json, else --max-length; a cache that would "
+                             "not fit this machine's memory is refused, naming the largest that fits")
     parser.add_argument("--top-k", type=int, default=ExportConfig.top_k,
                         help="candidates predict_masked returns for each <mask>")
     parser.add_argument("--version", type=int, default=None,

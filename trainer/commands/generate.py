@@ -1,9 +1,9 @@
 """`xlnet generate --model-dir M --prompt TEXT` (or `--prompts FILE`): continues text, printing tokens as they come.
 
 Each prompt is tokenised as `xlnet score` reads a line (normalised, SentencePiece), read once as
-the context (in segments of ``mem_len`` pieces, each seeing the ``mem_len`` states before it, as
-Transformer-XL reads a long text: memory is bounded by the cache however long the prompt; a
-prompt of at most ``mem_len`` pieces is one pass, all its pieces seeing each other), then continued in natural order with the two-stream key/value cache of
+the context (in segments of ``mem_len`` pieces, at most 512, each seeing the ``mem_len`` states
+before it, as Transformer-XL reads a long text: memory is bounded by the cache however long the
+prompt; a prompt of at most one segment is one pass, all its pieces seeing each other), then continued in natural order with the two-stream key/value cache of
 trainer/models/generation.py: one query and one content position per new token, the past never
 recomputed. Tokens are chosen as the ``generate`` signature chooses them (greedy at temperature
 0, else seeded sampling with top_k / top_p: trainer/configs/generation.py), and each is printed,
@@ -133,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
 def check_cache(config, model_config, mem_len: int, longest_prompt: int) -> None:
     """Refuses (UsageError naming --mem-len) a cache that would not fit this machine's memory, before
     the model is restored (trainer/planning/generation.py); the prompt is read in segments of
-    ``mem_len`` pieces (Streamer)."""
+    ``prompt_segment_len(mem_len)`` pieces (Streamer)."""
+    from trainer.models.generation import prompt_segment_len
     from trainer.planning.generation import check_generation_cache
 
     why = ""
@@ -141,23 +142,23 @@ def check_cache(config, model_config, mem_len: int, longest_prompt: int) -> None
         why = (f" (-1: the model's mem_len)" if model_config.mem_len > 0 else
                f" (-1: the longest prompt's {longest_prompt} pieces and --max-new-tokens {config.max_new_tokens}, "
                "for a model without memory)")
-    check_generation_cache("--mem-len", model_config, mem_len, lambda size: (size, size), why=why)
+    check_generation_cache("--mem-len", model_config, mem_len, lambda size: (prompt_segment_len(size), size), why=why)
 
 
 class Streamer:
     """Yields a prompt's new tokens one at a time from the cached two-stream steps
-    (trainer/models/generation.py: the prompt read by read_prompt in segments of ``mem_len`` pieces,
-    each seeing the ``mem_len`` states before it, the cache built by start_from_memory, then
+    (trainer/models/generation.py: the prompt read by read_prompt in segments of ``mem_len`` pieces
+    (at most 512: prompt_segment_len), each seeing the ``mem_len`` states before it, the cache built by start_from_memory, then
     extend_generation per token). Memory stays bounded by ``mem_len`` however long the prompt."""
 
     def __init__(self, network, mem_len: int, stop_ids: list[int], excluded_ids: list[int]):
         import tensorflow as tf
 
-        from trainer.models.generation import extend_generation, start_from_memory
+        from trainer.models.generation import extend_generation, prompt_segment_len, start_from_memory
         from trainer.models.inference_network import inference_network
 
         self.network = inference_network(network, mem_len)
-        self.segment_len = mem_len
+        self.segment_len = prompt_segment_len(mem_len)
         self.stop_ids, self.excluded_ids = set(stop_ids), list(excluded_ids)
         # Traced once per segment and memory length (a few: the memory grows to mem_len, then stays),
         # once per cached length (start) and once (extend): the steps then run as graphs.

@@ -13,8 +13,9 @@ naming it (exit 2), met when the file is reached.
 
 SIGTERM or SIGINT while documents are being scored stops the scoring at once (within one
 segment's step): the documents already printed stand, the summary line covers them and says
-``"stopped": "SIGTERM"`` (or ``"SIGINT"``; null after a full run), and the status is 128 + the
-signal's number (143, 130), as a shell gives (tfrecords/interruption.py).
+``"stopped": "SIGTERM"`` (or ``"SIGINT"``; null after a full run), one line on standard error says
+so, and the status is 128 + the signal's number (143, 130), as a shell gives
+(tfrecords/interruption.py).
 """
 from __future__ import annotations
 
@@ -124,7 +125,13 @@ def run(args: argparse.Namespace) -> int:
                       **{name: stats[name] for name in ("invalid_lines", "long_lines", "empty_documents")},
                       "stopped": None if stopped is None else signal.Signals(stopped).name}),
           flush=True)
-    return 0 if stopped is None else interrupted_status(stopped)
+    if stopped is not None:
+        # The status a shell gives a command a signal stopped, as export and preprocess end
+        # (tfrecords/interruption.py); SystemExit, since run() returns 0 or raises one of our errors.
+        print(f"xlnet score: interrupted by {signal.Signals(stopped).name}; the summary covers the "
+              f"{totals.documents} documents scored before it", file=sys.stderr, flush=True)
+        raise SystemExit(interrupted_status(stopped))
+    return 0
 
 
 class ScoringStopped(Exception):

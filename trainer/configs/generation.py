@@ -29,7 +29,8 @@ class GenerateConfig(JsonConfig):
     seed: int = dataclasses.field(default=0, metadata={"help": "sampling seed"})
     mem_len: int = dataclasses.field(default=-1, metadata={
         "help": "positions of the key/value cache; once the prompt and the new tokens exceed it the oldest fall "
-                "out; -1: the model's mem_len, or the whole prompt and continuation for a model without one"})
+                "out; -1: the model's mem_len, or the whole prompt and continuation for a model without one; a "
+                "cache that would not fit this machine's memory is refused, naming the largest that fits"})
 
     CONFIG_KIND = "generation"
 

@@ -64,6 +64,9 @@ from trainer.models.scoring import token_log_probs
 MAX_NEW_TOKENS_CAP = 4096
 # The width of a generation cache's recent part (GenerationCache): it is merged every this many tokens.
 RECENT_COLUMNS = 16
+# The longest segment `read_prompt` reads a prompt in (``prompt_segment_len``): XLNet's pretraining
+# sequence length, so a segment's attention is over at most this many queries whatever the cache.
+PROMPT_SEGMENT_CAP = 512
 # Special symbols (tfrecords/vocabulary.py names) that end a generated row, and those never generated.
 STOP_SYMBOLS = ("eod", "eos")
 EXCLUDED_SYMBOLS = ("unk", "bos", "cls", "sep", "pad", "mask")
@@ -180,6 +183,13 @@ def start_generation(network: XLNetNetwork, prompt_ids: tf.Tensor, prompt_length
                              training=False)
     kept = tf.shape(mems[0])[1]  # the last min(T, mem_len) prompt columns
     return start_from_memory(network, mems, mask[:, tf.shape(mask)[1] - kept:], recent_columns)
+
+
+def prompt_segment_len(mem_len: int) -> int:
+    """The segment `xlnet generate` reads a prompt in with a cache of ``mem_len`` positions: the
+    cache's size, at most PROMPT_SEGMENT_CAP. Each segment then sees up to a whole segment of
+    memory, and its attention (segment x (memory + segment)) grows linearly with the cache."""
+    return max(1, min(mem_len, PROMPT_SEGMENT_CAP))
 
 
 def read_prompt(network: XLNetNetwork, prompt_ids, segment_len: int, segment_fn=None) -> tuple[list, tf.Tensor]:

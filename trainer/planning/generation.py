@@ -87,6 +87,6 @@ def check_generation_cache(flag: str, model: ModelConfig, mem_len: int, segment_
     largest = largest_fitting_mem_len(model, budget, segment_of, rows)
     remedy = f"the largest that fits is {flag} {largest}" if largest else "not even a cache of 1 position fits"
     raise UsageError(f"{flag} {mem_len}{why}: a generation cache of {mem_len} positions needs about "
-                     f"{format_bytes(needed)} ({model.n_layer} layers x keys and values of {model.n_head} heads x "
-                     f"{model.d_head}, float32), more than {USABLE_FRACTION:.0%} of {source} "
+                     f"{format_bytes(needed)} (float32 keys and values of {model.n_layer} layers x {model.n_head} "
+                     f"heads x {model.d_head}, the weights and a prompt segment's pass), more than {USABLE_FRACTION:.0%} of {source} "
                      f"({format_bytes(total)}); {remedy}")

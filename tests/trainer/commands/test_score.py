@@ -123,11 +123,12 @@ def test_sigterm_stops_scoring_with_the_summary_of_what_was_scored_and_status_14
     out = tmp_path / "out.jsonl"
     with open(out, "w") as handle:
         process = processes.start([str(REPO / "xlnet_cli.py"), "score", "--model-dir", PRETRAINED, "--input",
-                                   str(corpus), "--batch-size", "1"], stdout=handle, stderr=subprocess.DEVNULL)
+                                   str(corpus), "--batch-size", "1"], stdout=handle, stderr=subprocess.PIPE)
         with processes.stopped(process):
             processes.wait_for(lambda: out.read_text().count('"document"') >= 3, process, what="3 documents scored")
-            process.send_signal(signal.SIGTERM)
-            assert process.wait(timeout=60) == 143
+            errors = processes.signal_and_wait(process, signal.SIGTERM, timeout=60)
+            assert process.returncode == 143
+    assert errors.splitlines()[-1].startswith("xlnet score: interrupted by SIGTERM; the summary covers the ")
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     documents, summary = lines[:-1], lines[-1]
     assert summary["summary"] is True and summary["stopped"] == "SIGTERM"

@@ -96,11 +96,12 @@ def test_squad_reads_long_contexts_in_windows_not_segments():
     assert FinetuneConfig(task="multiple-choice", max_segments=2).max_segments == 2
 
 
-def test_finetune_refuses_max_segments_below_one_before_reading_any_file(tmp_path, capsys):
+@pytest.mark.parametrize("segments", [0, 1000])
+def test_finetune_refuses_max_segments_outside_its_bound_before_reading_any_file(tmp_path, capsys, segments):
     code = xlnet_cli.main(["finetune", "--task", "classification", "--train", str(tmp_path / "missing.tsv"),
                            "--eval", str(tmp_path / "missing.tsv"), "--vocab", str(tmp_path / "missing.model"),
-                           "--model-dir", str(tmp_path / "out"), "--set", "max_segments=0"])
+                           "--model-dir", str(tmp_path / "out"), "--set", f"max_segments={segments}"])
     assert code == 2
     error = capsys.readouterr().err
-    assert "max_segments must be in 1..32" in error and "--set max_segments=0" in error
+    assert "max_segments must be in 1..32" in error and f"--set max_segments={segments}" in error
     assert not (tmp_path / "out").exists()
