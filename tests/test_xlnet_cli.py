@@ -250,6 +250,18 @@ def test_a_native_crash_prints_the_python_stack_then_one_line_naming_the_command
                          "resumes from the last checkpoint")
 
 
+@pytest.mark.slow  # 10-25 s: imports TensorFlow
+def test_a_native_crash_is_still_reported_after_tensorflow_has_loaded():
+    # The crash seen in `make demo` came after TensorFlow's import, which must not replace the handler.
+    code = ("import ctypes, xlnet_cli\nxlnet_cli.install_crash_report('train')\n"
+            "from trainer.commands.tensorflow_startup import import_tensorflow_quietly\n"
+            "import_tensorflow_quietly()\nimport tensorflow as tf\ntf.constant(1) + 1\nctypes.string_at(0)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == -signal.SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("xlnet train: crashed in native code (Segmentation fault")
+
+
 def test_a_command_that_ends_without_a_crash_prints_nothing_more():
     result = subprocess.run([sys.executable, "xlnet_cli.py", "plan", "--device", "tpu-v4"], cwd=REPO,
                             capture_output=True, text=True, timeout=300)
@@ -258,7 +270,10 @@ def test_a_command_that_ends_without_a_crash_prints_nothing_more():
 
 def test_output_that_fits_the_pipe_is_written_before_head_goes_so_the_status_is_0():
     # The README's `xlnet plan --format json | head`: 1.3 KB, one write into the pipe's 64 KiB (141 is
-    # for a reader gone while the command still writes: the test above).
+    # for a reader gone before the command has written everything: the test above). Python's default
+    # buffering, as a user's shell runs it: PYTHONUNBUFFERED would write the last newline on its own.
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
     result = subprocess.run(["bash", "-c", f"{sys.executable} xlnet_cli.py plan --format json | head -1; "
-                             "exit ${PIPESTATUS[0]}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+                             "exit ${PIPESTATUS[0]}"], cwd=REPO, env=environment, capture_output=True, text=True,
+                            timeout=300)
     assert (result.returncode, result.stdout, result.stderr) == (0, "{\n", "")

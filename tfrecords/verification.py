@@ -43,11 +43,12 @@ Result = TypeVar("Result")
 
 def each_in_threads(work: Callable[[Item], Result], items: list[Item], threads: int) -> list[Result]:
     """``work`` of every item, in order, ``threads`` at a time; the first item on the calling thread,
-    before any other thread starts. TensorFlow's lazy start-up (the eager context, the first tf.data
-    iterator) is not safe to enter from several threads at once: `xlnet train`, whose stream-start
-    check runs the process's first TensorFlow ops, died with SIGSEGV (a call through a null
-    pointer, about 1 start in 7 under load, issue 40) when every shard's first read started
-    together. Once the first item has run here, the threads only use what it set up."""
+    before any other thread starts. `xlnet train`'s stream-start check runs the process's first
+    TensorFlow ops; with every shard's first read started in a thread of its own, TensorFlow's lazy
+    start-up (the eager context, the first tf.data iterator) was entered from several threads at
+    once, in the window where a start died with SIGSEGV (a call through a null pointer, issue 40;
+    not reproduced since, docs/reliability.md). TensorFlow does not promise that this start-up is
+    safe to race, so the first item sets it up here, and the threads only use it."""
     if not items:
         return []
     first = work(items[0])

@@ -20,7 +20,7 @@ from pipeline.dask_cluster import DaskCluster, DaskError, partition_size
 from pipeline.preprocess_command import preprocess, summary
 from pipeline.preprocess_config import PreprocessConfig
 from support.bundled_data import WIKI_SUMMARIES, read_corpus_documents
-from support.dask_cluster import DaskTestCluster, feed_fifo, fifo_reader_pid
+from support.dask_cluster import DaskTestCluster, blocked_reader, feed_fifo
 from support.processes import free_ports, output_of, start
 from support.small_disk import small_tmpfs
 
@@ -169,8 +169,8 @@ def test_a_worker_killed_mid_run_is_replaced_and_the_bytes_are_the_same(tmp_path
     directory, data = fifo_corpus
     with DaskTestCluster(2) as cluster:
         run = start(cli_args(directory, tmp_path / "data", spm_model, "--dask-scheduler", cluster.address))
-        reader = fifo_reader_pid(str(directory / "part-0.txt"), cluster.worker_pids())
-        cluster.kill(next(w for w in cluster.workers if w.pid == reader))
+        with blocked_reader(str(directory / "part-0.txt"), cluster.worker_pids()) as reader:
+            cluster.kill(next(w for w in cluster.workers if w.pid == reader))
         feed_fifo(str(directory / "part-0.txt"), data)  # the read, re-run on the other worker
         (text,) = output_of(run, timeout=240)
     assert run.returncode == 0, text
@@ -184,9 +184,9 @@ def test_a_run_whose_only_worker_is_killed_fails_in_one_line_and_publishes_nothi
     directory, _ = fifo_corpus
     with DaskTestCluster(1) as cluster:
         run = start(cli_args(directory, tmp_path / "data", spm_model, "--dask-scheduler", cluster.address))
-        fifo_reader_pid(str(directory / "part-0.txt"), cluster.worker_pids())
-        cluster.kill(cluster.workers[0])
-        (text,) = output_of(run, timeout=120)
+        with blocked_reader(str(directory / "part-0.txt"), cluster.worker_pids()):
+            cluster.kill(cluster.workers[0])
+            (text,) = output_of(run, timeout=120)
     assert run.returncode == 3, text
     assert f"error: --dask-scheduler {cluster.address}: no Dask worker was left" in text, text
     assert "Traceback" not in text and names(tmp_path / "data") == [], text
@@ -209,10 +209,10 @@ def test_a_scheduler_gone_mid_run_is_one_line_naming_dask_scheduler(tmp_path, fi
     directory, _ = fifo_corpus
     with DaskTestCluster(1) as cluster:
         run = start(cli_args(directory, tmp_path / "data", spm_model, "--dask-scheduler", cluster.address))
-        fifo_reader_pid(str(directory / "part-0.txt"), cluster.worker_pids())
-        began = time.monotonic()
-        cluster.kill(cluster.scheduler)
-        (text,) = output_of(run, timeout=120)
+        with blocked_reader(str(directory / "part-0.txt"), cluster.worker_pids()):
+            began = time.monotonic()
+            cluster.kill(cluster.scheduler)
+            (text,) = output_of(run, timeout=120)
     assert run.returncode == 3, text
     assert time.monotonic() - began < 60
     assert f"error: --dask-scheduler {cluster.address}: lost the connection to the Dask scheduler" in text, text

@@ -384,3 +384,25 @@ def test_dataflow_refuses_local_paths_its_workers_cannot_read(tmp_path, corpus_s
                                             vocab="gs://bucket/spiece.model"), **changes})
         with pytest.raises(ConfigError, match=flag):
             check_paths(config, "DataflowRunner", [])
+
+
+def test_the_runs_counters_are_in_the_manifest_and_its_report_file_is_gone(tiny_data_dir, corpus_sample):
+    manifest = load_manifest(tiny_data_dir)
+    assert manifest.counters["files"] == 1 and manifest.counters["dropped_bytes"] == 0
+    assert manifest.counters["records"] == sum(split.totals["records"] for split in manifest.splits.values())
+    assert not [p.name for p in Path(tiny_data_dir).iterdir() if p.name.startswith(".preprocess-report-")]
+
+
+def test_results_a_runner_delivers_twice_or_never_are_problems_that_publish_nothing(spm_model):
+    from pipeline.beam_pipeline import READ_STATS, SHARD_STATS, RunReport, every_shard
+
+    config = PreprocessConfig(inputs=("a.txt",), output="unused", vocab=spm_model, **TINY_DATA)
+    read = {"kind": "read", "file": "a.txt", "worker": "h:1", **{key: 0 for key in READ_STATS}}
+    shards = [{"kind": "shard", "split": s.split, "shard": s.shard, "file": config.shard_name(s.split, s.shard),
+               "worker": "h:2", "records": 1, "tokens": 1, "masked_tokens": 1, "documents": 1, "streams": [],
+               **{key: 0 for key in SHARD_STATS}} for s in every_shard(config)]
+    assert RunReport.gather([read, *shards], ["a.txt"], config).problems == []
+    twice = RunReport.gather([read, read, *shards], ["a.txt"], config)
+    assert twice.problems == ["the runner delivered the results of input file a.txt 2 times"]
+    never = RunReport.gather([read, *shards[1:]], ["a.txt"], config)
+    assert never.problems == [f"the runner delivered no results for 1 shard(s), e.g. {shards[0]['file']}"]

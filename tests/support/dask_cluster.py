@@ -87,10 +87,12 @@ def dask_cluster(workers: int, env: dict[str, str] | None = None) -> Iterator[Da
         yield cluster
 
 
-def fifo_reader_pid(path: str, pids: list[int], timeout: float = 60.0) -> int:
+@contextlib.contextmanager
+def blocked_reader(path: str, pids: list[int], timeout: float = 60.0) -> Iterator[int]:
     """The PID among ``pids`` that opened the FIFO at ``path`` for reading: waits (bounded) until a
-    reader blocks in it, then finds which process holds it. The writer end opened meanwhile is
-    closed again, so the reader keeps waiting for data."""
+    reader blocks in it, then finds which process holds it. The writer end stays open, with nothing
+    written, for the block: the reader stays blocked in its read (closing the writer would hand it
+    an end of file)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -99,10 +101,11 @@ def fifo_reader_pid(path: str, pids: list[int], timeout: float = 60.0) -> int:
             time.sleep(0.05)
             continue
         try:
-            for _ in range(200):
-                for pid in pids:
-                    if _holds(pid, path):
-                        return pid
+            while time.time() < deadline:
+                found = [pid for pid in pids if _holds(pid, path)]
+                if found:
+                    yield found[0]
+                    return
                 time.sleep(0.05)
         finally:
             os.close(writer)

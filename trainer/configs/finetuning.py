@@ -16,9 +16,9 @@ from trainer.models.head_spec import TASKS
 
 # The most segments a text is read in (fine-tuning's max_segments, `xlnet export --max-segments`).
 # Fine-tuning builds one copy of the network per segment into its step's graph (encode_segments is
-# a Python loop, traced): building took about 3 s per segment for the tiny preset on 2 loaded CPU
-# cores (8 segments: 36 s before the first step; 1000 segments never reached a step in 9 minutes),
-# and every step reads N - 1 segments forward before the last. At 32 a text spans 32 x
+# a Python loop, traced): for the tiny preset on 2 loaded CPU cores, the first step came after 18 s
+# with 2 segments, 36 s with 8 and 221 s with 32 (1000 never reached a step in 9 minutes), and
+# every step reads N - 1 segments forward before the last. At 32 a text spans 32 x
 # max_seq_length pieces (16,384 at Base's 512), and the head reads n_layer x mem_len pieces back
 # at most (docs/finetuning.md, "Long documents").
 MAX_SEGMENTS = 32

@@ -467,11 +467,11 @@ class Controller:
         except (TrainingStopped, SaveFailed) as error:
             failed = f" (the checkpoint being written failed: {error})"
         latest = self.manager.latest_checkpoint
-        saved = (f"nothing to save since {latest}{failed}; re-running the same command resumes from it" if latest else
-                 f"stopped before the run's first checkpoint{failed}; re-running the same command starts at step 1")
+        saved = (f"with nothing to save since {latest}{failed}; re-running the same command resumes from it" if latest
+                 else f"before the run's first checkpoint{failed}; re-running the same command starts at step 1")
         steps = f"step {first}" if first == last else f"steps {first}-{last}"
         return (f"received signal {signum}: {steps} did not end within {self.config.preemption_grace_seconds:g} s "
-                f"(preemption_grace_seconds), so the run stopped without them: {saved}")
+                f"(preemption_grace_seconds): stopped {saved}")
 
     def _loop_rates(self, count: int, seconds: float) -> dict[str, float]:
         """Tokens/s, examples/s and, when the model's FLOPs are known, model FLOPs/s and MFU of a

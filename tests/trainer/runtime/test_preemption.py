@@ -85,7 +85,7 @@ def test_sigterm_during_a_loop_that_does_not_end_stops_the_run_within_the_grace_
     line = the_line(output, "did not end within")
     assert line.startswith(f"received signal {int(signal.SIGTERM)}: steps 2-1000000 did not end within {GRACE} s "
                            "(preemption_grace_seconds)"), line
-    assert "stopped before the run's first checkpoint; re-running the same command starts at step 1" in line
+    assert line.endswith(": stopped before the run's first checkpoint; re-running the same command starts at step 1")
     assert not (model_dir / "run.lock").exists()
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")) is None
 
@@ -101,6 +101,7 @@ def test_a_loop_given_up_after_a_resume_names_the_checkpoint_it_resumes_from(sma
     line = the_line(output, "did not end within")
     saved = model_dir / "checkpoints" / "ckpt-2"
     assert f"steps 4-1000000 did not end within {GRACE} s" in line, line
-    assert line.endswith(f"nothing to save since {saved}; re-running the same command resumes from it"), line
+    assert line.endswith(f": stopped with nothing to save since {saved}; re-running the same command resumes from it"), \
+        line
     assert not (model_dir / "run.lock").exists()
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")) == str(saved)
