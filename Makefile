@@ -45,8 +45,9 @@ $(INTEROP_STAMP): setup.py
 test-interop: $(INTEROP_STAMP)
 	$(INTEROP_PY) -m pytest -q tests/trainer/conversion/test_interop_transformers.py
 
+# make demo FROM=N: steps N to the last only, on what the earlier steps wrote (demo.py --from-step N)
 demo: $(STAMP)
-	$(PY) demo.py
+	$(PY) demo.py $(if $(FROM),--from-step $(FROM))
 
 clean:
 	rm -rf $(VENV) $(INTEROP_VENV) build *.egg-info

@@ -316,7 +316,9 @@ def run_pipeline(options, config: PreprocessConfig, vocab, files, lock: OutputLo
             raise DataError(f"the pipeline finished without its report ({report_path}): the run is incomplete")
         return report
     except BaseException as error:
-        if isinstance(error, (DataError, UsageError)):  # already one sentence (a lost cluster, ...)
+        # Our own errors (a lost cluster, ...) are one sentence already; a file that could not be
+        # written is turned into one naming --output below.
+        if isinstance(error, (DataError, UsageError)) and found_write_error(error) is None:
             with contextlib.suppress(Exception):
                 abandon_run(config.output)
             raise

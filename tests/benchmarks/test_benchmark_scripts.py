@@ -293,3 +293,11 @@ def test_generation_benchmark_times_cached_uncached_generation_and_scoring_by_le
     assert [row["tokens"] for row in scoring] == [64, 128]
     assert all(row["memory_seconds"] > 0 and row["sliding_seconds"] > 0 for row in scoring)
     assert rows[-1]["kind"] == "scoring_linearity" and rows[-1]["length_ratio"] == 2.0
+
+
+@pytest.mark.slow  # one tiny `xlnet train` of 2 steps, about 40 s on a quiet 2-core machine
+def test_startup_crash_loop_reports_each_start_and_the_count_of_crashes(small_data_dir):
+    *starts, summary = run_benchmark("startup_crash_loop.py", "--starts", "1", "--data", small_data_dir)
+
+    assert starts == [{"start": 0, "exit": 0, "seconds": starts[0]["seconds"], "crash": False}]
+    assert (summary["starts"], summary["crashes"], summary["exits"]) == (1, 0, {"0": 1})
