@@ -89,28 +89,30 @@ def partition_size(elements: int, workers: int) -> int:
     return max(1, elements // (2 * max(1, workers)))
 
 
-def scheduler_option(runner_options: list[str]) -> str | None:
-    """The scheduler named by Beam's own --dask_client_address, if given."""
-    for index, flag in enumerate(runner_options):
-        if flag.startswith("--dask_client_address="):
-            return flag.split("=", 1)[1]
-        if flag == "--dask_client_address" and index + 1 < len(runner_options):
+def option_value(runner_options: list[str], flag: str) -> str | None:
+    """The value given to a Beam option among the pass-through flags (``--flag=V`` or ``--flag V``)."""
+    for index, given in enumerate(runner_options):
+        if given.startswith(flag + "="):
+            return given.split("=", 1)[1]
+        if given == flag and index + 1 < len(runner_options):
             return runner_options[index + 1]
     return None
 
 
+def scheduler_option(runner_options: list[str]) -> str | None:
+    """The scheduler named by Beam's own --dask_client_address, if given."""
+    return option_value(runner_options, "--dask_client_address")
+
+
 def connection_timeout(runner_options: list[str]) -> float:
     """Seconds to reach the scheduler: --dask_connection_timeout, else CONNECT_SECONDS."""
-    for index, flag in enumerate(runner_options):
-        value = (flag.split("=", 1)[1] if flag.startswith("--dask_connection_timeout=") else
-                 runner_options[index + 1] if flag == "--dask_connection_timeout" and index + 1 < len(runner_options)
-                 else None)
-        if value is not None:
-            try:
-                return float(value)
-            except ValueError:
-                raise ConfigError(f"--dask_connection_timeout must be a number of seconds, got {value!r}") from None
-    return CONNECT_SECONDS
+    value = option_value(runner_options, "--dask_connection_timeout")
+    if value is None:
+        return CONNECT_SECONDS
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"--dask_connection_timeout must be a number of seconds, got {value!r}") from None
 
 
 @contextlib.contextmanager

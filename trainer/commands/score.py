@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                     print(json.dumps({"file": document.path, "document": document.index, **line}), flush=True)
                 else:
                     per_file.setdefault(document.path, Totals()).add(tokens, log_likelihood)
-    except ScoringStopped as stop:
+    except ScoringInterrupted as stop:
         stopped = stop.signum
     for path, file_totals in per_file.items():
         print(json.dumps({"file": path, **file_totals.as_dict()}), flush=True)
@@ -134,8 +134,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-class ScoringStopped(Exception):
-    """SIGTERM or SIGINT arrived while documents were being scored (``signum``)."""
+class ScoringInterrupted(BaseException):
+    """SIGTERM or SIGINT arrived while documents were being scored (``signum``). A BaseException, as
+    KeyboardInterrupt is: it ends the loop, it is not an error for a user to act on."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -144,7 +145,7 @@ class ScoringStopped(Exception):
 
 @contextlib.contextmanager
 def stopping_on_signals():
-    """While the block runs, the first SIGTERM or SIGINT raises ScoringStopped in it (later ones are
+    """While the block runs, the first SIGTERM or SIGINT raises ScoringInterrupted in it (later ones are
     ignored until the block ends, so the summary is printed whole). Python runs the handler between
     two of TensorFlow's calls, never inside one: scoring stops within one segment's step. Off the
     main thread, where handlers cannot be set, the block runs without them."""
@@ -155,7 +156,7 @@ def stopping_on_signals():
     def stop(signum: int, frame) -> None:
         for each in INTERRUPTING_SIGNALS:
             signal.signal(each, signal.SIG_IGN)
-        raise ScoringStopped(signum)
+        raise ScoringInterrupted(signum)
 
     previous = {each: signal.signal(each, stop) for each in INTERRUPTING_SIGNALS}
     try:
