@@ -1,4 +1,4 @@
-"""`make demo`: the whole system end to end on the bundled corpus, on the CPU, within fifteen minutes.
+"""`make demo`: the whole system end to end on the bundled corpus, on the CPU, in about twenty minutes.
 
 Runs the real commands a user runs, each as a subprocess with its output streamed:
 
@@ -19,7 +19,14 @@ Runs the real commands a user runs, each as a subprocess with its output streame
                          tensorflow_text only)
 
 Everything goes under demo_output/ (replaced on every run). ``--train-steps`` and ``--finetune-steps``
-change the training lengths (the defaults fit the 15-minute budget on two cores).
+change the training lengths. With the defaults the demo took 1220 s on two cores shared with other
+jobs (load average 9-28, 2026-11-27; training 474 s, the exports 213 s and 113 s, fine-tuning 195 s),
+and prints each step's time at its end. Training was the longest step: 200 steps show the loss
+falling and the unigram distribution learnt as 400 did (valid accuracy 0.0695 from step 50 on).
+
+A step that fails names itself and how to go on: ``--from-step N`` (``make demo FROM=N``) runs steps
+N to the last on what the steps before N wrote, and exits with the failed command's status (128 + N
+for one killed by signal N, as a shell reports it).
 """
 from __future__ import annotations
 

@@ -155,8 +155,8 @@ class Controller:
                                               **task.checkpoint_items(first_replica))
         self._restored = self._restore(init_checkpoint)
         # autograph=False: the step is written in graph terms (tf.while_loop, no Python control flow on
-        # tensors), and converting it and every function it calls took about a third of its tracing,
-        # the longest part of a run's start-up (docs/benchmarks.md, "Start-up"); the graph is the same.
+        # tensors), and converting it and every function it calls from source cost a tiny run's start
+        # 16% of its CPU (docs/benchmarks.md, "Start-up"); the graph and the losses are the same.
         self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile, autograph=False)
         self._train_loop = tf.function(self._train_loop_fn, autograph=False)
         self.preemption = Preemption(strategy, self.num_workers, config.preemption_grace_seconds,

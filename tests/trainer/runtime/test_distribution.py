@@ -6,6 +6,7 @@ import json
 import re
 import signal
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from support.processes import output_of, start_as_two_workers, wait_for
 from tfrecords.manifest import load_manifest
 from trainer.configs.overrides import resolve_configs
 from trainer.runtime.controller import Controller
+from trainer.runtime.distribution import lost_worker
 from trainer.tasks.pretraining import STEP_LOG, pretraining_controller
 
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=8",
@@ -84,7 +86,7 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(small_data_di
     assert len(steps) == 1 and steps.pop() % 2 == 0  # one loop boundary (steps_per_loop=2) for both
 
 
-@pytest.mark.slow  # about 60 s: two workers started, one killed
+@pytest.mark.slow  # 60-100 s under load: two workers started, one killed
 def test_a_lost_worker_stops_the_other_with_one_line_naming_it_and_the_checkpoint_to_resume_from(small_data_dir,
                                                                                                tmp_path):
     model_dir = tmp_path / "model"
@@ -105,6 +107,34 @@ def test_a_lost_worker_stops_the_other_with_one_line_naming_it_and_the_checkpoin
                      r"saved \((.+/ckpt-\d+) here\)$", lines[0]), lines[0]
     named = re.search(r"\((\S+/ckpt-\d+) here\)$", lines[0]).group(1)
     assert tf.io.gfile.exists(named + ".index")
+
+
+def cluster_of(workers: list[str], me: int) -> SimpleNamespace:
+    """What lost_worker reads of a multi-worker strategy: its cluster resolver (TF_CONFIG's cluster)."""
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec({"worker": workers}), task_type="worker", task_id=me)
+    return SimpleNamespace(cluster_resolver=resolver)
+
+
+def test_a_lost_worker_is_named_as_tf_config_gives_it_from_what_the_failed_collective_says():
+    three = cluster_of(["10.0.0.1:2222", "10.0.0.2:2222", "10.0.0.3:2222"], me=0)
+    unhealthy = tf.errors.UnavailableError(None, None, "Collective ops is aborted by: Error reported from "
+                                           "/job:worker/task:0: The following tasks are unhealthy (stopped sending "
+                                           "heartbeats):\n/job:worker/replica:0/task:2\nThe tasks have crashed.")
+    assert lost_worker(unhealthy, three) == "worker 2 (10.0.0.3:2222)"
+    reset = tf.errors.InternalError(None, None, "CollectiveReduceV2: failed to connect to 10.0.0.2:2222: "
+                                    "Connection reset by peer")
+    assert lost_worker(reset, three) == "worker 1 (10.0.0.2:2222)"
+    anonymous = tf.errors.UnavailableError(None, None, "Socket closed")
+    assert lost_worker(anonymous, three) == "another worker"
+    assert lost_worker(anonymous, cluster_of(["10.0.0.1:2222", "10.0.0.2:2222"], me=1)) == "worker 0 (10.0.0.1:2222)"
+
+
+def test_an_error_that_is_no_lost_peer_or_a_single_worker_run_names_no_worker():
+    two = cluster_of(["10.0.0.1:2222", "10.0.0.2:2222"], me=0)
+    assert lost_worker(tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [4] vs. [8]"), two) is None
+    one = cluster_of(["10.0.0.1:2222"], me=0)
+    assert lost_worker(tf.errors.UnavailableError(None, None, "Socket closed"), one) is None
 
 
 def test_strategy_flag_selects_the_strategy_and_refuses_what_cannot_run(monkeypatch):

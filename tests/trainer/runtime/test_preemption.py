@@ -76,7 +76,7 @@ def the_line(output: str, text: str) -> str:
     return lines[0]
 
 
-@pytest.mark.slow  # about 30 s: a run started and stopped
+@pytest.mark.slow  # about 60 s under load: a run started and stopped
 def test_sigterm_during_a_loop_that_does_not_end_stops_the_run_within_the_grace_period(small_data_dir, tmp_path):
     model_dir = tmp_path / "model"
     process, output, seconds = sigterm_during_a_long_loop(small_data_dir, model_dir)
@@ -90,7 +90,7 @@ def test_sigterm_during_a_loop_that_does_not_end_stops_the_run_within_the_grace_
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")) is None
 
 
-@pytest.mark.slow  # about 45 s: a short run, then a resumed one stopped
+@pytest.mark.slow  # about 80 s under load: a short run, then a resumed one stopped
 def test_a_loop_given_up_after_a_resume_names_the_checkpoint_it_resumes_from(small_data_dir, tmp_path):
     model_dir = tmp_path / "model"
     assert xlnet_cli.main(train_args(small_data_dir, model_dir, "train_steps=2", "checkpoint_every=2",
