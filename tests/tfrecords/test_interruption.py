@@ -1,6 +1,6 @@
 """SIGINT and SIGTERM end a command with its clean-up, one line and the shell's status
-(tfrecords/interruption.py, shared by `xlnet preprocess` and `xlnet export`). Real processes:
-a child enters ``ending_on_signals`` and is signalled."""
+(tfrecords/interruption.py, shared by `xlnet preprocess` and `xlnet export`), or raise Interrupted
+in its loop (`xlnet score`). Real processes: a child enters the block and is signalled."""
 from __future__ import annotations
 
 import signal
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tfrecords.interruption import ending_on_signals, interrupted_status
+from tfrecords.interruption import Interrupted, ending_on_signals, interrupted_status, raising_on_signals
 
 from support.processes import start, wait_for
 
@@ -93,3 +93,34 @@ def test_off_the_main_thread_the_block_runs_without_handlers():
     thread.start()
     thread.join()
     assert seen == [before]
+
+
+RAISING_CHILD = textwrap.dedent("""
+    import signal, sys, time
+    from pathlib import Path
+    from tfrecords.interruption import Interrupted, raising_on_signals
+
+    directory = Path(sys.argv[1])
+    try:
+        with raising_on_signals():
+            (directory / "ready").touch()
+            while True:
+                time.sleep(0.01)
+    except Interrupted as stopped:
+        print(signal.Signals(stopped.signum).name)
+    print("handlers back" if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL else "handlers not back")
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_raising_on_signals_raises_interrupted_in_the_block_and_gives_the_handlers_back(tmp_path, signum):
+    process = start(["-c", RAISING_CHILD, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: (tmp_path / "ready").exists(), process, timeout=30, what="the block")
+    process.send_signal(signum)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 0
+    assert out.split("\n")[:2] == [signal.Signals(signum).name, "handlers back"]
+
+
+def test_interrupted_is_not_an_error_a_user_acts_on():
+    assert issubclass(Interrupted, BaseException) and not issubclass(Interrupted, Exception)

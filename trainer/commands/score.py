@@ -20,18 +20,16 @@ so, and the status is 128 + the signal's number (143, 130), as a shell gives
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
 import signal
 import sys
-import threading
 import time
 from collections import Counter
 
 from tfrecords.errors import UsageError
-from tfrecords.interruption import INTERRUPTING_SIGNALS, interrupted_status
+from tfrecords.interruption import Interrupted, interrupted_status, raising_on_signals
 
 FLAGS = {"segment_len": "--segment-len", "mem_len": "--mem-len", "context_length": "--context-length",
          "batch_size": "--batch-size", "eod": "--eod"}
@@ -105,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     documents = corpus_documents(files, processor, uncased, args.input_format, args.text_field, stats)
     stopped = None
     try:
-        with stopping_on_signals():
+        with raising_on_signals():
             for document, tokens, log_likelihood in scorer.score(documents):
                 totals.add(tokens, log_likelihood)
                 if args.per == "document":
@@ -114,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
                     print(json.dumps({"file": document.path, "document": document.index, **line}), flush=True)
                 else:
                     per_file.setdefault(document.path, Totals()).add(tokens, log_likelihood)
-    except ScoringInterrupted as stop:
+    except Interrupted as stop:
         stopped = stop.signum
     for path, file_totals in per_file.items():
         print(json.dumps({"file": path, **file_totals.as_dict()}), flush=True)
@@ -132,38 +130,6 @@ def run(args: argparse.Namespace) -> int:
               f"{totals.documents} documents scored before it", file=sys.stderr, flush=True)
         raise SystemExit(interrupted_status(stopped))
     return 0
-
-
-class ScoringInterrupted(BaseException):
-    """SIGTERM or SIGINT arrived while documents were being scored (``signum``). A BaseException, as
-    KeyboardInterrupt is: it ends the loop, it is not an error for a user to act on."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def stopping_on_signals():
-    """While the block runs, the first SIGTERM or SIGINT raises ScoringInterrupted in it (later ones are
-    ignored until the block ends, so the summary is printed whole). Python runs the handler between
-    two of TensorFlow's calls, never inside one: scoring stops within one segment's step. Off the
-    main thread, where handlers cannot be set, the block runs without them."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, frame) -> None:
-        for each in INTERRUPTING_SIGNALS:
-            signal.signal(each, signal.SIG_IGN)
-        raise ScoringInterrupted(signum)
-
-    previous = {each: signal.signal(each, stop) for each in INTERRUPTING_SIGNALS}
-    try:
-        yield
-    finally:
-        for each, handler in previous.items():
-            signal.signal(each, handler)
 
 
 def check_files_hold_text(files, processor, uncased: bool, input_format: str, text_field: str) -> None:
