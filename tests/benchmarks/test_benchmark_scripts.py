@@ -44,16 +44,25 @@ def test_memory_benefit_reports_both_runs_by_position_and_their_difference(tmp_p
 
 
 @pytest.mark.slow
-def test_preprocess_benchmark_reports_capacity_both_set_ups_and_the_speed_up(spm_model):
-    capacity, one, two, summary = run_benchmark("preprocess.py", "--vocab", spm_model, "--repeats", "1",
-                                                "--capacity-seconds", "0.2")
+def test_preprocess_benchmark_reports_capacity_both_runners_set_ups_and_their_speed_ups(spm_model):
+    # The first 1,500 lines of each corpus file: FnApiRunner and a local Dask cluster, 1 and 2 worker processes each.
+    capacity, *runs, summary = run_benchmark("preprocess.py", "--vocab", spm_model, "--repeats", "1",
+                                             "--capacity-seconds", "0.2", "--lines", "1500")
 
     assert capacity["benchmark"] == "machine_parallel_capacity" and capacity["encodes_2_processes"] > 0
-    assert (one["workers"], two["workers"]) == (1, 2)
-    assert (one["corpus_tokens"], one["records"]) == (two["corpus_tokens"], two["records"])
-    speedup = round(one["seconds"] / two["seconds"], 2)
-    assert summary["speedup_1_to_2_per_repeat"] == [speedup]
-    assert summary["speedup_over_capacity_per_repeat"] == [round(speedup / capacity["capacity_2_vs_1"], 2)]
+    assert [(run["runner"], run["workers"]) for run in runs] == [
+        ("FnApiRunner", 1), ("FnApiRunner", 2), ("DaskRunner", 1), ("DaskRunner", 2)]
+    assert len({(run["corpus_tokens"], run["records"]) for run in runs}) == 1
+    assert runs[0]["corpus_text_bytes"] == summary["corpus_text_bytes"] and summary["lines"] == 1500
+    for run in runs:  # CPU seconds by one rule for both runners: the launcher's plus each worker process's
+        assert run["cpu_seconds"] == pytest.approx(run["runner_cpu_seconds"] + run["workers_cpu_seconds"], abs=0.011)
+        assert len(run["per_worker_cpu_seconds"]) == run["workers"]
+        assert sum(run["shards_per_worker"]) == 32 + 2
+    for prefix, one, two in (("", runs[0], runs[1]), ("dask_", runs[2], runs[3])):
+        speedup = round(one["seconds"] / two["seconds"], 2)
+        assert summary[f"{prefix}speedup_1_to_2_per_repeat"] == [speedup]
+        assert summary[f"{prefix}speedup_over_capacity_per_repeat"] == [round(speedup / capacity["capacity_2_vs_1"], 2)]
+        assert summary[f"{prefix}speedup_over_goal"] == round(speedup / summary[f"{prefix}speedup_goal"], 2)
 
 
 @pytest.fixture(scope="module")
