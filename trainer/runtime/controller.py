@@ -154,11 +154,10 @@ class Controller:
         self.checkpoint = tf.train.Checkpoint(optimizer=self.optimizer, step=self.step, rng=rng,
                                               **task.checkpoint_items(first_replica))
         self._restored = self._restore(init_checkpoint)
-        # autograph=False: the step is written in graph terms (tf.while_loop, no Python control flow on
-        # tensors), and converting it and every function it calls from source cost a tiny run's start
-        # 16% of its CPU (docs/benchmarks.md, "Start-up"); the graph and the losses are the same.
-        self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile, autograph=False)
-        self._train_loop = tf.function(self._train_loop_fn, autograph=False)
+        # AutoGraph stays on (docs/benchmarks.md, "Start-up"): turned off, the step's loss scaling
+        # (mixed_float16) and the remat modes' measured memory changed.
+        self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile)
+        self._train_loop = tf.function(self._train_loop_fn)
         self.preemption = Preemption(strategy, self.num_workers, config.preemption_grace_seconds,
                                      give_up=self._given_up, log=self.log)
         self._running: tuple[int, int, int] = (0, 0, 0)  # (the run's first step, the running loop's first, last)
@@ -327,20 +326,16 @@ class Controller:
 
     # ------------------------------------------------------------------------ host loops
     def _train_loop_fn(self, iterator, num_steps):
-        names = self.task.metric_names
+        losses = tf.TensorArray(tf.float32, size=num_steps)
+        norms = tf.TensorArray(tf.float32, size=num_steps)
+        metrics = {name: tf.TensorArray(tf.float32, size=num_steps) for name in self.task.metric_names}
         first = self.strategy.experimental_local_results
-
-        def one_step(i, losses, norms, metrics):
+        for i in tf.range(num_steps):
             loss, step_metrics, norm = self.strategy.run(self._replica_step, args=(next(iterator),))
             losses = losses.write(i, first(loss)[0])
             norms = norms.write(i, first(norm)[0])
-            metrics = {name: metrics[name].write(i, first(step_metrics[name])[0]) for name in names}
+            metrics = {name: array.write(i, first(step_metrics[name])[0]) for name, array in metrics.items()}
             self.step.assign_add(1)
-            return i + 1, losses, norms, metrics
-
-        arrays = [tf.TensorArray(tf.float32, size=num_steps) for _ in range(2 + len(names))]
-        _, losses, norms, metrics = tf.while_loop(lambda i, *_: i < num_steps, one_step,
-                                                  (tf.constant(0), arrays[0], arrays[1], dict(zip(names, arrays[2:]))))
         return losses.stack(), {name: array.stack() for name, array in metrics.items()}, norms.stack()
 
     def evaluate(self) -> dict[str, float]:

@@ -141,8 +141,7 @@ class PretrainingTask(Task):
                                         model_config.d_model, "train")
         self.eval_memory = MemoryState(strategy, model_config.n_layer, self.eval_batch, model_config.mem_len,
                                        model_config.d_model, "eval")
-        # autograph=False, as the train step's (trainer/runtime/controller.py): less to trace, the same graph
-        self._eval_fn = tf.function(self._eval_micro, jit_compile=config.jit_compile, autograph=False)
+        self._eval_fn = tf.function(self._eval_micro, jit_compile=config.jit_compile)
         self._eval_loop = None
 
     def trainable_variables(self) -> list[tf.Variable]:
@@ -211,11 +210,11 @@ class PretrainingTask(Task):
         return context.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, correct, targets])
 
     def _eval_loop_fn(self, strategy, iterator, num_steps):
-        def one_step(i, totals):
+        totals = tf.zeros([3])
+        for _ in tf.range(num_steps):
             sums = strategy.run(self._replica_eval, args=(next(iterator),))
-            return i + 1, totals + tf.stack([strategy.experimental_local_results(s)[0] for s in sums])
-
-        return tf.while_loop(lambda i, _: i < num_steps, one_step, (tf.constant(0), tf.zeros([3])))[1]
+            totals += tf.stack([strategy.experimental_local_results(s)[0] for s in sums])
+        return totals
 
     def evaluate(self, controller: Controller) -> dict[str, float]:
         """Loss, accuracy and perplexity on ``eval_steps`` batches of the valid split, memory from zero.
@@ -240,8 +239,7 @@ class PretrainingTask(Task):
     def _evaluate_split(self, controller: Controller, manifest: Manifest) -> dict[str, float]:
         strategy = controller.strategy
         if self._eval_loop is None:
-            self._eval_loop = tf.function(lambda iterator, steps: self._eval_loop_fn(strategy, iterator, steps),
-                                          autograph=False)
+            self._eval_loop = tf.function(lambda iterator, steps: self._eval_loop_fn(strategy, iterator, steps))
         self.eval_memory.reset()
         iterator = iter(self.reader("valid", self.config.eval_batch_size, manifest=manifest).distribute(strategy))
         loss_sum, correct, targets = self._eval_loop(iterator, tf.constant(self.config.eval_steps)).numpy()
