@@ -163,7 +163,7 @@ def outputs_of(loaded, text: str) -> dict:
 
 
 @pytest.mark.slow  # 90 s: checks the pinned commit out and trains with its code
-def test_a_fresh_run_writes_the_same_step_log_bytes_as_the_code_before_the_move(tmp_path):
+def test_a_fresh_run_writes_the_same_step_log_as_the_code_before_the_move(tmp_path):
     if subprocess.run(["git", "cat-file", "-e", PINNED_COMMIT], cwd=REPO).returncode:
         pytest.skip(f"this clone lacks commit {PINNED_COMMIT} (a shallow clone)")
     old = tmp_path / "old-code"
@@ -175,6 +175,12 @@ def test_a_fresh_run_writes_the_same_step_log_bytes_as_the_code_before_the_move(
                   "--set", "train_steps=6", cwd=code)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=REPO, capture_output=True)
-    before = (tmp_path / "before" / ModelDirectory.STEP_LOG).read_bytes()
+    before = rows(tmp_path / "before" / ModelDirectory.STEP_LOG)
     after = [without_fields_added_since(row) for row in rows(tmp_path / "after" / ModelDirectory.STEP_LOG)]
-    assert "".join(json.dumps(row) + "\n" for row in after).encode() == before
+    # Every field byte-identical but the gradient norm, which may differ in its last float32 bit:
+    # on 2026-11-27, in a fresh .venv, the pinned code gave step 6's grad_norm 1.5129635334014893
+    # in every run and the landed code of 2026-11-25 (f736ef1, before that day's changes)
+    # 1.5129634141921997 in every run, the losses equal to the bit; the cause was not found.
+    assert [{**row, "grad_norm": None} for row in after] == [{**row, "grad_norm": None} for row in before]
+    for new_row, old_row in zip(after, before):
+        assert abs(new_row["grad_norm"] - old_row["grad_norm"]) <= 2 ** -23 * abs(old_row["grad_norm"]) * 2
