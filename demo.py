@@ -1,4 +1,4 @@
-"""`make demo`: the whole system end to end on the bundled corpus, on the CPU, in about twenty minutes.
+"""`make demo`: the whole system end to end on the bundled corpus, on the CPU, in about six minutes.
 
 Runs the real commands a user runs, each as a subprocess with its output streamed:
 
@@ -19,8 +19,9 @@ Runs the real commands a user runs, each as a subprocess with its output streame
                          tensorflow_text only)
 
 Everything goes under demo_output/ (replaced on every run). ``--train-steps`` and ``--finetune-steps``
-change the training lengths. With the defaults the demo took 1220 s on two cores shared with other
-jobs (load average 9-28, 2026-11-27; training 474 s, the exports 213 s and 113 s, fine-tuning 195 s),
+change the training lengths. With the defaults the demo took 337 s on a quiet 2-core machine
+(2026-11-27: training 75 s, the exports 53 s and 46 s, fine-tuning 100 s), and 1220 s on two cores
+shared with other jobs (load average 9-28, 2026-11-27; training 474 s, the exports 213 s and 113 s, fine-tuning 195 s),
 and prints each step's time at its end. Training was the longest step: 200 steps show the loss
 falling and the unigram distribution learnt as 400 did (valid accuracy 0.0695 from step 50 on).
 
