@@ -100,8 +100,10 @@ def fifo_corpus(tmp_path, corpus) -> tuple[Path, bytes]:
 
 # ------------------------------------------------------------------------------ the same bytes, the work spread
 @pytest.mark.slow
-def test_one_dask_worker_writes_the_same_bytes_as_fnapirunner(tmp_path, corpus, spm_model, reference):
-    with DaskTestCluster(1) as cluster:
+@pytest.mark.parametrize("workers", [1, 3])
+def test_each_of_one_or_three_dask_workers_reads_and_writes_and_the_bytes_are_fnapirunners(
+        tmp_path, corpus, spm_model, reference, workers):
+    with DaskTestCluster(workers) as cluster:
         manifest, counters = run_on(cluster.address, corpus, tmp_path / "data", spm_model)
         assert set(counters.report.reads) == set(counters.report.writes) == worker_names(cluster)
     assert written(tmp_path / "data") == reference
@@ -118,14 +120,6 @@ def test_two_dask_workers_each_read_and_write_and_write_the_same_bytes(tmp_path,
     line = summary(manifest, counters, 1.0).splitlines()[-1]
     assert line.startswith(f"  work: {FILES} file(s) read by 2 worker(s)")
     assert "6 shard(s) written by 2 worker(s)" in line
-
-
-@pytest.mark.slow
-def test_three_dask_workers_each_read_and_write_and_write_the_same_bytes(tmp_path, corpus, spm_model, reference):
-    with DaskTestCluster(3) as cluster:
-        _, counters = run_on(cluster.address, corpus, tmp_path / "data", spm_model)
-        assert set(counters.report.reads) == set(counters.report.writes) == worker_names(cluster)
-    assert written(tmp_path / "data") == reference
 
 
 @pytest.mark.slow
