@@ -4,7 +4,8 @@ The base install is what training and serving need (TensorFlow, Keras, SentenceP
 VM or a serving image carries no Apache Beam. `xlnet vocab` and `xlnet preprocess` need the
 ``pipeline`` extra: ``pip install "xlnet-pretrain[pipeline]"``; running it on a Dask cluster, the
 ``dask`` extra (on the launcher and on every worker). The ``interop`` extra adds PyTorch
-and Hugging Face transformers, only for the interop tests (import and export need neither).
+and Hugging Face transformers, only for the interop tests (import and export need neither); the
+``jax`` extra, JAX for running the network under ``KERAS_BACKEND=jax``.
 """
 from setuptools import find_packages, setup
 
@@ -24,6 +25,10 @@ PIPELINE_REQUIRES = ["apache-beam[gcp,tfrecord]==2.77.0"]
 # `xlnet preprocess --runner dask`: Dask's distributed scheduler, at the versions apache-beam 2.77's own
 # `dask` extra declares (dask>=2024.4.2, distributed>=2024.4.2). The launcher and every worker need it.
 DASK_REQUIRES = ["dask[distributed]>=2024.4.2"]
+# The network on JAX (issue 37: the same network and pretraining step under KERAS_BACKEND=jax); the
+# CPU build here, the GPU machines carry their own jax with CUDA. The test extra holds it for the
+# backend tests.
+JAX_REQUIRES = ["jax[cpu]>=0.10"]
 TEST_REQUIRES = [
     "pytest>=8",
     # `make test` runs the default suite on two processes (-n 2): most tests hold one core.
@@ -46,7 +51,8 @@ setup(
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require={"pipeline": PIPELINE_REQUIRES, "dask": PIPELINE_REQUIRES + DASK_REQUIRES,
-                    "test": PIPELINE_REQUIRES + DASK_REQUIRES + TEST_REQUIRES,
+                    "test": PIPELINE_REQUIRES + DASK_REQUIRES + JAX_REQUIRES + TEST_REQUIRES,
+                    "jax": JAX_REQUIRES,
                     "plot": ["matplotlib>=3.8"], "interop": INTEROP_REQUIRES},
     entry_points={"console_scripts": ["xlnet=xlnet_cli:main"]},
 )

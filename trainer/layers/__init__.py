@@ -1,4 +1,6 @@
-"""Keras 3 layers of the XLNet network (TensorFlow backend)."""
+"""Keras 3 layers of the XLNet network, written with keras.ops for every backend (the TensorFlow
+backend's own ops, which keep its exact numbers and measured memory, live in the tensorflow_*.py modules,
+loaded only on that backend)."""
 from trainer.layers.attention import TwoStreamRelativeAttention, mask_fill_value, relative_segment_difference
 from trainer.layers.attention_biases import RelativeAttentionBiases
 from trainer.layers.dropout import HashDropout

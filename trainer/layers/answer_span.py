@@ -9,18 +9,20 @@ so the constant never overflows), exactly ``logit * (1 - p_mask) - 1e30 * p_mask
 """
 from __future__ import annotations
 
+from typing import Any
+
 import keras
-import tensorflow as tf
+from keras import ops
 
 from trainer.layers.dropout import HashDropout
 
 MASKED_LOGIT = 1e30
 
 
-def masked_logits(logits: tf.Tensor, p_mask: tf.Tensor) -> tf.Tensor:
+def masked_logits(logits: Any, p_mask: Any) -> Any:
     """float32 ``logits * (1 - p_mask) - 1e30 * p_mask``; p_mask broadcasts against logits' last axes."""
-    logits = tf.cast(logits, tf.float32)
-    p_mask = tf.cast(p_mask, tf.float32)
+    logits = ops.cast(logits, "float32")
+    p_mask = ops.cast(p_mask, "float32")
     return logits * (1.0 - p_mask) - MASKED_LOGIT * p_mask
 
 
@@ -44,8 +46,8 @@ class StartLogits(keras.layers.Layer):
     def build(self, input_shape=None) -> None:
         self.dense.build((None, self.d_model))
 
-    def call(self, hidden: tf.Tensor, p_mask: tf.Tensor) -> tf.Tensor:
-        return masked_logits(tf.squeeze(self.dense(hidden), -1), p_mask)
+    def call(self, hidden: Any, p_mask: Any) -> Any:
+        return masked_logits(ops.squeeze(self.dense(hidden), -1), p_mask)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -75,12 +77,13 @@ class EndLogits(keras.layers.Layer):
         self.layer_norm.build((None, self.d_model))
         self.dense_1.build((None, self.d_model))
 
-    def call(self, hidden: tf.Tensor, start_states: tf.Tensor, p_mask: tf.Tensor) -> tf.Tensor:
-        starts, seq_len = tf.shape(start_states)[1], tf.shape(hidden)[1]
-        pairs = tf.concat([tf.tile(hidden[:, None], tf.stack([1, starts, 1, 1])),
-                           tf.tile(tf.cast(start_states, hidden.dtype)[:, :, None], tf.stack([1, 1, seq_len, 1]))],
-                          axis=-1)  # [batch, starts, seq_len, 2 d_model]: [h_j ; h_start] as the original concatenates
-        logits = tf.squeeze(self.dense_1(self.layer_norm(self.dense_0(pairs))), -1)
+    def call(self, hidden: Any, start_states: Any, p_mask: Any) -> Any:
+        starts, seq_len = ops.shape(start_states)[1], ops.shape(hidden)[1]
+        # [batch, starts, seq_len, 2 d_model]: [h_j ; h_start] as the original concatenates
+        pairs = ops.concatenate([ops.tile(hidden[:, None], (1, starts, 1, 1)),
+                                 ops.tile(ops.cast(start_states, hidden.dtype)[:, :, None], (1, 1, seq_len, 1))],
+                                axis=-1)
+        logits = ops.squeeze(self.dense_1(self.layer_norm(self.dense_0(pairs))), -1)
         return masked_logits(logits, p_mask[:, None, :])
 
     def get_config(self) -> dict:
@@ -109,9 +112,9 @@ class AnswerClass(keras.layers.Layer):
         self.dense_0.build((None, 2 * self.d_model))
         self.dense_1.build((None, self.d_model))
 
-    def call(self, start_states: tf.Tensor, cls_states: tf.Tensor, training: bool = False) -> tf.Tensor:
-        features = self.dense_0(tf.concat([start_states, tf.cast(cls_states, start_states.dtype)], axis=-1))
-        return tf.cast(tf.squeeze(self.dense_1(self.dropout(features, training=training)), -1), tf.float32)
+    def call(self, start_states: Any, cls_states: Any, training: bool = False) -> Any:
+        features = self.dense_0(ops.concatenate([start_states, ops.cast(cls_states, start_states.dtype)], axis=-1))
+        return ops.cast(ops.squeeze(self.dense_1(self.dropout(features, training=training)), -1), "float32")
 
     def get_config(self) -> dict:
         config = super().get_config()

@@ -7,9 +7,10 @@ query stream ``g``. The query stream is evaluated only on its P target rows.
 from __future__ import annotations
 
 import math
+from typing import Any, Sequence
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from trainer.layers.dropout import HashDropout
 from trainer.layers.relative_position import gather_relative, rel_shift
@@ -17,45 +18,73 @@ from trainer.layers.remat import recompute
 
 LAYER_NORM_EPSILON = 1e-12
 
+Tensor = Any  # a tensor of the Keras backend (tf.Tensor, jax.Array, ...)
 
-def mask_fill_value(dtype: tf.DType) -> float:
+
+def mask_fill_value(dtype: Any) -> float:
     """The large negative written into blocked attention scores, representable in ``dtype``.
 
     -1e30 (the reference's constant) overflows float16 to -inf, which turns a fully blocked
     row into NaN; -65500 still gives such entries exactly zero weight after softmax.
     """
-    return -65500.0 if tf.as_dtype(dtype) == tf.float16 else -1e30
+    return -65500.0 if keras.backend.standardize_dtype(dtype) == "float16" else -1e30
 
 
-def relative_segment_difference(query_segments: tf.Tensor, key_segments: tf.Tensor) -> tf.Tensor:
+def relative_segment_difference(query_segments: Tensor, key_segments: Tensor) -> Tensor:
     """[B, Q] and [B, K] segment ids -> [B, Q, K] bool, True where the segments differ.
 
     Relative segment encoding only asks "same segment or not"; memory positions count as
     segment 0 (the caller prepends zeros for them).
     """
-    return tf.not_equal(query_segments[:, :, None], key_segments[:, None, :])
+    return ops.not_equal(query_segments[:, :, None], key_segments[:, None, :])
 
 
-def _relative_positions_scores(q_r: tf.Tensor, k_r: tf.Tensor) -> tf.Tensor:
+def _matmul_transposed(a: Tensor, b: Tensor) -> Tensor:
+    """a [..., Q, H] x b [..., K, H] -> [..., Q, K]: on TensorFlow one matmul with a transposed operand
+    (trainer/layers/tensorflow_attention.py), elsewhere keras.ops (XLA folds the transpose into the dot)."""
+    if keras.backend.backend() == "tensorflow":
+        from trainer.layers import tensorflow_attention
+
+        return tensorflow_attention.matmul_transposed(a, b)
+    return ops.matmul(a, ops.swapaxes(b, -1, -2))
+
+
+def _read_parts(probs: Tensor, widths: Sequence[int], values: Sequence[Tensor]) -> Tensor:
+    """Probabilities [B, N, Q, sum(widths)] x value parts [B, N, K_i, H] -> [B, N, Q, H], each part
+    read where it lies (never concatenated)."""
+    if keras.backend.backend() == "tensorflow":
+        from trainer.layers import tensorflow_attention
+
+        return tensorflow_attention.read_parts(probs, widths, values)
+    starts = [sum(widths[:i]) for i in range(len(widths))]
+    products = [ops.matmul(probs[..., start:start + width], part)
+                for start, width, part in zip(starts, widths, values)]
+    total = products[0]
+    for product in products[1:]:
+        total = total + product
+    return total
+
+
+def _relative_positions_scores(q_r: Tensor, k_r: Tensor) -> Tensor:
     """[B, N, Q, H] queries x [G, N, R, H] position keys -> [B, N, Q, R].
 
     With bi_data (G = 2) the first half of the batch uses group 0 and the second half group 1,
     so the position projection is computed for G rows instead of B.
     """
     groups = k_r.shape[0]
-    shape = tf.shape(q_r)
-    grouped = tf.reshape(q_r, tf.concat([[groups, -1], shape[1:]], 0))
-    scores = tf.matmul(grouped, k_r[:, None], transpose_b=True)
-    return tf.reshape(scores, tf.concat([shape[:3], [k_r.shape[2]]], 0))
+    batch, heads, rows, width = ops.shape(q_r)
+    grouped = ops.reshape(q_r, (groups, -1, heads, rows, width))
+    scores = _matmul_transposed(grouped, k_r[:, None])
+    return ops.reshape(scores, (batch, heads, rows, k_r.shape[2]))
 
 
-def _heads(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+def _heads(x: Tensor, kernel: Tensor) -> Tensor:
     """[B, T, d_model] x [d_model, N, H] kernel -> [B, N, T, H] (one matmul, then head-major)."""
     d_model, n_head, d_head = kernel.shape
-    shape = tf.shape(x)
-    projected = tf.matmul(tf.reshape(x, [-1, d_model]), tf.reshape(kernel, [d_model, n_head * d_head]))
-    projected = tf.reshape(projected, tf.stack([shape[0], shape[1], n_head, d_head]))
-    return tf.transpose(projected, [0, 2, 1, 3])
+    batch, length = ops.shape(x)[:2]
+    projected = ops.matmul(ops.reshape(x, (-1, d_model)), ops.reshape(kernel, (d_model, n_head * d_head)))
+    projected = ops.reshape(projected, (batch, length, n_head, d_head))
+    return ops.transpose(projected, (0, 2, 1, 3))
 
 
 class TwoStreamRelativeAttention(keras.layers.Layer):
@@ -106,8 +135,8 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             setattr(self, f"{name}_kernel", self.add_weight(name=f"{name}_kernel", shape=shape, initializer=init))
         self.layer_norm.build((None, None, self.d_model))
 
-    def _kernel(self, name: str) -> tf.Tensor:
-        return tf.cast(getattr(self, f"{name}_kernel"), self.compute_dtype)
+    def _kernel(self, name: str) -> Tensor:
+        return ops.cast(getattr(self, f"{name}_kernel"), self.compute_dtype)
 
     def draw_seeds(self, two_streams: bool, training: bool) -> dict[str, tuple]:
         """The dropout seeds a call draws, drawn now in the same order: for the content stream (then
@@ -139,8 +168,8 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         klen = sum(widths)
         # Biases are [N, H]; as [N, 1, H] they broadcast over the query rows.
         content_queries = (queries + r_w_bias[:, None]) * self.scale
-        content = tf.concat([tf.matmul(content_queries, part, transpose_b=True) for part in key_parts], axis=-1) \
-            if len(key_parts) > 1 else tf.matmul(content_queries, keys, transpose_b=True)
+        content = ops.concatenate([_matmul_transposed(content_queries, part) for part in key_parts], axis=-1) \
+            if len(key_parts) > 1 else _matmul_transposed(content_queries, keys)
         position = _relative_positions_scores((queries + r_r_bias[:, None]) * self.scale, k_r)
         if positions is None:
             position = rel_shift(position, klen)
@@ -148,33 +177,32 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             position = gather_relative(position, positions, qlen, klen)
         scores = content + position
         if segment_diff is not None:
-            segment = tf.einsum("bnqh,snh->bnqs", (queries + r_s_bias[:, None]) * self.scale, seg_embed)
+            segment = ops.einsum("bnqh,snh->bnqs", (queries + r_s_bias[:, None]) * self.scale, seg_embed)
             # Subtracted negated, exactly the sum: see the mask below.
-            scores -= tf.where(segment_diff[:, None], -segment[..., 1:], -segment[..., :1])
+            scores -= ops.where(segment_diff[:, None], -segment[..., 1:], -segment[..., :1])
         # float16 scores are normalised in float32 (softmax sums overflow half precision).
-        softmax_dtype = tf.float32 if scores.dtype == tf.float16 else scores.dtype
-        scores = tf.cast(scores, softmax_dtype)
+        softmax_dtype = "float32" if keras.backend.standardize_dtype(scores.dtype) == "float16" else scores.dtype
+        scores = ops.cast(scores, softmax_dtype)
         if mask is not None:
             # An additive bias [B, 1, Q, K] (N times smaller than the scores) instead of a select on the
             # scores; nothing needs its gradient. Subtracted negated, not added: Grappler rewrites a
             # chain of adds of broadcast shapes into one AddN over a zero tensor of the scores' shape,
             # which it folds into a constant the step keeps for good (measured). Negation is exact,
             # so the sum is the same.
-            fill = tf.constant(-mask_fill_value(softmax_dtype), softmax_dtype)
-            scores -= tf.where(mask, fill, tf.zeros([], softmax_dtype))[:, None]
-        probs = tf.cast(tf.nn.softmax(scores, axis=-1), queries.dtype)
+            fill = ops.convert_to_tensor(-mask_fill_value(softmax_dtype), softmax_dtype)
+            scores -= ops.where(mask, fill, ops.zeros((), softmax_dtype))[:, None]
+        probs = ops.cast(ops.softmax(scores, axis=-1), queries.dtype)
         probs = self.attention_dropout(probs, training=training, seed=seed)
         if len(key_parts) == 1:
-            return tf.matmul(probs, values)
-        return tf.add_n([tf.matmul(part_probs, part_values)
-                         for part_probs, part_values in zip(tf.split(probs, widths, axis=-1), values)])
+            return ops.matmul(probs, values)
+        return _read_parts(probs, widths, values)
 
     def _post_attention(self, residual, attn_vec, seed, training):
         """[B, N, Q, H] attention vectors -> LayerNorm(residual + dropout(o-projection)) [B, Q, d_model]."""
-        shape = tf.shape(attn_vec)
-        merged = tf.reshape(tf.transpose(attn_vec, [0, 2, 1, 3]), [-1, self.n_head * self.d_head])
-        out = tf.matmul(merged, tf.reshape(self._kernel("o"), [self.d_model, -1]), transpose_b=True)
-        out = tf.reshape(out, tf.stack([shape[0], shape[2], self.d_model]))
+        batch, _, rows, _ = ops.shape(attn_vec)
+        merged = ops.reshape(ops.transpose(attn_vec, (0, 2, 1, 3)), (-1, self.n_head * self.d_head))
+        out = _matmul_transposed(merged, ops.reshape(self._kernel("o"), (self.d_model, -1)))
+        out = ops.reshape(out, (batch, rows, self.d_model))
         out = self.output_dropout(out, training=training, seed=seed)
         return self.layer_norm(out + residual)
 
@@ -184,15 +212,15 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
              content_output=True):
         seeds = seeds or self.draw_seeds(g is not None, training)
         dtype = self.compute_dtype
-        biases = tuple(None if b is None else tf.cast(b, dtype) for b in (r_w_bias, r_r_bias, r_s_bias, seg_embed))
+        biases = tuple(None if b is None else ops.cast(b, dtype) for b in (r_w_bias, r_r_bias, r_s_bias, seg_embed))
         qlen = h.shape[1]
         k_kernel, v_kernel = self._kernel("k"), self._kernel("v")
         keys, values = _heads(h, k_kernel), _heads(h, v_kernel)
         if mem is not None:
             # Memory is projected on its own: it carries no gradient, so nothing is spent on one.
-            mem = tf.cast(mem, dtype)
-            keys = tf.concat([_heads(mem, k_kernel), keys], axis=2)
-            values = tf.concat([_heads(mem, v_kernel), values], axis=2)
+            mem = ops.cast(mem, dtype)
+            keys = ops.concatenate([_heads(mem, k_kernel), keys], axis=2)
+            values = ops.concatenate([_heads(mem, v_kernel), values], axis=2)
         k_r = _heads(pos_emb, self._kernel("r"))
         q_kernel = self._kernel("q")
         h_out = None
@@ -207,24 +235,24 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
         attn_g = self._attention_vectors(_heads(g, q_kernel), keys, values, k_r, query_positions, qlen,
                                          query_segment_diff, query_mask, biases, query_seeds[0], training)
         if query_valid is not None:
-            attn_g *= tf.cast(query_valid, dtype)[:, None, :, None]
+            attn_g *= ops.cast(query_valid, dtype)[:, None, :, None]
         return h_out, self._post_attention(g, attn_g, query_seeds[1], training)
 
     # ------------------------------------------------------------- cached decoding (inference only)
-    def project_keys_values(self, states: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def project_keys_values(self, states: Tensor) -> tuple[Tensor, Tensor]:
         """Content states (a layer's input) [B, T, d_model] -> (keys, values) [B, N, T, H] in the
         compute dtype: what a decoder's cache holds, so that a state is projected once."""
-        states = tf.cast(states, self.compute_dtype)
+        states = ops.cast(states, self.compute_dtype)
         return _heads(states, self._kernel("k")), _heads(states, self._kernel("v"))
 
-    def project_positions(self, pos_emb: tf.Tensor) -> tf.Tensor:
+    def project_positions(self, pos_emb: Tensor) -> Tensor:
         """Relative position encodings [G, R, d_model] -> position keys [G, N, R, H] (the r projection)."""
-        return _heads(tf.cast(pos_emb, self.compute_dtype), self._kernel("r"))
+        return _heads(ops.cast(pos_emb, self.compute_dtype), self._kernel("r"))
 
-    def attend_cached(self, rows: tf.Tensor, keys: tf.Tensor, values: tf.Tensor, position_keys: tf.Tensor,
-                      row_positions: tf.Tensor, blocked: tf.Tensor | None = None,
-                      segment_diff: tf.Tensor | None = None, r_w_bias=None, r_r_bias=None, r_s_bias=None,
-                      seg_embed=None) -> tf.Tensor:
+    def attend_cached(self, rows: Tensor, keys: Tensor, values: Tensor, position_keys: Tensor,
+                      row_positions: Tensor, blocked: Tensor | None = None,
+                      segment_diff: Tensor | None = None, r_w_bias=None, r_r_bias=None, r_s_bias=None,
+                      seg_embed=None) -> Tensor:
         """A few query rows against keys and values projected before (a decoder's cache); inference only.
 
         rows: [B, Q, d_model] the rows' inputs (content or query stream: both share the projections).
@@ -240,8 +268,8 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
           ``call`` computes for those rows when it sees the same keys, without dropout.
         """
         dtype = self.compute_dtype
-        biases = tuple(None if b is None else tf.cast(b, dtype) for b in (r_w_bias, r_r_bias, r_s_bias, seg_embed))
-        rows = tf.cast(rows, dtype)
+        biases = tuple(None if b is None else ops.cast(b, dtype) for b in (r_w_bias, r_r_bias, r_s_bias, seg_embed))
+        rows = ops.cast(rows, dtype)
         # gather_relative picks index qlen - position + j of a table of distances R-1 .. 0: with
         # qlen = R - 1 that is the distance row_positions[q] - j.
         attn = self._attend(_heads(rows, self._kernel("q")), keys, values, position_keys, row_positions,

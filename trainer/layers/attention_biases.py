@@ -1,8 +1,10 @@
 """The relative-attention bias vectors and segment embeddings of every layer, in the original layout."""
 from __future__ import annotations
 
+from typing import Any
+
 import keras
-import tensorflow as tf
+from keras import ops
 
 
 class RelativeAttentionBiases(keras.layers.Layer):
@@ -32,13 +34,19 @@ class RelativeAttentionBiases(keras.layers.Layer):
         self.seg_embed = self.add_weight(name="seg_embed", shape=(self.n_layer, 2, self.n_head, self.d_head),
                                          initializer=init)
 
-    def call(self, layer_index: int) -> dict[str, tf.Tensor]:
+    def call(self, layer_index: int) -> dict[str, Any]:
+        def read(variable):
+            # A tensor in the compute dtype, read as tf.convert_to_tensor reads a variable under Keras's
+            # autocast (the cast is then a no-op); ops.convert_to_tensor would hand TensorFlow's
+            # variable itself through.
+            return ops.cast(variable, self.compute_dtype)
+
         def pick(bias):
-            value = tf.convert_to_tensor(bias)
+            value = read(bias)
             return value[layer_index] if self.untie_r else value
 
         return {"r_w_bias": pick(self.r_w_bias), "r_r_bias": pick(self.r_r_bias), "r_s_bias": pick(self.r_s_bias),
-                "seg_embed": tf.convert_to_tensor(self.seg_embed)[layer_index]}
+                "seg_embed": read(self.seg_embed)[layer_index]}
 
     def get_config(self) -> dict:
         config = super().get_config()

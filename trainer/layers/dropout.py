@@ -4,48 +4,18 @@ Same semantics as keras.layers.Dropout (active only with training=True, kept val
 by 1 / (1 - rate), a fresh mask on every call from a keras SeedGenerator). The bits differ:
 keras draws them with tf.random.stateless_uniform, which under XLA on CPU takes about 6.8 s
 for one [8, 8, 256, 448] attention-probability tensor (measured, see benchmarks/); hashing
-an element counter with lowbias32 takes 8 ms there and 48 ms without XLA (vs 134 ms).
+an element counter with lowbias32 takes 8 ms there and 48 ms without XLA (vs 134 ms). The hash
+(trainer/layers/counter_hash.py) gives the same bits on every backend; on TensorFlow a remat
+recomputation builds its mask in one compiled call (trainer/layers/tensorflow_dropout.py).
 """
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from trainer.layers.counter_hash import GOLDEN_32, mix32
-from trainer.layers.remat import recomputing
-
-
-@tf.function(jit_compile=True)
-def keep_mask(shape: tuple[int, ...], seed: tf.Tensor, rate: float) -> tf.Tensor:
-    """bool [shape]: True where dropout at ``rate`` keeps an element (``hashed_uniform_bits``'s
-    bits), as one XLA-compiled call (compiled once per shape and rate).
-
-    Outside a step compiled with XLA, TensorFlow's executor writes a uint32 tensor of the dropped
-    tensor's size for the element counter and for each of the hash's ten integer operations; XLA
-    fuses them with the comparison into one pass that writes only the mask. A remat recomputation
-    uses it (measured at Base shape, seq 512, batch 2: ``attention`` 1.21x and ``full`` 1.35x of
-    ``none``'s step time without it, 1.14x and 1.29x with it). The forward pass does not yet: there
-    it took 19% off a step, but Grappler no longer folds the small counters into constants the step
-    keeps, which the memory model's figures include (the tiny preset's ``attention`` peak fell
-    below the model's 15% band); changing both is one change, not done here.
-    """
-    return hashed_uniform_bits(tf.TensorShape(shape), seed) >= keep_threshold(rate)
-
-
-def keep_threshold(rate: float) -> tf.Tensor:
-    """The uint32 a hashed bit pattern must reach for dropout at ``rate`` to keep its element."""
-    return tf.constant(min(int(rate * 2 ** 32), 2 ** 32 - 1), tf.uint32)
-
-
-def hashed_uniform_bits(shape: tf.TensorShape, seed: tf.Tensor) -> tf.Tensor:
-    """uint32 random bits of a static ``shape`` for a [2] integer ``seed``."""
-    size = math.prod(shape)
-    counter = tf.bitcast(tf.reshape(tf.range(size, dtype=tf.int32), shape), tf.uint32)
-    seed = tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
-    key = mix32(tf.bitwise.bitwise_xor(seed[0], mix32(seed[1] + tf.constant(GOLDEN_32, tf.uint32))))
-    return mix32(counter * tf.constant(GOLDEN_32, tf.uint32) + key)
+from trainer.layers.counter_hash import hashed_uniform_bits, keep_threshold
 
 
 class HashDropout(keras.layers.Layer):
@@ -68,28 +38,25 @@ class HashDropout(keras.layers.Layer):
         """Whether a call with ``training`` drops anything (and so draws a seed)."""
         return bool(training) and self.rate > 0
 
-    def draw_seed(self, training: bool) -> tf.Tensor | None:
+    def draw_seed(self, training: bool) -> Any | None:
         """The seed [2] the next call with ``training`` would draw, advancing the generator as that
         call would; None when such a call draws none."""
         return self.seed_generator.next() if self.active(training) else None
 
-    def call(self, x: tf.Tensor, training: bool = False, seed: tf.Tensor | None = None) -> tf.Tensor:
+    def call(self, x: Any, training: bool = False, seed: Any | None = None) -> Any:
         if not self.active(training):
             return x
         if seed is None:
             seed = self.seed_generator.next()
-        shape = x.shape
-        if not shape.is_fully_defined():
-            return _stateless_dropout(x, self.rate, seed)
-        if recomputing():
-            # The backward pass of remat: one compiled call, built once x is there (see keep_mask).
-            with tf.control_dependencies([x]):
-                keep = keep_mask(tuple(shape.as_list()), seed, self.rate)
-        else:
+        shape = tuple(x.shape)
+        if None in shape:  # only TensorFlow traces tensors of unknown dimensions
+            return _tensorflow_dropout().stateless_dropout(x, self.rate, seed)
+        keep = _recomputed_keep_mask(x, seed, self.rate)
+        if keep is None:
             keep = hashed_uniform_bits(shape, seed) >= keep_threshold(self.rate)
         # A scalar zero, not zeros_like(x): Grappler folds a static-shaped zeros_like into a constant
         # the step keeps for good ([B, N, Q, K] for the attention probabilities, measured).
-        return tf.where(keep, x * tf.cast(1.0 / (1.0 - self.rate), x.dtype), tf.zeros([], x.dtype))
+        return ops.where(keep, x * ops.cast(1.0 / (1.0 - self.rate), x.dtype), ops.zeros([], x.dtype))
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -97,10 +64,17 @@ class HashDropout(keras.layers.Layer):
         return config
 
 
-def _stateless_dropout(x: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
-    """Dropout of a tensor of dynamic shape as ``keras.random.dropout(x, rate, seed=generator)``
-    computes it for a generator that draws ``seed`` (the same bits): its int32 cast of the
-    generator's int64 state, then TensorFlow's stateless dropout."""
-    if seed.dtype != tf.int32:
-        seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
-    return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
+def _recomputed_keep_mask(x: Any, seed: Any, rate: float) -> Any | None:
+    """On TensorFlow, in the backward pass of remat: the keep mask as one compiled call, built once x
+    is there (tensorflow_dropout.keep_mask); else None. keras.remat on other backends recomputes
+    the hash like any other operation."""
+    if keras.backend.backend() != "tensorflow":
+        return None
+    return _tensorflow_dropout().recomputed_keep_mask(x, seed, rate)
+
+
+def _tensorflow_dropout():
+    """trainer/layers/tensorflow_dropout.py, imported on first use (it imports TensorFlow)."""
+    from trainer.layers import tensorflow_dropout
+
+    return tensorflow_dropout

@@ -1,20 +1,21 @@
 """Position-wise feed-forward sub-layer of an XLNet block (post-LayerNorm)."""
 from __future__ import annotations
 
+from typing import Any
+
 import keras
-import tensorflow as tf
 
 from trainer.layers.attention import LAYER_NORM_EPSILON
 from trainer.layers.dropout import HashDropout
 from trainer.layers.remat import recompute
 
 
-def gelu_tanh(x: tf.Tensor) -> tf.Tensor:
+def gelu_tanh(x: Any) -> Any:
     """GELU with the tanh approximation, as the original XLNet uses."""
     return keras.activations.gelu(x, approximate=True)
 
 
-def gelu_erf(x: tf.Tensor) -> tf.Tensor:
+def gelu_erf(x: Any) -> Any:
     """GELU with the exact erf, what Hugging Face's XLNet calls "gelu" (its default)."""
     return keras.activations.gelu(x, approximate=False)
 
@@ -64,8 +65,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
         """The (inner, output) dropout seeds a call draws, drawn now."""
         return self.inner_dropout.draw_seed(training), self.output_dropout.draw_seed(training)
 
-    def call(self, x: tf.Tensor, training: bool = False, seeds: tuple | None = None,
-             normalize: bool = True) -> tf.Tensor:
+    def call(self, x: Any, training: bool = False, seeds: tuple | None = None,
+             normalize: bool = True) -> Any:
         """x [B, Q, d_model] -> LayerNorm(x + FF(x)) [B, Q, d_model]; ``normalize=False``: x + FF(x),
         the sum before ``layer_norm``."""
         inner_seed, output_seed = seeds or self.draw_seeds(training)

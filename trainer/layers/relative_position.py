@@ -7,49 +7,50 @@ then shifted so that entry ``[i, j]`` picks distance ``(mlen + i) - j``.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import keras
-import tensorflow as tf
+from keras import ops
 
 from trainer.layers.dropout import HashDropout
 
 
-def relative_distances(klen: int, qlen: int, attn_type: str, clamp_len: int) -> tf.Tensor:
+def relative_distances(klen: int, qlen: int, attn_type: str, clamp_len: int) -> Any:
     """Forward distances, float32 [rlen]: klen, klen-1, ..., -qlen+1 ('bi') or ..., 0 ('uni').
 
     ``clamp_len > 0`` clips every distance into [-clamp_len, clamp_len].
     """
     end = -qlen if attn_type == "bi" else -1
-    distances = tf.range(klen, end, -1, dtype=tf.float32)
+    distances = ops.arange(klen, end, -1, dtype="float32")
     if clamp_len > 0:
-        distances = tf.clip_by_value(distances, -float(clamp_len), float(clamp_len))
+        distances = ops.clip(distances, -float(clamp_len), float(clamp_len))
     return distances
 
 
-def sinusoid(distances: tf.Tensor, d_model: int) -> tf.Tensor:
+def sinusoid(distances: Any, d_model: int) -> Any:
     """[rlen] distances -> [rlen, d_model] encoding: concat(sin(d * f), cos(d * f)), f = 1/10000^(2k/d)."""
-    inv_freq = 1.0 / (10000.0 ** (tf.range(0, d_model, 2, dtype=tf.float32) / float(d_model)))
+    inv_freq = 1.0 / (10000.0 ** (ops.arange(0, d_model, 2, dtype="float32") / float(d_model)))
     angles = distances[:, None] * inv_freq[None, :]
-    return tf.concat([tf.sin(angles), tf.cos(angles)], axis=-1)
+    return ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
 
 
-def rel_shift(scores: tf.Tensor, klen: int) -> tf.Tensor:
+def rel_shift(scores: Any, klen: int) -> Any:
     """[B, N, qlen, rlen] scores over distance indices -> [B, N, qlen, klen] with [i, j] <- [i, qlen - i + j].
 
     With distances ``klen - p`` at index ``p`` this gives entry ``[i, j]`` the distance
     ``(klen - qlen) + i - j = (mlen + i) - j``. Implemented with the reshape trick (no gather):
     viewing the rows as one flat buffer, dropping the first ``qlen`` values shifts row ``i``
-    left by ``qlen - i``. tf.slice rather than [] indexing: its gradient is a Pad, which is
-    about 8x faster on CPU than StridedSliceGrad on these shapes.
+    left by ``qlen - i``. ops.slice rather than [] indexing: on TensorFlow it is tf.slice, whose
+    gradient is a Pad, which is about 8x faster on CPU than StridedSliceGrad on these shapes.
     """
-    batch, heads = tf.shape(scores)[0], tf.shape(scores)[1]
-    qlen, rlen = scores.shape[-2], scores.shape[-1]
-    flat = tf.reshape(scores, tf.stack([batch, heads, qlen * rlen]))
-    flat = tf.slice(flat, [0, 0, qlen], [-1, -1, qlen * (rlen - 1)])
-    shifted = tf.reshape(flat, tf.stack([batch, heads, qlen, rlen - 1]))
-    return tf.slice(shifted, [0, 0, 0, 0], [-1, -1, -1, klen])
+    batch, heads, qlen, rlen = ops.shape(scores)  # TensorFlow: a tensor for each size not known statically
+    flat = ops.reshape(scores, (batch, heads, qlen * rlen))
+    flat = ops.slice(flat, (0, 0, qlen), (batch, heads, qlen * (rlen - 1)))
+    shifted = ops.reshape(flat, (batch, heads, qlen, rlen - 1))
+    return ops.slice(shifted, (0, 0, 0, 0), (batch, heads, qlen, klen))
 
 
-def gather_relative(scores: tf.Tensor, query_positions: tf.Tensor, qlen: int, klen: int) -> tf.Tensor:
+def gather_relative(scores: Any, query_positions: Any, qlen: int, klen: int) -> Any:
     """rel_shift for an arbitrary subset of query rows.
 
     scores: [B, N, P, rlen] scores of P query rows against every distance index.
@@ -59,10 +60,15 @@ def gather_relative(scores: tf.Tensor, query_positions: tf.Tensor, qlen: int, kl
     attention, or before it for a cached row that sees only its newest keys) are clipped.
     """
     rlen = scores.shape[-1]
-    offsets = qlen - query_positions[:, :, None] + tf.range(klen, dtype=query_positions.dtype)[None, None, :]
-    offsets = tf.clip_by_value(offsets, 0, rlen - 1)
-    offsets = tf.broadcast_to(offsets[:, None], tf.concat([tf.shape(scores)[:3], [klen]], 0))
-    return tf.gather(scores, offsets, batch_dims=3)
+    offsets = qlen - query_positions[:, :, None] + ops.arange(klen, dtype=query_positions.dtype)[None, None, :]
+    offsets = ops.clip(offsets, 0, rlen - 1)[:, None]  # [B, 1, P, klen]
+    if keras.backend.backend() == "tensorflow":
+        # ops.take_along_axis casts the indices to int64 on TensorFlow: twice the memory that
+        # trainer/planning/memory.py counts for them.
+        from trainer.layers import tensorflow_gather
+
+        return tensorflow_gather.gather_last_axis(scores, offsets)
+    return ops.take_along_axis(scores, ops.broadcast_to(offsets, (*ops.shape(scores)[:3], klen)), axis=-1)
 
 
 class RelativePositionEncoding(keras.layers.Layer):
@@ -84,13 +90,13 @@ class RelativePositionEncoding(keras.layers.Layer):
         self.dropout_rate = dropout
         self.dropout = HashDropout(dropout, dtype=self.dtype_policy)
 
-    def call(self, klen: int, qlen: int, training: bool = False) -> tf.Tensor:
+    def call(self, klen: int, qlen: int, training: bool = False) -> Any:
         forward = relative_distances(klen, qlen, self.attn_type, self.clamp_len)
         encodings = [sinusoid(forward, self.d_model)]
         if self.bi_data:
             # The backward half reads its stream reversed: every distance changes sign.
             encodings.append(sinusoid(-forward, self.d_model))
-        pos_emb = tf.cast(tf.stack(encodings, axis=0), self.compute_dtype)
+        pos_emb = ops.cast(ops.stack(encodings, axis=0), self.compute_dtype)
         return self.dropout(pos_emb, training=training)
 
     def get_config(self) -> dict:

@@ -6,8 +6,9 @@ summary is the last position's state, projected by a dense d_model layer with ta
 """
 from __future__ import annotations
 
+from typing import Any
+
 import keras
-import tensorflow as tf
 
 from trainer.layers.dropout import HashDropout
 
@@ -29,7 +30,7 @@ class SequenceSummary(keras.layers.Layer):
     def build(self, input_shape=None) -> None:
         self.summary.build((None, self.d_model))
 
-    def call(self, hidden: tf.Tensor, training: bool = False) -> tf.Tensor:
+    def call(self, hidden: Any, training: bool = False) -> Any:
         return self.dropout(self.summary(hidden[:, -1]), training=training)
 
     def get_config(self) -> dict:

@@ -15,24 +15,26 @@ on either side; padding is neither context nor target, and the network hides pad
 """
 from __future__ import annotations
 
-import tensorflow as tf
+from keras import ops
 
+from trainer.models import backend_ops
+from trainer.models.backend_ops import Tensor
 from trainer.models.permutation import permutation_mask
 
 
-def natural_order_targets(first_target: tf.Tensor, end: tf.Tensor, seq_len: int) -> tf.Tensor:
+def natural_order_targets(first_target: Tensor, end: Tensor, seq_len: int) -> Tensor:
     """[B] first scored position and [B] end (exclusive) -> is_target [B, seq_len] bool.
 
     Position j of row b is scored when first_target[b] <= j < end[b]; the positions before
     first_target[b] that are not padding are its context.
     """
-    positions = tf.range(seq_len, dtype=tf.int32)[None, :]
-    first_target = tf.cast(first_target, tf.int32)[:, None]
-    end = tf.cast(end, tf.int32)[:, None]
-    return tf.logical_and(positions >= first_target, positions < end)
+    positions = ops.arange(seq_len, dtype="int32")[None, :]
+    first_target = ops.cast(first_target, "int32")[:, None]
+    end = ops.cast(end, "int32")[:, None]
+    return ops.logical_and(positions >= first_target, positions < end)
 
 
-def natural_order_mask(is_target: tf.Tensor) -> tf.Tensor:
+def natural_order_mask(is_target: Tensor) -> Tensor:
     """is_target [B, L] bool (every row's targets after all of its context) -> perm_mask [B, L, L]
     bool, True where query i may NOT attend to key j (the network's ``perm_mask``).
 
@@ -40,20 +42,22 @@ def natural_order_mask(is_target: tf.Tensor) -> tf.Tensor:
     and j >= i. The network lets the content stream see its own position, so target t's content
     state sees the targets up to t and its query stream those before t.
     """
-    is_target = tf.convert_to_tensor(is_target, tf.bool)
-    ranks = tf.broadcast_to(tf.range(is_target.shape[1], dtype=tf.int32)[None, :], tf.shape(is_target))
-    return permutation_mask(ranks, is_target, tf.zeros_like(is_target), reuse_len=0)
+    is_target = ops.convert_to_tensor(is_target, "bool")
+    ranks = ops.broadcast_to(ops.arange(is_target.shape[1], dtype="int32")[None, :],
+                             backend_ops.dynamic_shape(is_target))
+    return permutation_mask(ranks, is_target, ops.zeros_like(is_target), reuse_len=0)
 
 
-def natural_order_inputs(context_length: int, total_length: int) -> dict[str, tf.Tensor]:
+def natural_order_inputs(context_length: int, total_length: int) -> dict[str, Tensor]:
     """The dense inputs of one unpadded row of ``total_length`` tokens whose first ``context_length``
     are the context: ``perm_mask`` [L, L] float32 (1 = may not attend), ``target_mapping`` [P, L]
     float32 one-hot rows and ``target_positions`` [P] int32 for the P = L - context_length scored
     positions in natural order. Add a batch axis to pass them to the network."""
     if not 0 <= context_length <= total_length:
         raise ValueError(f"context_length must be in [0, total_length={total_length}], got {context_length}")
-    is_target = natural_order_targets(tf.constant([context_length]), tf.constant([total_length]), total_length)
-    positions = tf.range(context_length, total_length, dtype=tf.int32)
-    return {"perm_mask": tf.cast(natural_order_mask(is_target)[0], tf.float32),
-            "target_mapping": tf.one_hot(positions, total_length, dtype=tf.float32),
+    is_target = natural_order_targets(ops.convert_to_tensor([context_length], "int32"),
+                                      ops.convert_to_tensor([total_length], "int32"), total_length)
+    positions = ops.arange(context_length, total_length, dtype="int32")
+    return {"perm_mask": ops.cast(natural_order_mask(is_target)[0], "float32"),
+            "target_mapping": ops.one_hot(positions, total_length, dtype="float32"),
             "target_positions": positions}

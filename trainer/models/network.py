@@ -7,23 +7,28 @@ Public entry points (batch-major everywhere):
   ``network.encode_segments(input_ids, segment_ids, input_mask=None, mems=None, mem_mask=None)``
       [B, S, L] -> (hidden [B, S, L, d_model], new_mems): the Transformer-XL recurrence over S segments
   ``network.memory_mask(input_mask, mem_mask=None)`` -> the mask of the memory ``encode`` returns
+
+Written with ``keras.ops``, so it runs on every Keras backend (tests/trainer/models/test_backends.py:
+JAX gives TensorFlow's numbers). Where TensorFlow needs its own op for the same values, gradients
+and memory as ever (the tied LM head, batch gathers, the order of segments), backend_ops.py picks
+trainer/models/tensorflow_ops.py on that backend.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Optional, Sequence
 
 import keras
-import tensorflow as tf
-from tensorflow.python.eager import record
+from keras import ops
 
 from trainer.layers import HashDropout, RelativeAttentionBiases, RelativePositionEncoding, XLNetBlock
 from trainer.layers.remat import check_remat
+from trainer.models import backend_ops
+from trainer.models.backend_ops import Tensor
 from trainer.models.config import ModelConfig, model_preset
 
 
-def _blocked(perm_mask: Optional[tf.Tensor], input_mask: Optional[tf.Tensor], qlen: int, attn_type: str,
-             batch_size: tf.Tensor) -> Optional[tf.Tensor]:
+def _blocked(perm_mask: Optional[Tensor], input_mask: Optional[Tensor], qlen: int, attn_type: str,
+             batch_size: Any) -> Optional[Tensor]:
     """[B, L, L] bool (True = query i may not see key j of the current segment) or None if nothing is blocked.
 
     Combines the permutation mask (1 = may not attend), padding (input_mask 0 = padding key)
@@ -31,32 +36,33 @@ def _blocked(perm_mask: Optional[tf.Tensor], input_mask: Optional[tf.Tensor], ql
     """
     blocked = None
     if perm_mask is not None:
-        blocked = perm_mask if perm_mask.dtype == tf.bool else tf.greater(tf.cast(perm_mask, tf.float32), 0.5)
+        is_bool = keras.backend.standardize_dtype(perm_mask.dtype) == "bool"
+        blocked = perm_mask if is_bool else ops.greater(ops.cast(perm_mask, "float32"), 0.5)
     if input_mask is not None:
-        padding = tf.equal(tf.cast(input_mask, tf.int32), 0)[:, None, :]
-        blocked = padding if blocked is None else tf.logical_or(blocked, padding)
+        padding = ops.equal(ops.cast(input_mask, "int32"), 0)[:, None, :]
+        blocked = padding if blocked is None else ops.logical_or(blocked, padding)
     if attn_type == "uni":
-        causal = tf.range(qlen)[None, :] > tf.range(qlen)[:, None]
-        blocked = causal[None] if blocked is None else tf.logical_or(blocked, causal[None])
+        causal = ops.arange(qlen, dtype="int32")[None, :] > ops.arange(qlen, dtype="int32")[:, None]
+        blocked = causal[None] if blocked is None else ops.logical_or(blocked, causal[None])
     if blocked is not None:
-        blocked = tf.broadcast_to(blocked, tf.stack([batch_size, qlen, qlen]))
+        blocked = ops.broadcast_to(blocked, [batch_size, qlen, qlen])
     return blocked
 
 
-def _with_memory_columns(mask: tf.Tensor, mlen: int, memory_blocked: Optional[tf.Tensor] = None) -> tf.Tensor:
+def _with_memory_columns(mask: Tensor, mlen: int, memory_blocked: Optional[Tensor] = None) -> Tensor:
     """Prepends ``mlen`` memory columns: [B, Q, L] -> [B, Q, mlen + L]; always visible, or
     blocked where ``memory_blocked`` [B, mlen] (bool) is True."""
     if mlen == 0:
         return mask
-    shape = tf.shape(mask)
+    shape = backend_ops.dynamic_shape(mask)
     if memory_blocked is None:
-        columns = tf.zeros(tf.stack([shape[0], shape[1], mlen]), tf.bool)
+        columns = ops.zeros([shape[0], shape[1], mlen], "bool")
     else:
-        columns = tf.broadcast_to(memory_blocked[:, None, :], tf.stack([shape[0], shape[1], mlen]))
-    return tf.concat([columns, mask], axis=-1)
+        columns = ops.broadcast_to(memory_blocked[:, None, :], [shape[0], shape[1], mlen])
+    return ops.concatenate([columns, mask], axis=-1)
 
 
-def _segment(tensor: Optional[tf.Tensor], index: int) -> Optional[tf.Tensor]:
+def _segment(tensor: Optional[Tensor], index: int) -> Optional[Tensor]:
     """Segment ``index`` of a [B, S, L] tensor (or None)."""
     return None if tensor is None else tensor[:, index]
 
@@ -145,8 +151,8 @@ class XLNetNetwork(keras.Model):
                                             mem_mask=mem_mask)
         return hidden, new_mems
 
-    def memory_mask(self, input_mask: Optional[tf.Tensor], mem_mask: Optional[tf.Tensor] = None,
-                    batch_size: Optional[tf.Tensor] = None, length: Optional[int] = None) -> Optional[tf.Tensor]:
+    def memory_mask(self, input_mask: Optional[Tensor], mem_mask: Optional[Tensor] = None,
+                    batch_size: Optional[Tensor] = None, length: Optional[int] = None) -> Optional[Tensor]:
         """The mask [B, min(M + kept, mem_len)] (int32, 1 = visible) of the ``new_mems`` an ``encode``
         call returns, by the rule of the memory itself: the ``mem_mask`` of the memory that call
         read (None: it read none) followed by the ``input_mask`` [B, L] of the positions it
@@ -157,10 +163,10 @@ class XLNetNetwork(keras.Model):
         if self.config.mem_len == 0:
             return None
         if input_mask is None:
-            input_mask = tf.ones(tf.stack([batch_size, length]), tf.int32)
+            input_mask = ops.ones([batch_size, length], "int32")
         current = input_mask[:, :self.config.reuse_len] if self.config.reuse_len > 0 else input_mask
-        current = tf.cast(current, tf.int32)
-        joined = current if mem_mask is None else tf.concat([tf.cast(mem_mask, tf.int32), current], axis=1)
+        current = ops.cast(current, "int32")
+        joined = current if mem_mask is None else ops.concatenate([ops.cast(mem_mask, "int32"), current], axis=1)
         return joined[:, -self.config.mem_len:]
 
     def encode_segments(self, input_ids, segment_ids=None, input_mask=None, mems=None, training=False,
@@ -185,7 +191,7 @@ class XLNetNetwork(keras.Model):
         the segments are read independently (there is no memory).
         """
         *states, new_mems = self._segments(input_ids, segment_ids, input_mask, mems, training, mem_mask, True)
-        return tf.stack(states, axis=1), new_mems
+        return ops.stack(states, axis=1), new_mems
 
     def encode_last_segment(self, input_ids, segment_ids=None, input_mask=None, mems=None, training=False,
                             mem_mask=None):
@@ -194,24 +200,24 @@ class XLNetNetwork(keras.Model):
         hidden, new_mems = self._segments(input_ids, segment_ids, input_mask, mems, training, mem_mask, False)
         return hidden, new_mems
 
-    def segments_memory_mask(self, input_mask: tf.Tensor, mem_mask: Optional[tf.Tensor] = None
-                             ) -> Optional[tf.Tensor]:
+    def segments_memory_mask(self, input_mask: Tensor, mem_mask: Optional[Tensor] = None
+                             ) -> Optional[Tensor]:
         """The mask of the mems ``encode_segments`` returns, from its [B, S, L] ``input_mask`` and the
         ``mem_mask`` it was given (pass both on with those mems to read further segments)."""
-        input_mask = tf.convert_to_tensor(input_mask)
+        input_mask = ops.convert_to_tensor(input_mask)
         for index in range(input_mask.shape[1]):
             mem_mask = self.memory_mask(input_mask[:, index], mem_mask)
         return mem_mask
 
     def _segments(self, input_ids, segment_ids, input_mask, mems, training, mem_mask, all_states: bool):
         """(state of each segment..., new_mems) if ``all_states``, else (last state, new_mems)."""
-        input_ids = tf.convert_to_tensor(input_ids)
-        if input_ids.shape.rank != 3 or input_ids.shape[1] is None:
+        input_ids = ops.convert_to_tensor(input_ids)
+        if len(input_ids.shape) != 3 or input_ids.shape[1] is None:
             raise ValueError(f"input_ids must be [batch, segments, length] with a static number of segments, "
                              f"got shape {input_ids.shape}")
         count = input_ids.shape[1]
         if mems is not None and mem_mask is None:
-            mem_mask = tf.ones(tf.shape(mems[0])[:2], tf.int32)
+            mem_mask = ops.ones(backend_ops.dynamic_shape(mems[0])[:2], "int32")
         states = []
         for index in range(count):
             last = index == count - 1
@@ -221,18 +227,17 @@ class XLNetNetwork(keras.Model):
                 # executor runs every segment's work that is ready (embeddings, the first layers) at
                 # once, and a step's peak memory grows with the number of segments (measured, tiny
                 # preset, 8 segments: 374 MB instead of 294 MB; docs/benchmarks.md, "Long documents").
-                with tf.control_dependencies([mems[-1]]):
-                    ids = tf.identity(ids)
+                ids = backend_ops.after(ids, mems[-1])
             # Earlier segments run outside every gradient tape: nothing of theirs is kept for a
             # backward pass (their memory would have its gradient stopped anyway).
-            with contextlib.nullcontext() if last else record.stop_recording():
+            with backend_ops.forward_only(not last):
                 hidden, new_mems = self.encode(ids, _segment(segment_ids, index),
                                                _segment(input_mask, index), mems, training, mem_mask)
             if not last:
-                hidden = tf.stop_gradient(hidden)
+                hidden = ops.stop_gradient(hidden)
                 if new_mems is not None:
-                    mem_mask = self.memory_mask(_segment(input_mask, index), mem_mask, tf.shape(input_ids)[0],
-                                                input_ids.shape[2])
+                    mem_mask = self.memory_mask(_segment(input_mask, index), mem_mask,
+                                                backend_ops.dynamic_shape(input_ids)[0], input_ids.shape[2])
                 else:
                     mem_mask = None
             if all_states or last:
@@ -240,20 +245,20 @@ class XLNetNetwork(keras.Model):
             mems = new_mems
         return (*states, mems)
 
-    def logits(self, query: tf.Tensor) -> tf.Tensor:
+    def logits(self, query: Tensor) -> Tensor:
         """[B, P, d_model] query-stream output -> [B, P, vocab] float32 via the tied embedding plus lm_bias."""
-        table = tf.cast(self.word_embedding.embeddings, query.dtype)
-        shape = tf.shape(query)
-        # A plain 2-D matmul: on CPU about 1.5x faster than the equivalent batched einsum.
-        logits = tf.matmul(tf.reshape(query, [-1, self.config.d_model]), table, transpose_b=True)
-        logits = tf.nn.bias_add(logits, tf.cast(self.lm_bias, query.dtype))
-        return tf.cast(tf.reshape(logits, tf.stack([shape[0], shape[1], self.config.vocab_size])), tf.float32)
+        table = ops.cast(self.word_embedding.embeddings, query.dtype)
+        shape = backend_ops.dynamic_shape(query)
+        # A plain 2-D matmul (backend_ops.tied_logits): on CPU about 1.5x faster than the equivalent batched einsum.
+        logits = backend_ops.tied_logits(ops.reshape(query, [-1, self.config.d_model]), table,
+                                         ops.cast(self.lm_bias, query.dtype))
+        return ops.cast(ops.reshape(logits, [shape[0], shape[1], self.config.vocab_size]), "float32")
 
-    def initial_mems(self, batch_size: int) -> Optional[list[tf.Tensor]]:
+    def initial_mems(self, batch_size: int) -> Optional[list[Tensor]]:
         """Zero memory [B, mem_len, d_model] per layer (what the original starts from), or None if mem_len == 0."""
         if self.config.mem_len == 0:
             return None
-        return [tf.zeros([batch_size, self.config.mem_len, self.config.d_model], tf.float32)
+        return [ops.zeros([batch_size, self.config.mem_len, self.config.d_model], "float32")
                 for _ in range(self.config.n_layer)]
 
     # ------------------------------------------------------------------------------ internals
@@ -263,28 +268,28 @@ class XLNetNetwork(keras.Model):
         if target_positions is None:
             if target_mapping is None:
                 raise ValueError("pass target_mapping [B, P, L] or target_positions [B, P]")
-            target_positions = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)
-            target_valid = tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1)
+            target_positions = backend_ops.argmax(target_mapping)
+            target_valid = ops.sum(ops.cast(target_mapping, "float32"), axis=-1)
         elif target_valid is None:
-            target_valid = tf.ones_like(target_positions, tf.float32)
+            target_valid = ops.ones_like(target_positions, "float32")
         return target_positions, target_valid
 
-    def _cached_rows(self, layer_input: tf.Tensor, norm) -> tf.Tensor:
+    def _cached_rows(self, layer_input: Tensor, norm) -> Tensor:
         """The rows of a layer's input the memory keeps; ``norm`` (a LayerNormalization or None) is
         still to be applied to ``layer_input`` (full remat), and only to those rows: it is per row."""
         if norm is None:
             return layer_input
         rows = layer_input[:, :self.config.reuse_len] if self.config.reuse_len > 0 else layer_input
-        return tf.stop_gradient(norm(rows))
+        return ops.stop_gradient(norm(rows))
 
-    def _cache(self, layer_input: tf.Tensor, mem: Optional[tf.Tensor]) -> tf.Tensor:
+    def _cache(self, layer_input: Tensor, mem: Optional[Tensor]) -> Tensor:
         """New memory of one layer: its input's first reuse_len positions after the old memory, last mem_len kept."""
         current = layer_input[:, :self.config.reuse_len] if self.config.reuse_len > 0 else layer_input
-        current = tf.cast(current, tf.float32)
-        joined = current if mem is None else tf.concat([tf.cast(mem, tf.float32), current], axis=1)
-        return tf.stop_gradient(joined[:, -self.config.mem_len:])
+        current = ops.cast(current, "float32")
+        joined = current if mem is None else ops.concatenate([ops.cast(mem, "float32"), current], axis=1)
+        return ops.stop_gradient(joined[:, -self.config.mem_len:])
 
-    def _forward(self, input_ids, segment_ids, perm_mask, input_mask, mems: Optional[Sequence[tf.Tensor]],
+    def _forward(self, input_ids, segment_ids, perm_mask, input_mask, mems: Optional[Sequence[Tensor]],
                  target_positions, target_valid, training, content_output=True, mem_mask=None):
         """(content stream, query stream, new_mems); ``content_output=False``: the content stream's
         output is None (two streams only), which the last layer then does not compute. ``mem_mask``
@@ -293,8 +298,8 @@ class XLNetNetwork(keras.Model):
         if mems is not None and len(mems) != config.n_layer:
             raise ValueError(f"mems must hold one tensor per layer ({config.n_layer}), got {len(mems)}")
         dtype = self.compute_dtype
-        input_ids = tf.convert_to_tensor(input_ids)
-        batch_size, qlen = tf.shape(input_ids)[0], input_ids.shape[1]
+        input_ids = ops.convert_to_tensor(input_ids)
+        batch_size, qlen = backend_ops.dynamic_shape(input_ids)[0], input_ids.shape[1]
         mlen = 0 if mems is None else mems[0].shape[1]
         klen = mlen + qlen
         static_batch = input_ids.shape[0]
@@ -305,36 +310,36 @@ class XLNetNetwork(keras.Model):
         blocked = _blocked(perm_mask, input_mask, qlen, config.attn_type, batch_size)
         memory_blocked = None
         if mem_mask is not None and mlen > 0:
-            mem_mask = tf.convert_to_tensor(mem_mask)
-            if mem_mask.shape.rank != 2 or mem_mask.shape[1] not in (None, mlen):
+            mem_mask = ops.convert_to_tensor(mem_mask)
+            if len(mem_mask.shape) != 2 or mem_mask.shape[1] not in (None, mlen):
                 raise ValueError(f"mem_mask must be [batch, {mlen}] (one column per memory position), "
                                  f"got shape {mem_mask.shape}")
-            memory_blocked = tf.equal(tf.cast(mem_mask, tf.int32), 0)
+            memory_blocked = ops.equal(ops.cast(mem_mask, "int32"), 0)
             if blocked is None:
-                blocked = tf.zeros(tf.stack([batch_size, qlen, qlen]), tf.bool)
+                blocked = ops.zeros([batch_size, qlen, qlen], "bool")
         content_mask = query_mask = None
         if blocked is not None:
             # The content stream always sees its own position; the query stream only what perm_mask allows.
-            content_mask = _with_memory_columns(tf.logical_and(blocked, tf.logical_not(tf.eye(qlen, dtype=tf.bool))),
+            content_mask = _with_memory_columns(ops.logical_and(blocked, ops.logical_not(ops.eye(qlen, dtype="bool"))),
                                                 mlen, memory_blocked)
             if two_stream:
-                query_mask = _with_memory_columns(tf.gather(blocked, target_positions, batch_dims=1), mlen,
+                query_mask = _with_memory_columns(backend_ops.batch_gather(blocked, target_positions), mlen,
                                                   memory_blocked)
 
         content_segment_diff = query_segment_diff = None
         if segment_ids is not None:
-            segment_ids = tf.cast(segment_ids, tf.int32)
-            key_segments = tf.concat([tf.zeros(tf.stack([batch_size, mlen]), tf.int32), segment_ids], axis=1)
-            content_segment_diff = tf.not_equal(segment_ids[:, :, None], key_segments[:, None, :])
+            segment_ids = ops.cast(segment_ids, "int32")
+            key_segments = ops.concatenate([ops.zeros([batch_size, mlen], "int32"), segment_ids], axis=1)
+            content_segment_diff = ops.not_equal(segment_ids[:, :, None], key_segments[:, None, :])
             if two_stream:
-                target_segments = tf.gather(segment_ids, target_positions, batch_dims=1)
-                query_segment_diff = tf.not_equal(target_segments[:, :, None], key_segments[:, None, :])
+                target_segments = backend_ops.batch_gather(segment_ids, target_positions)
+                query_segment_diff = ops.not_equal(target_segments[:, :, None], key_segments[:, None, :])
 
         h = self.content_dropout(self.word_embedding(input_ids), training=training)
         g = None
         if two_stream:
-            mask_emb = tf.cast(self.mask_emb, dtype)
-            g = tf.tile(mask_emb, tf.stack([batch_size, tf.shape(target_positions)[1], 1]))
+            mask_emb = ops.cast(self.mask_emb, dtype)
+            g = ops.tile(mask_emb, [batch_size, backend_ops.dynamic_shape(target_positions)[1], 1])
             g = self.query_dropout(g, training=training)
         pos_emb = self.position_encoding(klen=klen, qlen=qlen, training=training)
 

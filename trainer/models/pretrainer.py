@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tfrecords.schema import MODEL_FEATURES
+from trainer.models import backend_ops
+from trainer.models.backend_ops import Tensor
 from trainer.models.config import ModelConfig
 from trainer.models.network import XLNetNetwork, build_network
 from trainer.models.permutation import (
@@ -57,8 +59,9 @@ class XLNetPretrainer(keras.Model):
             raise ValueError(f"num_predict must be in (0, seq_len={seq_len}], got {num_predict}")
         self.seq_len, self.num_predict, self.perm_size = seq_len, num_predict, perm_size
         self.sep_id, self.cls_id = special_id(special_ids, "sep"), special_id(special_ids, "cls")
+        self.built = True  # every weight exists (the network's): stateless_call needs no first call
 
-    def _check_features(self, features: Mapping[str, tf.Tensor], names: Sequence[str]) -> None:
+    def _check_features(self, features: Mapping[str, Tensor], names: Sequence[str]) -> None:
         missing = [name for name in names if name not in features]
         if missing:
             raise ValueError(f"features lack {', '.join(missing)}; got {', '.join(sorted(features))}")
@@ -66,28 +69,28 @@ class XLNetPretrainer(keras.Model):
         if length is not None and length != self.seq_len:
             raise ValueError(f"input_ids has seq_len {length}, the pretrainer was built for seq_len {self.seq_len}")
 
-    def targets_from_compact(self, features: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    def targets_from_compact(self, features: Mapping[str, Tensor]) -> dict[str, Tensor]:
         """perm_mask [B, L, L] bool, target_positions [B, P], target_valid [B, P], target [B, P] built on device."""
-        input_ids = tf.cast(features["input_ids"], tf.int32)
+        input_ids = ops.cast(features["input_ids"], "int32")
         ranks = sample_ranks(features["perm_seed"], self.seq_len, self.model_config.reuse_len, self.perm_size)
         is_target, is_functional = target_flags(input_ids, features["is_masked"], self.sep_id, self.cls_id)
         positions, valid = select_targets(is_target, self.num_predict)
         return {"perm_mask": permutation_mask(ranks, is_target, is_functional, self.model_config.reuse_len),
                 "target_positions": positions, "target_valid": valid,
-                "target": tf.gather(input_ids, positions, batch_dims=1)}
+                "target": backend_ops.batch_gather(input_ids, positions)}
 
-    def targets_from_dense(self, features: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    def targets_from_dense(self, features: Mapping[str, Tensor]) -> dict[str, Tensor]:
         """The same from original-style perm_mask / target_mapping (/ target_mask / target) features."""
-        target_mapping = tf.cast(features["target_mapping"], tf.float32)
-        positions = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)
-        valid = tf.cast(features["target_mask"], tf.float32) if "target_mask" in features else \
-            tf.reduce_sum(target_mapping, axis=-1)
-        target = tf.cast(features["target"], tf.int32) if "target" in features else \
-            tf.gather(tf.cast(features["input_ids"], tf.int32), positions, batch_dims=1)
+        target_mapping = ops.cast(features["target_mapping"], "float32")
+        positions = backend_ops.argmax(target_mapping)
+        valid = ops.cast(features["target_mask"], "float32") if "target_mask" in features else \
+            ops.sum(target_mapping, axis=-1)
+        target = ops.cast(features["target"], "int32") if "target" in features else \
+            backend_ops.batch_gather(ops.cast(features["input_ids"], "int32"), positions)
         return {"perm_mask": features["perm_mask"], "target_positions": positions, "target_valid": valid,
                 "target": target}
 
-    def compute(self, features: Mapping[str, tf.Tensor], mems: Optional[Sequence[tf.Tensor]] = None,
+    def compute(self, features: Mapping[str, Tensor], mems: Optional[Sequence[Tensor]] = None,
                 training: bool = False) -> dict[str, Any]:
         """Loss of one batch.
 
@@ -98,16 +101,16 @@ class XLNetPretrainer(keras.Model):
         dense = "perm_mask" in features
         self._check_features(features, DENSE_FEATURES if dense else MODEL_FEATURES)
         inputs = self.targets_from_dense(features) if dense else self.targets_from_compact(features)
-        logits, new_mems = self.network(tf.cast(features["input_ids"], tf.int32), features["segment_ids"],
+        logits, new_mems = self.network(ops.cast(features["input_ids"], "int32"), features["segment_ids"],
                                         inputs["perm_mask"], None, mems, target_positions=inputs["target_positions"],
                                         target_valid=inputs["target_valid"], training=training)
         valid = inputs["target_valid"]
-        cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=inputs["target"], logits=logits)
-        correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), inputs["target"]), tf.float32)
-        num_targets = tf.reduce_sum(valid)
-        denominator = tf.maximum(num_targets, 1.0)
-        loss_sum = tf.reduce_sum(cross_entropy * valid)
-        num_correct = tf.reduce_sum(correct * valid)
+        cross_entropy = ops.sparse_categorical_crossentropy(inputs["target"], logits, from_logits=True)
+        correct = ops.cast(ops.equal(backend_ops.argmax(logits), inputs["target"]), "float32")
+        num_targets = ops.sum(valid)
+        denominator = ops.maximum(num_targets, 1.0)
+        loss_sum = ops.sum(cross_entropy * valid)
+        num_correct = ops.sum(correct * valid)
         return {"loss": loss_sum / denominator, "accuracy": num_correct / denominator, "num_targets": num_targets,
                 "loss_sum": loss_sum, "num_correct": num_correct, "logits": logits, "new_mems": new_mems,
                 "cross_entropy": cross_entropy, "correct": correct,

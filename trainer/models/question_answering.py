@@ -21,9 +21,11 @@ from __future__ import annotations
 from typing import Mapping
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from trainer.layers.answer_span import AnswerClass, EndLogits, StartLogits
+from trainer.models import backend_ops
+from trainer.models.backend_ops import Tensor
 from trainer.models.head_spec import check_beam_widths
 from trainer.models.network import XLNetNetwork, head_model_config, head_model_from_config
 
@@ -59,33 +61,33 @@ class XLNetForQuestionAnswering(keras.Model):
                                         name="answer_class", dtype=self.dtype_policy)
         self.built = True  # every weight exists now, so a checkpoint can be restored before the first call
 
-    def call(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> dict[str, tf.Tensor]:
+    def call(self, inputs: Mapping[str, Tensor], training: bool = False) -> dict[str, Tensor]:
         hidden, _ = self.network.encode(inputs["input_ids"], inputs["segment_ids"], input_mask=inputs["input_mask"],
                                         training=training)
         return self.outputs_from_hidden(hidden, inputs["p_mask"], inputs.get("start_positions"), training)
 
-    def outputs_from_hidden(self, hidden: tf.Tensor, p_mask: tf.Tensor, start_positions: tf.Tensor | None = None,
-                            training: bool = False) -> dict[str, tf.Tensor]:
+    def outputs_from_hidden(self, hidden: Tensor, p_mask: Tensor, start_positions: Tensor | None = None,
+                            training: bool = False) -> dict[str, Tensor]:
         """The head alone on content-stream states [batch, seq_len, d_model] (<cls> last); outputs
         as :class:`XLNetForQuestionAnswering` documents (teacher-forced with ``start_positions``,
         else the beam)."""
         start_logits = self.start_logits(hidden, p_mask)
-        start_log_probs = tf.nn.log_softmax(start_logits, axis=-1)
-        start_feature = tf.einsum("bl,bld->bd", tf.cast(tf.nn.softmax(start_logits, axis=-1), hidden.dtype), hidden)
+        start_log_probs = ops.log_softmax(start_logits, axis=-1)
+        start_feature = ops.einsum("bl,bld->bd", ops.cast(ops.softmax(start_logits, axis=-1), hidden.dtype), hidden)
         cls_logits = self.answer_class(start_feature, hidden[:, -1], training=training)
         if start_positions is not None:
-            gold_start = tf.gather(hidden, tf.cast(start_positions, tf.int32)[:, None], batch_dims=1)  # [batch, 1, d]
+            gold_start = backend_ops.batch_gather(hidden, ops.cast(start_positions, "int32")[:, None])  # [batch, 1, d]
             end_logits = self.end_logits(hidden, gold_start, p_mask)[:, 0]
-            return {"start_log_probs": start_log_probs, "end_log_probs": tf.nn.log_softmax(end_logits, axis=-1),
+            return {"start_log_probs": start_log_probs, "end_log_probs": ops.log_softmax(end_logits, axis=-1),
                     "cls_logits": cls_logits}
-        start_top_log_probs, start_top_index = tf.math.top_k(start_log_probs, k=self.start_n_top)
-        start_states = tf.gather(hidden, start_top_index, batch_dims=1)  # [batch, start_n_top, d]
-        end_log_probs = tf.nn.log_softmax(self.end_logits(hidden, start_states, p_mask), axis=-1)
-        end_top_log_probs, end_top_index = tf.math.top_k(end_log_probs, k=self.end_n_top)  # [batch, starts, ends]
+        start_top_log_probs, start_top_index = ops.top_k(start_log_probs, k=self.start_n_top)
+        start_states = backend_ops.batch_gather(hidden, start_top_index)  # [batch, start_n_top, d]
+        end_log_probs = ops.log_softmax(self.end_logits(hidden, start_states, p_mask), axis=-1)
+        end_top_log_probs, end_top_index = ops.top_k(end_log_probs, k=self.end_n_top)  # [batch, starts, ends]
         flat = [-1, self.start_n_top * self.end_n_top]
         return {"start_top_log_probs": start_top_log_probs, "start_top_index": start_top_index,
-                "end_top_log_probs": tf.reshape(end_top_log_probs, flat),
-                "end_top_index": tf.reshape(end_top_index, flat), "cls_logits": cls_logits}
+                "end_top_log_probs": ops.reshape(end_top_log_probs, flat),
+                "end_top_index": ops.reshape(end_top_index, flat), "cls_logits": cls_logits}
 
     def get_config(self) -> dict:
         return head_model_config(self, start_n_top=self.start_n_top, end_n_top=self.end_n_top)
@@ -95,8 +97,8 @@ class XLNetForQuestionAnswering(keras.Model):
         return head_model_from_config(cls, config)
 
 
-def squad_losses(outputs: Mapping[str, tf.Tensor], start_positions: tf.Tensor, end_positions: tf.Tensor,
-                 is_impossible: tf.Tensor, answer_class: bool = True) -> tf.Tensor:
+def squad_losses(outputs: Mapping[str, Tensor], start_positions: Tensor, end_positions: Tensor,
+                 is_impossible: Tensor, answer_class: bool = True) -> Tensor:
     """Per-feature losses [batch]; their batch mean is the original's total loss.
 
     loss = ½ (−log p_start[start] − log p_end[end]) + ½ sigmoid_CE(cls_logits, is_impossible),
@@ -108,12 +110,12 @@ def squad_losses(outputs: Mapping[str, tf.Tensor], start_positions: tf.Tensor, e
         end_log_probs [batch, seq_len], cls_logits [batch]).
       start_positions, end_positions: int [batch]; is_impossible: float or int [batch].
     """
-    def cross_entropy(log_probs: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
-        return -tf.gather(log_probs, tf.cast(positions, tf.int32)[:, None], batch_dims=1)[:, 0]
+    def cross_entropy(log_probs: Tensor, positions: Tensor) -> Tensor:
+        return -backend_ops.batch_gather(log_probs, ops.cast(positions, "int32")[:, None])[:, 0]
 
     losses = 0.5 * (cross_entropy(outputs["start_log_probs"], start_positions)
                     + cross_entropy(outputs["end_log_probs"], end_positions))
     if answer_class:
-        losses += 0.5 * tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(is_impossible, tf.float32),
-                                                                 logits=outputs["cls_logits"])
+        losses += 0.5 * ops.binary_crossentropy(ops.cast(is_impossible, "float32"), outputs["cls_logits"],
+                                                from_logits=True)
     return losses

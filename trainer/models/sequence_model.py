@@ -14,9 +14,11 @@ from __future__ import annotations
 from typing import Mapping
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from trainer.layers.sequence_summary import SequenceSummary
+from trainer.models import backend_ops
+from trainer.models.backend_ops import Tensor
 from trainer.models.head_spec import SEQUENCE_TASKS, check_label_count, check_task, logits_units
 from trainer.models.network import XLNetNetwork, head_model_config, head_model_from_config
 
@@ -54,27 +56,27 @@ class XLNetForSequenceTask(keras.Model):
         self.logits_proj.build((None, config.d_model))
         self.built = True  # every weight exists now, so a checkpoint can be restored before the first call
 
-    def call(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+    def call(self, inputs: Mapping[str, Tensor], training: bool = False) -> Tensor:
         if self.task == "multiple-choice":
-            options = tf.shape(inputs["input_ids"])[1]
+            options = backend_ops.dynamic_shape(inputs["input_ids"])[1]
             flat = {name: _options_flattened(inputs[name]) for name in INPUTS}
-            return tf.reshape(self._logits(flat, training), [-1, options])
+            return ops.reshape(self._logits(flat, training), [-1, options])
         logits = self._logits(inputs, training)
         return logits[:, 0] if self.task == "regression" else logits
 
-    def _logits(self, inputs: Mapping[str, tf.Tensor], training: bool) -> tf.Tensor:
+    def _logits(self, inputs: Mapping[str, Tensor], training: bool) -> Tensor:
         """Rows [rows, seq_len], or [rows, segments, seq_len] read through the memory -> logits."""
         ids, segments, mask = (inputs[name] for name in INPUTS)
-        if ids.shape.rank == 3:
+        if len(ids.shape) == 3:
             hidden, _ = self.network.encode_last_segment(ids, segments, input_mask=mask, training=training)
         else:
             hidden, _ = self.network.encode(ids, segments, input_mask=mask, training=training)
         return self.logits_from_hidden(hidden, training)
 
-    def logits_from_hidden(self, hidden: tf.Tensor, training: bool = False) -> tf.Tensor:
+    def logits_from_hidden(self, hidden: Tensor, training: bool = False) -> Tensor:
         """The head alone: content-stream states [rows, seq_len, d_model] (<cls> last) -> float32
         logits [rows, num_labels] (one column for regression and for each option of multiple choice)."""
-        return tf.cast(self.logits_proj(self.sequence_summary(hidden, training=training)), tf.float32)
+        return ops.cast(self.logits_proj(self.sequence_summary(hidden, training=training)), "float32")
 
     def get_config(self) -> dict:
         return head_model_config(self, task=self.task, num_labels=self.num_labels)
@@ -84,17 +86,17 @@ class XLNetForSequenceTask(keras.Model):
         return head_model_from_config(cls, config)
 
 
-def _options_flattened(tensor: tf.Tensor) -> tf.Tensor:
+def _options_flattened(tensor: Tensor) -> Tensor:
     """[batch, options, ...] -> [batch * options, ...], keeping the static sizes of the trailing axes
     (the network needs a static length, and a static number of segments)."""
-    dynamic = tf.shape(tensor)
+    dynamic = backend_ops.dynamic_shape(tensor)
     trailing = [size if size is not None else dynamic[axis] for axis, size in enumerate(tensor.shape) if axis >= 2]
-    return tf.reshape(tensor, [-1, *trailing])
+    return ops.reshape(tensor, [-1, *trailing])
 
 
-def task_loss(task: str, outputs: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+def task_loss(task: str, outputs: Tensor, labels: Tensor) -> Tensor:
     """Per-example losses [batch] as the original computes them (its loss is their batch mean):
     softmax cross entropy over labels or options, or squared error (no 1/2) for regression."""
     if task == "regression":
-        return tf.square(outputs - tf.cast(labels, tf.float32))
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32), logits=outputs)
+        return ops.square(outputs - ops.cast(labels, "float32"))
+    return ops.sparse_categorical_crossentropy(ops.cast(labels, "int32"), outputs, from_logits=True)

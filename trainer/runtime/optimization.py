@@ -10,6 +10,10 @@ the second, so a constant gradient scale cancels out (only epsilon notices it) a
 original's decay barely acts. We multiply each variable's LEARNING RATE instead (as ELECTRA
 and per-parameter-group implementations do), which scales the whole step, decoupled weight
 decay included.
+
+Portable (keras.ops): the schedule and AdamW run on every Keras backend, so that the JAX step
+(trainer/runtime/jax_step.py) applies the same updates. ``clip_by_global_norm`` keeps
+TensorFlow's own ops on TensorFlow (the trainer's step logs are bit-exact records of them).
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import re
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from trainer.configs.training import LoopConfig
 
@@ -39,10 +43,10 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.after = after
 
     def __call__(self, step):
-        step = tf.cast(step, tf.float32)
+        step = ops.cast(step, "float32")
         warmup = self.peak * step / float(max(self.warmup_steps, 1))
-        decayed = self.after(tf.maximum(step - self.warmup_steps, 0.0))
-        return tf.where(step < self.warmup_steps, warmup, decayed)
+        decayed = self.after(ops.maximum(step - self.warmup_steps, 0.0))
+        return ops.where(step < self.warmup_steps, warmup, decayed)
 
     def get_config(self) -> dict:
         return {"peak": self.peak, "warmup_steps": self.warmup_steps,
@@ -108,8 +112,8 @@ class PerVariableLRAdamW(ReducedGradientAdamW):
             learning_rate = learning_rate * factor
         if self._use_weight_decay(variable):
             # Keras's own decay (before any Adam step), written with this variable's rate
-            lr = tf.cast(learning_rate, variable.dtype)
-            wd = tf.cast(self.weight_decay, variable.dtype)
+            lr = ops.cast(learning_rate, variable.dtype)
+            wd = ops.cast(self.weight_decay, variable.dtype)
             variable.assign_sub(variable * wd * lr)
         super().update_step(gradient, variable, learning_rate)
 
@@ -119,7 +123,7 @@ class PerVariableLRAdamW(ReducedGradientAdamW):
         return config
 
 
-def build_optimizer(config: LoopConfig, variables: Sequence[tf.Variable],
+def build_optimizer(config: LoopConfig, variables: Sequence[keras.Variable],
                     lr_multipliers: Optional[Mapping[int, float]] = None) -> keras.optimizers.Optimizer:
     """AdamW for ``variables`` (built, so a checkpoint restores its slots), LayerNorm and biases
     excluded from weight decay; wrapped for dynamic loss scaling under mixed_float16.
@@ -141,7 +145,7 @@ def build_optimizer(config: LoopConfig, variables: Sequence[tf.Variable],
     return optimizer
 
 
-def variable_key(variable: tf.Variable) -> int:
+def variable_key(variable: keras.Variable) -> int:
     """Key of ``variable`` in an ``lr_multipliers`` mapping: its identity.
 
     Keras variables are unhashable, and their paths repeat from block to block
@@ -168,7 +172,7 @@ def layer_decay_multipliers(network: XLNetNetwork, rate: float) -> dict[int, flo
     return multipliers
 
 
-def _factor_per_variable(variables: Sequence[tf.Variable], lr_multipliers: Mapping[int, float]) -> list[float]:
+def _factor_per_variable(variables: Sequence[keras.Variable], lr_multipliers: Mapping[int, float]) -> list[float]:
     """The factors in the order of ``variables``; refuses keys of variables not being optimised
     (multipliers computed for another network would otherwise silently do nothing)."""
     keys = [variable_key(v) for v in variables]
@@ -178,15 +182,26 @@ def _factor_per_variable(variables: Sequence[tf.Variable], lr_multipliers: Mappi
     return [lr_multipliers.get(key, 1.0) for key in keys]
 
 
-def no_decay_variables(variables: Sequence[tf.Variable]) -> list:
+def no_decay_variables(variables: Sequence[keras.Variable]) -> list:
     """The variables weight decay must skip (LayerNorm parameters and biases), matched by path."""
     return [v for v in variables if NO_DECAY_PATTERN.search(getattr(v, "path", v.name))]
 
 
-def clip_by_global_norm(grads: Sequence[tf.Tensor], clip_norm: float) -> tuple[list, tf.Tensor]:
-    """Clips to ``clip_norm`` (0 disables clipping); returns (clipped grads, norm before clipping)."""
-    norm = tf.linalg.global_norm(grads)
+def clip_by_global_norm(grads: Sequence, clip_norm: float) -> tuple[list, object]:
+    """Clips to ``clip_norm`` (0 disables clipping); returns (clipped grads, norm before clipping).
+
+    On TensorFlow, TensorFlow's own global norm and clipping (the step logs record their exact bits);
+    elsewhere the same formula in keras.ops: scale = clip_norm * min(1 / norm, 1 / clip_norm)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # only on this backend: the module itself runs on every one
+
+        norm = tf.linalg.global_norm(grads)
+        if clip_norm <= 0:
+            return list(grads), norm
+        clipped, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
+        return clipped, norm
+    norm = ops.sqrt(sum(ops.sum(ops.square(ops.cast(g, "float32"))) for g in grads))
     if clip_norm <= 0:
         return list(grads), norm
-    clipped, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
-    return clipped, norm
+    scale = clip_norm * ops.minimum(1.0 / norm, 1.0 / clip_norm)
+    return [g * ops.cast(scale, g.dtype) for g in grads], norm

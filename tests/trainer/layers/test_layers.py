@@ -4,7 +4,8 @@ import pytest
 import tensorflow as tf
 
 from trainer.layers import HashDropout, RelativePositionEncoding, mask_fill_value, rel_shift
-from trainer.layers.dropout import hashed_uniform_bits, keep_mask
+from trainer.layers.counter_hash import hashed_uniform_bits
+from trainer.layers.tensorflow_dropout import keep_mask
 from trainer.layers.relative_position import gather_relative, relative_distances
 
 

@@ -47,6 +47,25 @@ def test_ranks_are_the_same_under_xla():
     np.testing.assert_array_equal(compiled(seeds(4)).numpy(), sample_ranks(seeds(4), 16, 8, 8).numpy())
 
 
+def numpy_mix32(x: np.ndarray) -> np.ndarray:
+    """lowbias32 in NumPy uint32 arithmetic (wrapping)."""
+    x = (x ^ (x >> np.uint32(16))) * np.uint32(0x7FEB352D)
+    x = (x ^ (x >> np.uint32(15))) * np.uint32(0x846CA68B)
+    return x ^ (x >> np.uint32(16))
+
+
+def test_each_block_order_sorts_the_hashed_keys_as_unsigned_integers():
+    # the rule as first written: uint32 keys, widened to int64, stable argsort; large seeds set the top bit
+    perm_seed = np.array([[5, 7], [2 ** 31 - 1, 123456789], [-3, 2 ** 30]], np.int32)
+    seed = perm_seed.view(np.uint32)
+    with np.errstate(over="ignore"):
+        keys = numpy_mix32(np.arange(8, dtype=np.uint32)[None, :] + seed[:, :1] * np.uint32(0x9E3779B9))
+        keys = numpy_mix32(keys ^ numpy_mix32(seed[:, 1:]))
+    orders = np.argsort(keys.astype(np.int64).reshape(3, 2, 4), axis=-1, kind="stable")
+    expected = np.concatenate([orders[:, 0], 4 + orders[:, 1]], axis=1)  # reuse_len 4: context, then A/B
+    np.testing.assert_array_equal(sample_ranks(tf.constant(perm_seed), 8, 4, 4).numpy(), expected)
+
+
 def test_perm_mask_follows_the_reference_rules():
     # positions 0-1 context, 2-5 A/B; 0,3,5 targets, 4 is <sep>, 1,2 ordinary tokens.
     ids = tf.constant([[20, 21, 22, 23, SEP, 25]])

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The prepared run of benchmarks/accelerator_step.py on a lent GPU machine (docs/benchmarks.md, "On an accelerator (JAX)").
+#
+# Here, once (needs pip and the network):    benchmarks/accelerator_run.sh download
+#   fetches the wheels of benchmarks/accelerator_requirements.txt for Python 3.12 x86-64 into .whl/.
+# There (the device tool, .whl carried):     benchmarks/accelerator_run.sh [accelerator_step.py flags]
+#   installs the carried wheels into /tmp/site, runs the benchmark within 8 minutes (Base and Large at
+#   512, remat none and full, transformers' XLNet beside each preset) and writes to $OUT (default
+#   /tmp/accelerator-out): accelerator_step.jsonl (the JSON lines), stderr.txt, gpu.txt (nvidia-smi).
+# e.g. device run: command "bash benchmarks/accelerator_run.sh", carry [".whl"], timeout_s 540.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = download ]; then
+  mkdir -p .whl
+  python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl -r benchmarks/accelerator_requirements.txt \
+    || exit
+  du -cb .whl/*.whl | tail -1
+  exit 0
+fi
+
+out=${OUT:-/tmp/accelerator-out}
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "installing the carried wheels failed: carry .whl (benchmarks/accelerator_run.sh download)"; exit 1; }
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 KERAS_BACKEND=jax
+# A rerun on the same warm machine compiles nothing twice.
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jax-cache}
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
+python3 - >> "$out/gpu.txt" 2>&1 <<'PY'
+import importlib
+for name in ("jax", "keras", "optree", "torch", "transformers"):
+    try:
+        print(name, importlib.import_module(name).__version__)
+    except Exception as error:  # one missing package must not hide the others' versions
+        print(name, "missing:", error)
+import jax
+print("jax devices", jax.devices())
+PY
+# 450 s for settings to start in, 480 s in all: the call's 10 minutes leave room for the machine's start.
+timeout 480 python3 benchmarks/accelerator_step.py --budget-s 450 --steps 8 --output "$out/accelerator_step.jsonl" "$@" \
+  2> "$out/stderr.txt"
+status=$?
+cat "$out/gpu.txt"
+echo "exit status $status; $(wc -l < "$out/accelerator_step.jsonl" 2>/dev/null || echo 0) lines in $out/accelerator_step.jsonl"
+exit $status

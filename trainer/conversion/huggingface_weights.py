@@ -1,0 +1,617 @@
+"""The Hugging Face transformers XLNet weights, on any Keras backend: config.json <-> ModelConfig,
+the names of our variables in transformers, and model.safetensors read with NumPy and ``safetensors``.
+
+Portable: NumPy, ``safetensors`` and Keras only, no TensorFlow import (a local directory is read with
+Python's own I/O through trainer/runtime/storage.py; a gs:// one needs TensorFlow's file system, imported
+only then). trainer/conversion/huggingface_format.py builds the TensorFlow commands (`xlnet export --format
+huggingface`, `xlnet import-checkpoint --huggingface`) on these rules, with the tokenizer files;
+:func:`load_huggingface_network` is the loader for every backend. Names and layouts are those of transformers
+v5 (``XLNetLMHeadModel``, ``XLNetForSequenceClassification``, ``XLNetForMultipleChoice``,
+``XLNetForQuestionAnswering``):
+
+* ``transformer.word_embedding.weight`` [vocab, d_model], ``transformer.mask_emb`` [1, 1, d_model];
+* per layer ``transformer.layer.{i}.rel_attn.{q,k,v,o,r}`` [d_model, n_head, d_head] (our layout),
+  ``rel_attn.{r_w_bias,r_r_bias,r_s_bias}`` [n_head, d_head] (a slice of our stacked
+  [n_layer, ...] biases, or our one shared set when untie_r is off), ``rel_attn.seg_embed``
+  [2, n_head, d_head], ``rel_attn.layer_norm.{weight,bias}``, ``ff.layer_norm.{weight,bias}``,
+  ``ff.layer_{1,2}.{weight,bias}`` (torch Linear weights are [out, in]: our kernels transposed);
+* ``lm_loss.bias`` [vocab] (``lm_loss.weight`` is tied to the word embedding and not saved);
+* heads: ``sequence_summary.summary.{weight,bias}`` [d_model, d_model] and ``logits_proj``
+  [num_labels or 1, d_model] (+ bias), the XLNetForSequenceTask of trainer/models/sequence_model.py; for
+  squad (trainer/models/question_answering.py, layers named as transformers' poolers) ``start_logits.dense``
+  [1, d_model], ``end_logits.dense_0`` [d_model, 2 d_model], ``end_logits.LayerNorm``,
+  ``end_logits.dense_1`` [1, d_model], ``answer_class.dense_0`` [d_model, 2 d_model] and
+  ``answer_class.dense_1.weight`` [1, d_model] (no bias), each with the concatenation order of
+  both (end: [h_j ; h_start], answer class: [start ; <cls>]), and config.json's
+  ``start_n_top``/``end_n_top`` as our beam widths.
+
+Hugging Face has no ``untie_r``: its biases are always per layer. On import, biases equal
+(bit for bit) in every layer come back tied (untie_r false), which is what our export of a tied
+model writes; otherwise they stay per layer (untie_r true). Fields of our ModelConfig that
+transformers has no field for (bi_data, mem_len and reuse_len as pretraining uses them, dropatt)
+travel in config.json under ``"xlnet_pretraining"``, a key transformers keeps and ignores, so a
+round trip gives back the same configuration.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+import posixpath
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+
+import numpy as np
+
+from tfrecords.errors import UsageError
+from trainer.models.config import ModelConfig, expected_type, has_type, shown, type_problems
+from trainer.models.head_spec import HeadSpec
+from trainer.runtime.storage import StorageError, exists, read_bytes, read_json
+
+if TYPE_CHECKING:  # the network's module: loaded only when a network is built (load_huggingface_network)
+    import keras
+
+    from trainer.models.network import XLNetNetwork
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+TORCH_WEIGHTS = "pytorch_model.bin"
+PRETRAINING_KEY = "xlnet_pretraining"  # our ModelConfig fields transformers has no field for
+PRETRAINING_FIELDS = ("bi_data", "mem_len", "reuse_len", "dropatt")
+BASE_PREFIX = "transformer."
+LAYER_NORM_EPSILON = 1e-12  # fixed in our layers (trainer/layers/attention.py)
+
+# Our ff_activation -> transformers' name. Ours "gelu" is the original's tanh approximation,
+# transformers' "gelu_new"; transformers' "gelu" is the exact (erf) GELU, ours "gelu_exact".
+ACTIVATION_TO_HF = {"gelu": "gelu_new", "relu": "relu", "gelu_exact": "gelu"}
+ACTIVATION_FROM_HF = {hf: ours for ours, hf in ACTIVATION_TO_HF.items()}
+
+LM_ARCHITECTURE = "XLNetLMHeadModel"
+BASE_ARCHITECTURE = "XLNetModel"
+# Our fine-tuning task -> the transformers class holding the same head.
+TASK_ARCHITECTURES = {"classification": "XLNetForSequenceClassification",
+                      "regression": "XLNetForSequenceClassification",
+                      "multiple-choice": "XLNetForMultipleChoice",
+                      "squad": "XLNetForQuestionAnswering"}
+NOT_YET = {"XLNetForQuestionAnsweringSimple": "its qa_outputs layer scores starts and ends independently; "
+                                              "`xlnet finetune --task squad` has XLNetForQuestionAnswering's head "
+                                              "(start_logits, end_logits conditioned on the start, answer_class), "
+                                              "so import an XLNetForQuestionAnswering model instead",
+           "XLNetForTokenClassification": "`xlnet finetune` has no token-classification task"}
+# Tensor-name prefixes of each head (for a config.json without "architectures").
+HEAD_PREFIXES = ("logits_proj.", "sequence_summary.", "start_logits.", "end_logits.", "answer_class.")
+# XLNetConfig summary settings our SequenceSummary implements (last position, dense + tanh).
+SUMMARY = {"summary_type": "last", "summary_use_proj": True, "summary_activation": "tanh"}
+
+
+class HuggingFaceFormatError(UsageError):
+    """A Hugging Face directory, config or tensor set we cannot use; the message names the file or field."""
+
+
+# ------------------------------------------------------------------------------------ heads
+def head_config_fields(head: Optional[HeadSpec]) -> dict[str, Any]:
+    """config.json fields that say which class loads the model and, for its head, the labels."""
+    if head is None:
+        return {"architectures": [LM_ARCHITECTURE]}
+    if head.task == "squad":
+        return {"architectures": [TASK_ARCHITECTURES[head.task]], "start_n_top": head.start_n_top,
+                "end_n_top": head.end_n_top}
+    fields: dict[str, Any] = {"architectures": [TASK_ARCHITECTURES[head.task]], **SUMMARY}
+    if head.task == "classification":
+        fields["problem_type"] = "single_label_classification"
+        fields["id2label"] = {str(i): label for i, label in enumerate(head.labels)}
+        fields["label2id"] = {label: i for i, label in enumerate(head.labels)}
+    elif head.task == "regression":
+        fields["problem_type"] = "regression"
+        fields["id2label"], fields["label2id"] = {"0": "LABEL_0"}, {"LABEL_0": 0}
+    return fields
+
+
+def head_from_config(values: Mapping[str, Any], names: Iterable[str], source: str) -> Optional[HeadSpec]:
+    """The head a config.json (and its tensor ``names``) describes, or None for a bare or LM model."""
+    architectures = values.get("architectures") or []
+    if len(architectures) > 1:
+        raise HuggingFaceFormatError(f"{source}: architectures {architectures} names several classes; "
+                                     "expected one XLNet class")
+    if not architectures:
+        names = list(names)
+        if any(name.startswith(HEAD_PREFIXES) for name in names):
+            task = "squad" if any(name.startswith("answer_class.") for name in names) else "classification"
+            raise HuggingFaceFormatError(f"{source} has no \"architectures\" but the weights hold a head: "
+                                         f"add e.g. \"architectures\": [\"{TASK_ARCHITECTURES[task]}\"]")
+        return None
+    architecture = architectures[0]
+    if architecture in NOT_YET:
+        raise HuggingFaceFormatError(f"{source}: architectures {architecture} is not supported: "
+                                     f"{NOT_YET[architecture]}")
+    if architecture in (LM_ARCHITECTURE, BASE_ARCHITECTURE):
+        return None
+    if architecture not in TASK_ARCHITECTURES.values():
+        known = sorted({LM_ARCHITECTURE, BASE_ARCHITECTURE, *TASK_ARCHITECTURES.values()})
+        raise HuggingFaceFormatError(f"{source}: architectures {architecture} is not an XLNet class we import "
+                                     f"(one of {', '.join(known)})")
+    if architecture == TASK_ARCHITECTURES["squad"]:
+        widths = {key: values.get(key, 5) for key in ("start_n_top", "end_n_top")}  # XLNetConfig's defaults
+        bad = [f"{key} {value!r}" for key, value in widths.items()
+               if isinstance(value, bool) or not isinstance(value, int) or value < 1]
+        if bad:
+            raise HuggingFaceFormatError(f"{source}: {' and '.join(bad)} is not supported (the beam widths must be "
+                                         "integers of at least 1)")
+        return HeadSpec("squad", **widths)
+    for key, needed in SUMMARY.items():
+        if values.get(key, needed) != needed:
+            raise HuggingFaceFormatError(f"{source}: {key} {values[key]!r} is not supported (the head summarises "
+                                         f"with {key} {needed!r})")
+    if values.get("summary_proj_to_labels"):
+        raise HuggingFaceFormatError(f"{source}: summary_proj_to_labels true is not supported (the summary "
+                                     "projects to d_model)")
+    if architecture == TASK_ARCHITECTURES["multiple-choice"]:
+        return HeadSpec("multiple-choice")
+    id2label = values.get("id2label") or {"0": "LABEL_0", "1": "LABEL_1"}  # transformers' default: 2 labels
+    try:
+        labels = tuple(str(id2label[key]) for key in sorted(id2label, key=int))
+    except (ValueError, TypeError):
+        raise HuggingFaceFormatError(f"{source}: id2label keys must be class ids 0..n-1") from None
+    problem = values.get("problem_type")
+    if problem == "regression" or (problem is None and len(labels) == 1):
+        return HeadSpec("regression")
+    if problem not in (None, "single_label_classification"):
+        raise HuggingFaceFormatError(f"{source}: problem_type {problem!r} is not supported (only "
+                                     "single_label_classification and regression)")
+    if len(labels) < 2:
+        raise HuggingFaceFormatError(f"{source}: classification needs at least 2 labels in id2label, got {len(labels)}")
+    return HeadSpec("classification", labels)
+
+
+# --------------------------------------------------------------------------------- config
+def huggingface_config(config: ModelConfig, special_ids: Mapping[str, int], head: Optional[HeadSpec] = None
+                       ) -> dict[str, Any]:
+    """Our ModelConfig (plus the vocabulary's special ids and the head) -> config.json values that
+    transformers' XLNetConfig loads. HuggingFaceFormatError names a field it cannot express."""
+    if config.d_head * config.n_head != config.d_model:
+        raise HuggingFaceFormatError(f"model_config.json has d_head {config.d_head} with d_model {config.d_model} and "
+                                     f"n_head {config.n_head}: transformers requires d_head = d_model / n_head")
+    if config.attn_type != "bi":
+        raise HuggingFaceFormatError(f"model_config.json has attn_type {config.attn_type!r}: only 'bi' is exported")
+    if config.ff_activation not in ACTIVATION_TO_HF:
+        raise HuggingFaceFormatError(f"model_config.json has ff_activation {config.ff_activation!r}, which has no "
+                                     "transformers name here")
+    values = {
+        "model_type": "xlnet", "vocab_size": config.vocab_size, "d_model": config.d_model,
+        "n_layer": config.n_layer, "n_head": config.n_head, "d_head": config.d_head, "d_inner": config.d_inner,
+        "ff_activation": ACTIVATION_TO_HF[config.ff_activation], "attn_type": "bi",
+        "initializer_range": config.initializer_range, "layer_norm_eps": LAYER_NORM_EPSILON,
+        "dropout": config.dropout, "clamp_len": config.clamp_len, "same_length": False,
+        # Inference settings for transformers users: whole sequences, no pretraining batch layout.
+        "bi_data": False, "mem_len": None, "reuse_len": None, "use_mems_eval": True, "use_mems_train": False,
+        "summary_type": "last", "summary_use_proj": True, "summary_activation": "tanh",
+        "summary_last_dropout": config.dropout, "start_n_top": 5, "end_n_top": 5,
+        "pad_token_id": special_ids["pad"], "bos_token_id": special_ids["bos"], "eos_token_id": special_ids["eos"],
+        "tie_word_embeddings": True, "dtype": "float32",
+        PRETRAINING_KEY: {name: getattr(config, name) for name in PRETRAINING_FIELDS},
+    }
+    values.update(head_config_fields(head))
+    return values
+
+
+# config.json's numbers that are ModelConfig fields of the same name (typed there), and the others read.
+SHARED_NUMBERS = ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner", "clamp_len", "dropout",
+                  "initializer_range")
+OTHER_NUMBERS = {"n_token": int, "layer_norm_eps": float}
+
+
+def config_type_problems(values: Mapping[str, Any]) -> list[str]:
+    """``FIELD: expected TYPE, got VALUE`` for each number of config.json that we read and that holds
+    another type (a string, null, a bool): the typed check --config gets (trainer/models/config.py),
+    so that a value is named before any arithmetic on it."""
+    problems = type_problems(ModelConfig, {name: values[name] for name in SHARED_NUMBERS if name in values})
+    return problems + [f"{name}: expected {expected_type(kind)}, got {shown(values[name])}"
+                       for name, kind in OTHER_NUMBERS.items() if name in values and not has_type(values[name], kind)]
+
+
+def model_config_from_huggingface(values: Mapping[str, Any], source: str, **overrides: Any) -> ModelConfig:
+    """config.json values -> our ModelConfig (untie_r true; the tensors decide, see ``tied_biases``).
+
+    Fields transformers has no field for come from ``"xlnet_pretraining"`` when our export wrote
+    it, else from the ModelConfig defaults; ``overrides`` (command-line flags, None = not given)
+    win over both. A field we cannot honour raises HuggingFaceFormatError naming it.
+    """
+    if values.get("model_type") != "xlnet":
+        raise HuggingFaceFormatError(f"{source}: model_type {values.get('model_type')!r} is not 'xlnet'")
+    problems = config_type_problems(values)
+    if problems:
+        raise HuggingFaceFormatError(f"{source}: " + "; ".join(problems))
+    if "vocab_size" not in values and "n_token" in values:  # the old name, which transformers still maps
+        values = dict(values, vocab_size=values["n_token"])
+    missing = [key for key in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner") if key not in values]
+    if missing:
+        raise HuggingFaceFormatError(f"{source} lacks {', '.join(missing)}")
+    refused = []
+    if values.get("attn_type", "bi") != "bi":
+        refused.append(f"attn_type {values['attn_type']!r} (only 'bi')")
+    if values.get("same_length", False):
+        refused.append("same_length true (only false)")
+    if float(values.get("layer_norm_eps", LAYER_NORM_EPSILON)) != LAYER_NORM_EPSILON:
+        refused.append(f"layer_norm_eps {values['layer_norm_eps']} (only {LAYER_NORM_EPSILON})")
+    d_model, n_head = int(values["d_model"]), int(values["n_head"])
+    d_head = values.get("d_head") or (d_model // n_head if n_head else 0)
+    if n_head <= 0 or d_model % n_head or d_head != d_model // n_head:
+        refused.append(f"d_head {d_head} with d_model {d_model} and n_head {n_head} (d_head must be d_model / n_head)")
+    activation = values.get("ff_activation", "gelu")
+    ours = ACTIVATION_FROM_HF.get(activation)
+    if ours is None:
+        refused.append(f"ff_activation {activation!r} (one of {', '.join(sorted(ACTIVATION_FROM_HF))})")
+    if refused:
+        raise HuggingFaceFormatError(f"{source}: cannot honour " + "; ".join(refused))
+    extra = values.get(PRETRAINING_KEY) or {}
+    dropout = float(values.get("dropout", ModelConfig.dropout))
+    fields = dict(vocab_size=int(values["vocab_size"]), n_layer=int(values["n_layer"]), d_model=d_model,
+                  n_head=n_head, d_head=int(d_head), d_inner=int(values["d_inner"]), ff_activation=ours,
+                  untie_r=True, dropout=dropout, dropatt=dropout, attn_type="bi",
+                  clamp_len=int(values.get("clamp_len", -1)),
+                  initializer_range=float(values.get("initializer_range", ModelConfig.initializer_range)))
+    fields.update({name: extra[name] for name in PRETRAINING_FIELDS if name in extra})
+    fields.update({name: value for name, value in overrides.items() if value is not None})
+    try:
+        return ModelConfig(**fields)
+    except ValueError as error:
+        raise HuggingFaceFormatError(f"{source}: {error}") from None
+
+
+# -------------------------------------------------------------------------------- tensors
+@dataclasses.dataclass(frozen=True)
+class Binding:
+    """One transformers tensor and where it lives in our model.
+
+    ``layer``: index into a stacked [n_layer, ...] variable (per-layer biases, seg_embed).
+    ``transpose``: a torch Linear weight [out, in] against our Keras kernel [in, out].
+    """
+
+    name: str
+    variable: keras.Variable
+    layer: Optional[int] = None
+    transpose: bool = False
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        shape = tuple(self.variable.shape)[0 if self.layer is None else 1:]
+        return shape[::-1] if self.transpose else shape
+
+    def value(self) -> np.ndarray:
+        """The tensor as transformers holds it."""
+        value = self.variable.numpy()
+        if self.layer is not None:
+            value = value[self.layer]
+        return np.ascontiguousarray(value.T if self.transpose else value)
+
+
+def network_bindings(network: XLNetNetwork, prefix: str = BASE_PREFIX) -> list[Binding]:
+    """Bindings of the encoder (``prefix`` + transformers' XLNetModel names); tied biases bind
+    every layer's name to the one shared variable."""
+    biases = network.attention_biases
+    bindings = [Binding(f"{prefix}word_embedding.weight", network.word_embedding.embeddings),
+                Binding(f"{prefix}mask_emb", network.mask_emb)]
+    for i, block in enumerate(network.blocks):
+        layer = f"{prefix}layer.{i}."
+        attention, feed_forward = block.attention, block.feed_forward
+        bindings += [Binding(f"{layer}rel_attn.{name}", getattr(attention, f"{name}_kernel")) for name in "qkvor"]
+        bindings += [Binding(f"{layer}rel_attn.{name}", getattr(biases, name), i if biases.untie_r else None)
+                     for name in ("r_w_bias", "r_r_bias", "r_s_bias")]
+        bindings += [Binding(f"{layer}rel_attn.seg_embed", biases.seg_embed, i),
+                     Binding(f"{layer}rel_attn.layer_norm.weight", attention.layer_norm.gamma),
+                     Binding(f"{layer}rel_attn.layer_norm.bias", attention.layer_norm.beta),
+                     Binding(f"{layer}ff.layer_norm.weight", feed_forward.layer_norm.gamma),
+                     Binding(f"{layer}ff.layer_norm.bias", feed_forward.layer_norm.beta)]
+        for dense in ("layer_1", "layer_2"):
+            bindings += [Binding(f"{layer}ff.{dense}.weight", getattr(feed_forward, dense).kernel, transpose=True),
+                         Binding(f"{layer}ff.{dense}.bias", getattr(feed_forward, dense).bias)]
+    return bindings
+
+
+def dense_bindings(name: str, dense, bias: bool = True) -> list[Binding]:
+    """A Keras Dense as a torch Linear: ``name.weight`` [out, in] (the kernel transposed), ``name.bias``."""
+    return [Binding(f"{name}.weight", dense.kernel, transpose=True)] + \
+        ([Binding(f"{name}.bias", dense.bias)] if bias else [])
+
+
+def question_answering_bindings(head) -> list[Binding]:
+    """Bindings of a trainer.models.question_answering.XLNetForQuestionAnswering's own layers, as transformers'
+    XLNetForQuestionAnswering names them (our layers carry the same names)."""
+    start, end, answer = head.start_logits, head.end_logits, head.answer_class
+    return [*dense_bindings("start_logits.dense", start.dense),
+            *dense_bindings("end_logits.dense_0", end.dense_0),
+            Binding("end_logits.LayerNorm.weight", end.layer_norm.gamma),
+            Binding("end_logits.LayerNorm.bias", end.layer_norm.beta),
+            *dense_bindings("end_logits.dense_1", end.dense_1),
+            *dense_bindings("answer_class.dense_0", answer.dense_0),
+            *dense_bindings("answer_class.dense_1", answer.dense_1, bias=False)]
+
+
+def head_bindings(head) -> list[Binding]:
+    """Bindings of a head model's own layers: an XLNetForSequenceTask's summary and logits_proj,
+    or an XLNetForQuestionAnswering's start_logits, end_logits and answer_class."""
+    if hasattr(head, "answer_class"):
+        return question_answering_bindings(head)
+    summary, projection = head.sequence_summary.summary, head.logits_proj
+    return [Binding("sequence_summary.summary.weight", summary.kernel, transpose=True),
+            Binding("sequence_summary.summary.bias", summary.bias),
+            Binding("logits_proj.weight", projection.kernel, transpose=True),
+            Binding("logits_proj.bias", projection.bias)]
+
+
+def model_bindings(network: XLNetNetwork, head=None, prefix: str = BASE_PREFIX, lm_head: bool = True
+                   ) -> list[Binding]:
+    """Every tensor of the transformers model: the encoder plus ``head``'s layers, or plus
+    ``lm_loss.bias`` when there is no head and ``lm_head`` (XLNetLMHeadModel; XLNetModel has none)."""
+    bindings = network_bindings(network, prefix)
+    if head is not None:
+        bindings += head_bindings(head)
+    elif lm_head:
+        bindings.append(Binding("lm_loss.bias", network.lm_bias))
+    return bindings
+
+
+def export_tensors(network: XLNetNetwork, head=None) -> dict[str, np.ndarray]:
+    """name -> float32 array of the transformers model (XLNetLMHeadModel, or the head's class)."""
+    return {binding.name: binding.value() for binding in model_bindings(network, head)}
+
+
+def check_tensors(bindings: list[Binding], tensors: Mapping[str, np.ndarray], source: str,
+                  optional: Iterable[str] = ()) -> None:
+    """Names every missing, extra, mis-shaped or non-float tensor in one HuggingFaceFormatError.
+    ``optional``: extra names allowed (the tied ``lm_loss.weight``, checked by the caller)."""
+    expected = {binding.name: binding.shape for binding in bindings}
+    problems = [f"missing tensor {name}" for name in expected if name not in tensors]
+    problems += [f"unexpected tensor {name}" for name in sorted(tensors)
+                 if name not in expected and name not in set(optional)]
+    for name, shape in expected.items():
+        if name not in tensors:
+            continue
+        array = tensors[name]
+        if tuple(array.shape) != shape:
+            problems.append(f"tensor {name} has shape {list(array.shape)}, the config needs {list(shape)}")
+        elif not np.issubdtype(array.dtype, np.floating):
+            problems.append(f"tensor {name} has dtype {array.dtype}, expected a float type")
+    if problems:
+        raise HuggingFaceFormatError(f"{source} does not fit the model: " + "; ".join(problems))
+
+
+def assign_tensors(bindings: list[Binding], tensors: Mapping[str, np.ndarray]) -> None:
+    """Assigns checked tensors (``check_tensors``): per-layer slices are stacked into their
+    variable, a tied variable takes its (identical) value once."""
+    values: dict[int, tuple[keras.Variable, np.ndarray]] = {}  # by id: Keras 3 variables are not hashable
+    for binding in bindings:
+        value = np.asarray(tensors[binding.name], np.float32)
+        value = value.T if binding.transpose else value
+        variable = binding.variable
+        if binding.layer is None:
+            values[id(variable)] = (variable, value)
+        else:
+            stacked = values.setdefault(id(variable), (variable, np.empty(variable.shape, np.float32)))[1]
+            stacked[binding.layer] = value
+    for variable, value in values.values():
+        variable.assign(value)
+
+
+def tied_biases(tensors: Mapping[str, np.ndarray], n_layer: int, prefix: str = BASE_PREFIX) -> bool:
+    """True when every layer holds bit-identical r_w/r_r/r_s biases (a model exported with
+    untie_r false, or a one-layer model): they are imported as one shared set."""
+    for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
+        layers = [tensors.get(f"{prefix}layer.{i}.rel_attn.{name}") for i in range(n_layer)]
+        if any(layer is None for layer in layers):
+            return False  # the shape check names what is missing
+        first = np.asarray(layers[0])
+        if any(np.asarray(layer).shape != first.shape or np.asarray(layer).tobytes() != first.tobytes()
+               for layer in layers[1:]):
+            return False
+    return True
+
+
+def check_config_against_tensors(config: ModelConfig, tensors: Mapping[str, np.ndarray], prefix: str,
+                                 source: str) -> None:
+    """The sizes of ``source`` (config.json) checked against the weights before a network is built
+    from them: a config with more layers than the weights hold, or an embedding, attention or
+    feed-forward larger than its tensors, would otherwise build (for minutes, or out of memory) a
+    model no weight fits. HuggingFaceFormatError names the file and the field. Tensors
+    that are missing or extra are left to ``check_tensors``, which names them all."""
+    layers = {int(name[len(prefix) + len("layer."):].split(".", 1)[0]) for name in tensors
+              if name.startswith(f"{prefix}layer.") and name[len(prefix) + len("layer."):].split(".", 1)[0].isdigit()}
+    if config.n_layer > len(layers):
+        held = f"{len(layers)} layers ({prefix}layer.0 to {prefix}layer.{len(layers) - 1})" if layers else "no layer"
+        raise HuggingFaceFormatError(f"{source}: n_layer {config.n_layer}, but its weights hold {held}; "
+                                     "correct n_layer")
+    expected = {f"{prefix}word_embedding.weight": ((config.vocab_size, config.d_model), "vocab_size and d_model"),
+                f"{prefix}layer.0.rel_attn.q": ((config.d_model, config.n_head, config.d_head),
+                                                "d_model, n_head and d_head"),
+                f"{prefix}layer.0.ff.layer_1.weight": ((config.d_inner, config.d_model), "d_inner and d_model")}
+    for name, (shape, fields) in expected.items():
+        held = tensors.get(name)
+        if held is not None and math.prod(shape) > held.size:  # same size, other shape: check_tensors says
+            raise HuggingFaceFormatError(f"{source}: {fields} make {name} {list(shape)}, but its weights hold "
+                                         f"{list(held.shape)}; correct {fields}")
+
+
+def check_tied_output(tensors: Mapping[str, np.ndarray], prefix: str, source: str) -> None:
+    """``lm_loss.weight``, when saved, must be the word embedding: our output layer is tied to it."""
+    if "lm_loss.weight" not in tensors:
+        return
+    embedding = tensors.get(f"{prefix}word_embedding.weight")
+    if embedding is None or not np.array_equal(tensors["lm_loss.weight"], embedding):
+        raise HuggingFaceFormatError(f"{source}: lm_loss.weight differs from {prefix}word_embedding.weight; only a "
+                                     "tied output layer (tie_word_embeddings true) can be imported")
+
+
+
+
+# ------------------------------------------------------------------------------ directory
+def joiner(directory: str):
+    """A path joiner for one directory: plain strings, never pathlib (gs://b/x must stay gs://b/x)."""
+    return lambda name: posixpath.join(directory, name)
+
+
+def check_readable_here(path: str) -> None:
+    """A path with a scheme (gs://) is read through TensorFlow's file system (trainer/runtime/storage.py):
+    where TensorFlow is not installed (a JAX or PyTorch machine), one sentence naming the path."""
+    if "://" in path and importlib.util.find_spec("tensorflow") is None:
+        raise HuggingFaceFormatError(f"{path} is not a local path: reading it needs TensorFlow's file system "
+                                     "(tf.io.gfile), and TensorFlow is not installed here; copy the directory to a "
+                                     "local path first (e.g. gsutil -m cp -r) and load that")
+
+
+def is_directory(path: str) -> bool:
+    """Whether ``path`` is a directory: a local one without TensorFlow, a gs:// one through tf.io.gfile."""
+    if "://" not in path:
+        return os.path.isdir(path)
+    import tensorflow as tf  # only for a path with a scheme, see check_readable_here
+
+    return tf.io.gfile.isdir(path)
+
+
+def tensors_from_safetensors(data: bytes, path: str) -> dict[str, np.ndarray]:
+    """The tensors of one .safetensors file's bytes, read with safetensors' NumPy API; ``path`` names the
+    file in the HuggingFaceFormatError for a damaged file or a dtype NumPy cannot hold."""
+    import safetensors.numpy
+    from safetensors import SafetensorError
+
+    try:
+        return safetensors.numpy.load(data)
+    except SafetensorError as error:  # the layout itself: a header or data that does not add up
+        raise HuggingFaceFormatError(f"{path} is truncated or damaged ({len(data)} bytes; safetensors: {error}): "
+                                     "copy or download it again") from None
+    except Exception as error:  # a well-formed file whose dtype NumPy lacks (KeyError 'BF16', ...)
+        raise HuggingFaceFormatError(_unreadable_dtypes_message(path, data, error)) from None
+
+
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+    """The tensors of one .safetensors file (local, or gs:// where TensorFlow is installed)."""
+    return tensors_from_safetensors(read_bytes(path), path)
+
+
+def _unreadable_dtypes_message(path: str, data: bytes, error: Exception) -> str:
+    """Why a well-formed safetensors file cannot be read: its dtypes, with the way out for bfloat16."""
+    header_length = int.from_bytes(data[:8], "little")
+    try:
+        header = json.loads(data[8:8 + header_length])
+        dtypes = sorted({entry["dtype"] for name, entry in header.items() if name != "__metadata__"})
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return f"{path} cannot be read as float tensors: {error!r}"
+    if "BF16" in dtypes:
+        return (f"{path} holds bfloat16 tensors, which NumPy cannot read: bfloat16 weights need a float32 copy "
+                "(save_pretrained after model.float())")
+    return f"{path} cannot be read as float tensors ({error!r}; dtypes {', '.join(dtypes)}): save a float32 copy"
+
+
+def read_directory_tensors(directory: str) -> dict[str, np.ndarray]:
+    """All tensors of a transformers model directory: model.safetensors, or every shard its
+    model.safetensors.index.json names. A pytorch_model.bin alone is refused with the way out."""
+    join = joiner(directory)
+    if exists(join(WEIGHTS)):
+        return read_safetensors(join(WEIGHTS))
+    if exists(join(WEIGHTS_INDEX)):
+        index = read_json(join(WEIGHTS_INDEX))
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise HuggingFaceFormatError(f"{join(WEIGHTS_INDEX)} has no \"weight_map\" of tensor name -> shard file")
+        tensors: dict[str, np.ndarray] = {}
+        for shard in sorted(set(weight_map.values())):
+            if not exists(join(shard)):
+                raise HuggingFaceFormatError(f"{join(WEIGHTS_INDEX)} names shard {shard}, which {directory} lacks")
+            tensors.update(read_safetensors(join(shard)))
+        unlisted = sorted(set(weight_map) - set(tensors))
+        if unlisted:
+            raise HuggingFaceFormatError(f"{join(WEIGHTS_INDEX)} maps tensors no shard holds: {', '.join(unlisted)}")
+        return tensors
+    if exists(join(TORCH_WEIGHTS)):
+        raise HuggingFaceFormatError(
+            f"{directory} holds {TORCH_WEIGHTS} but no {WEIGHTS}: PyTorch pickles are not read here. Convert it "
+            "with transformers, which writes safetensors: python -c \"from transformers import AutoModel; "
+            f"AutoModel.from_pretrained('{directory}').save_pretrained('{directory.rstrip('/')}-safetensors')\" "
+            "(then copy spiece.model beside it), or take model.safetensors from the Hub repository")
+    raise HuggingFaceFormatError(f"{directory} has neither {WEIGHTS} nor {WEIGHTS_INDEX} (a Hugging Face model "
+                                 "directory written by save_pretrained)")
+
+
+
+# -------------------------------------------------------------------------------- weights
+@dataclasses.dataclass
+class HuggingFaceWeights:
+    """config.json and the weights of a transformers XLNet directory, read and checked against each
+    other: our config (untie_r from the tensors), the head config.json names (or None), the tensors,
+    their name prefix ("transformer." or "" for a bare XLNetModel) and whether they hold the LM head."""
+
+    config: ModelConfig
+    head: Optional[HeadSpec]
+    tensors: dict[str, np.ndarray]
+    prefix: str
+    lm_head: bool
+    config_source: str  # config.json's path, the source named by the config's errors
+    source: str  # "<directory> (model.safetensors)", the source named by the tensors' errors
+
+
+def read_huggingface_weights(directory: str, flag: Optional[str] = None, **overrides: Any) -> HuggingFaceWeights:
+    """Reads config.json and the safetensors weights of a transformers XLNet directory (local, or gs:// where
+    TensorFlow is installed) and checks the config. The sizes against the tensors are left to the caller
+    (:func:`check_config_against_tensors`, before a network is built), after any check of its own files.
+
+    ``flag``: the command-line flag that named ``directory``, for its errors. ``overrides``: ModelConfig fields
+    from command-line flags (None = not given).
+    """
+    directory = directory.rstrip("/") or "/"
+    join = joiner(directory)
+    check_readable_here(directory)
+    if not is_directory(directory):
+        raise HuggingFaceFormatError(f"{flag + ' ' if flag else ''}{directory!r} is not a directory")
+    try:
+        values = read_json(join(CONFIG))
+    except StorageError as error:
+        raise HuggingFaceFormatError(f"{error} (a Hugging Face model directory has {CONFIG})") from None
+    if not isinstance(values, dict):
+        raise HuggingFaceFormatError(f"{join(CONFIG)}: expected a JSON object")
+    source = join(CONFIG)
+    tensors = read_directory_tensors(directory)
+    head = head_from_config(values, tensors, source)
+    architectures = values.get("architectures") or []
+    prefix = "" if architectures == [BASE_ARCHITECTURE] or not any(n.startswith(BASE_PREFIX) for n in tensors) \
+        else BASE_PREFIX
+    lm_head = head is None and (architectures == [LM_ARCHITECTURE] or (not architectures and "lm_loss.bias" in tensors))
+    config = model_config_from_huggingface(values, source, **overrides)
+    config = config.replace(untie_r=not tied_biases(tensors, config.n_layer, prefix))
+    return HuggingFaceWeights(config, head, tensors, prefix, lm_head, source, source=f"{directory} ({WEIGHTS})")
+
+
+def load_tensors(weights: HuggingFaceWeights, network: XLNetNetwork, head_model=None) -> None:
+    """Checks every tensor of ``weights`` against ``network`` (and ``head_model``) and only then assigns
+    them; without an LM head in the weights, the network's output bias is set to zeros (a neutral one)."""
+    bindings = model_bindings(network, head_model, weights.prefix, weights.lm_head)
+    check_tensors(bindings, weights.tensors, weights.source, optional=("lm_loss.weight",))
+    check_tied_output(weights.tensors, weights.prefix, weights.source)
+    assign_tensors(bindings, weights.tensors)
+    if not weights.lm_head:
+        network.lm_bias.assign(np.zeros(network.lm_bias.shape, np.float32))
+
+
+def load_huggingface_network(directory: str, dtype: Optional[str] = None, remat: str = "none") -> XLNetNetwork:
+    """The XLNet network of a Hugging Face directory (config.json and model.safetensors, as
+    `xlnet export --format huggingface` or transformers' save_pretrained write them), on the current Keras
+    backend: built from config.json (``build_network(config, dtype, remat)``) and given its weights, with
+    NumPy and safetensors only.
+
+    A local directory is read with Python's own I/O; a gs:// one needs TensorFlow's file system (a
+    HuggingFaceFormatError names the path where TensorFlow is not installed). The encoder and the LM output
+    bias are loaded (a model without an LM head gets a zero bias); a fine-tuned model's head tensors
+    (XLNetForSequenceClassification, ...) are not read: `xlnet import-checkpoint --huggingface` imports a head.
+    Every tensor is checked before any is assigned: a missing file, a config the weights do not fit, a
+    missing, unexpected or mis-shaped tensor raise HuggingFaceFormatError naming the file and the tensors.
+    """
+    from trainer.models.network import build_network
+
+    weights = read_huggingface_weights(directory)
+    check_config_against_tensors(weights.config, weights.tensors, weights.prefix, weights.config_source)
+    if weights.head is not None:  # the encoder only: the head's layers are not built here
+        weights = dataclasses.replace(weights, tensors={name: value for name, value in weights.tensors.items()
+                                                        if not name.startswith(HEAD_PREFIXES)})
+    network = build_network(weights.config, dtype=dtype, remat=remat)
+    load_tensors(weights, network)
+    return network
