@@ -165,18 +165,6 @@ def measured_peak_bytes() -> Optional[int]:
     return stats.get("peak_bytes_in_use")
 
 
-def datasheet_device(device_kind: str, memory_bytes: Optional[int]):
-    """The device table's row (trainer/planning/devices.py) for a JAX device kind, or None."""
-    from trainer.planning.devices import DEVICES, GIB
-
-    kind = device_kind.lower()
-    if "h100" in kind and "pcie" not in kind:  # the table's H100 is the SXM part (PCIe: a lower peak)
-        return DEVICES["h100-80gb"]
-    if "a100" in kind:
-        return DEVICES["a100-80gb" if (memory_bytes or 0) > 40 * GIB else "a100-40gb"]
-    return None
-
-
 def matmul_flops(size: int, dtype: str, repeats: int = 5, inner: int = 10) -> float:
     """Best FLOP/s of ``inner`` back-to-back [size, size] x [size, size] products in ``dtype``,
     over ``repeats`` timings (each ending on block_until_ready). The operands are freed after."""
@@ -313,12 +301,13 @@ def utilisation_fields(dims: dict, remat: str, step_s: float, peaks: list[float]
     """The FLOPs and MFU fields of a line: the model's FLOPs (trainer/planning/flops.py) over the
     step time, against the datasheet peak where the device table lists the device, else against
     the best of the timed ``peaks`` (``how``: how they were timed); never above 1 (``utilisation``)."""
+    from trainer.planning.devices import gpu_table_row
     from trainer.planning.flops import model_flops_per_step, recomputed_flops_per_step
     from trainer.runtime.throughput import utilisation
 
     flops = model_flops_per_step(**dims)
     achieved, measured_peak = flops / step_s, max(peaks)
-    sheet = datasheet_device(facts["device_kind"], facts["device_memory_bytes"])
+    sheet = gpu_table_row(facts["device_kind"])
     sheet_peak = sheet.peak_flops(precision) if sheet else None
     mfu_measured, measured_divisor = utilisation(achieved, measured_peak)
     mfu, divisor = utilisation(achieved, sheet_peak) if sheet_peak else (mfu_measured, measured_divisor)

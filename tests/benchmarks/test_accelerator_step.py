@@ -131,15 +131,6 @@ def test_synthetic_batch_is_laid_out_as_the_readers_compact_features(bench):
     assert batch["perm_seed"].shape == (4, 2) and len({tuple(row) for row in batch["perm_seed"]}) == 4
 
 
-def test_datasheet_peaks_come_from_the_device_table_for_the_parts_it_lists(bench):
-    assert bench.datasheet_device("NVIDIA H100 80GB HBM3", 80 * 2 ** 30).name == "h100-80gb"
-    assert bench.datasheet_device("NVIDIA H100 80GB HBM3", None).peak_flops("mixed_bfloat16") == 989e12
-    assert bench.datasheet_device("NVIDIA A100-SXM4-40GB", 40 * 2 ** 30).name == "a100-40gb"
-    assert bench.datasheet_device("NVIDIA H100 PCIe", 80 * 2 ** 30) is None  # not the table's SXM figures
-    assert bench.datasheet_device("NVIDIA H200", 141 * 10 ** 9) is None
-    assert bench.datasheet_device("cpu", None) is None
-
-
 def test_a_setting_out_of_memory_is_run_once_more_at_half_its_batch(bench, monkeypatch):
     answers = iter([[{"status": "out_of_memory", "batch": 74}], [{"status": "ok", "batch": 36}]])
     commands = []

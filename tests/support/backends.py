@@ -20,6 +20,7 @@ module level; import it inside the TensorFlow side's tests instead. ``options`` 
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import os
@@ -89,3 +90,11 @@ def run_on_backend(compute: Callable[..., Mapping[str, Any]], inputs: Mapping[st
         assert child.returncode == 0, f"{name} failed under KERAS_BACKEND={backend}:\n{child.stderr[-5000:]}"
         with np.load(Path(folder) / "outputs.npz") as outputs:
             return {key: outputs[key] for key in outputs.files}
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """The top-level packages a Python file imports at module level (not inside functions)."""
+    tree = ast.parse(Path(path).read_text())
+    imported = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+    return imported | {node.module.split(".")[0] for node in tree.body
+                       if isinstance(node, ast.ImportFrom) and node.module and not node.level}

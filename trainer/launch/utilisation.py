@@ -32,7 +32,7 @@ def peak_flops(strategy, precision: str) -> tuple[float, str]:
     """(peak FLOP/s of all of ``strategy``'s replicas in ``precision``, where the figure comes from)."""
     import tensorflow as tf
 
-    from trainer.planning.devices import DEVICES, TPU_GENERATIONS
+    from trainer.planning.devices import DEVICES, TPU_GENERATIONS, gpu_table_row
     from trainer.runtime.distribution import worker_info
 
     replicas = strategy.num_replicas_in_sync
@@ -67,19 +67,6 @@ def _measured_once(dtype: str) -> float:
 
 def _table(device, precision: str, replicas: int) -> tuple[float, str]:
     return device.peak_flops(precision) * replicas, f"{device.name} (device table, {precision})"
-
-
-def gpu_table_row(reported: str):
-    """The device table's row (a planning.devices.Device) of a GPU TensorFlow names ``reported``
-    (e.g. "NVIDIA A100-SXM4-80GB"): the family in the name, the memory size too where the family
-    has several rows; None for a GPU the table lacks."""
-    from trainer.planning.devices import DEVICES
-
-    name = reported.lower().replace(" ", "")
-    rows = [row for row in DEVICES.values() if not row.name.startswith("tpu")
-            and row.name.split("-")[0] in name and row.fp32_flops is not None]
-    sized = [row for row in rows if "-" in row.name and row.name.split("-")[1] in name]
-    return (sized or rows or [None])[0]
 
 
 def _device_kind(strategy) -> str:

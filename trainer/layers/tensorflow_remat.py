@@ -42,17 +42,8 @@ def _recomputation() -> Iterator[None]:
 
 
 def recompute(fn: Callable[[Any, Any], Any], differentiable: Any, fixed: Any = None) -> Any:
-    """``fn(differentiable, fixed)``, keeping only its inputs for the backward pass, which runs it again.
-
-    Args:
-      fn: a function of two nests of tensors, deterministic given them (draw any dropout seed
-        outside and pass it in ``fixed``); it may read variables (their gradients are returned).
-      differentiable: a nest of floating tensors (or None) that get gradients.
-      fixed: a nest of tensors (or None) that get none: masks, positions, seeds, and floating
-        tensors whose gradient is never wanted (the Transformer-XL memory).
-    Returns:
-      fn's output, a nest of tensors (or None).
-    """
+    """TensorFlow's anchored form of ``trainer.layers.remat.recompute`` (its docstring says what each
+    argument holds): the backward pass reruns ``fn`` from the inputs alone."""
     diff_flat, fixed_flat = tf.nest.flatten(differentiable), tf.nest.flatten(fixed)
     diff_at = [i for i, t in enumerate(diff_flat) if t is not None]
     fixed_at = [i for i, t in enumerate(fixed_flat) if t is not None]

@@ -62,6 +62,8 @@ DEVICES: dict[str, Device] = {device.name: device for device in (
            "https://www.nvidia.com/en-us/data-center/a100/", "SXM, dense; float32 as TF32"),
     Device("h100-80gb", 80 * GIB, 989 * TERA, 494.5 * TERA,
            "https://www.nvidia.com/en-us/data-center/h100/", "SXM, dense; float32 as TF32"),
+    Device("h200-141gb", 141 * GB, 989 * TERA, 494.5 * TERA,
+           "https://www.nvidia.com/en-us/data-center/h200/", "SXM, dense; float32 as TF32"),
     Device("l4", 24 * GIB, 121 * TERA, 60 * TERA,
            "https://www.nvidia.com/en-us/data-center/l4/", "dense; float32 as TF32"),
     Device("a10g", 24 * GIB, 125 * TERA, 62.5 * TERA,
@@ -70,6 +72,20 @@ DEVICES: dict[str, Device] = {device.name: device for device in (
 )}
 CPU = "cpu"
 DEVICE_NAMES = (*DEVICES, CPU)
+
+
+def gpu_table_row(reported: str) -> Device | None:
+    """The table's row of a GPU its framework names ``reported`` (TensorFlow's device name or JAX's
+    device kind, e.g. "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"): the family in the name, the
+    memory size too where the family has several rows; None for a GPU the table lacks, and for a PCIe
+    part (the table's rows are SXM parts, whose peaks are higher)."""
+    name = reported.lower().replace(" ", "")
+    if "pcie" in name:
+        return None
+    rows = [row for row in DEVICES.values() if not row.name.startswith("tpu")
+            and row.name.split("-")[0] in name and row.fp32_flops is not None]
+    sized = [row for row in rows if "-" in row.name and row.name.split("-")[1] in name]
+    return (sized or rows or [None])[0]
 
 
 def device_named(name: str) -> Device:

@@ -6,7 +6,8 @@ import pytest
 import tensorflow as tf
 
 from trainer.configs.training import train_preset
-from trainer.launch.utilisation import gpu_table_row, run_step_flops
+from trainer.launch.utilisation import run_step_flops
+from trainer.planning.devices import gpu_table_row
 from trainer.models.config import model_preset
 from trainer.planning.plan import Workload
 
@@ -36,6 +37,7 @@ def test_bfloat16_runs_are_measured_against_a_bfloat16_matmul():
 
 @pytest.mark.parametrize("reported, row", [("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
                                            ("NVIDIA H100 80GB HBM3", "h100-80gb"), ("Tesla V100-SXM2-32GB", "v100-32gb"),
+                                           ("NVIDIA H200", "h200-141gb"), ("NVIDIA H100 PCIe", None),
                                            ("NVIDIA L4", "l4"), ("NVIDIA A10G", "a10g"), ("Tesla T4", None)])
 def test_a_gpu_is_found_in_the_device_table_by_the_name_tensorflow_reports(reported, row):
     found = gpu_table_row(reported)

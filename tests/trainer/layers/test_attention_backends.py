@@ -6,13 +6,12 @@ TensorFlow at module level.
 """
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from support.backends import run_on_backend
+from support.backends import module_level_imports, run_on_backend
 
 LAYERS = Path(__file__).resolve().parents[3] / "trainer" / "layers"
 PORTABLE = ("attention", "transformer_block", "remat")
@@ -213,12 +212,7 @@ def results():
 
 def test_the_ported_modules_import_no_tensorflow_at_module_level():
     for module in PORTABLE:
-        tree = ast.parse((LAYERS / f"{module}.py").read_text())
-        imported = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import)
-                    for alias in node.names}
-        imported |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom)
-                     and node.module}
-        assert "tensorflow" not in imported, module
+        assert "tensorflow" not in module_level_imports(LAYERS / f"{module}.py"), module
 
 
 @pytest.mark.slow  # one JAX child process (about 30 s) and the TensorFlow side

@@ -6,14 +6,13 @@ this module must therefore not import TensorFlow at module level.
 """
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from support.backends import run_on_backend
+from support.backends import module_level_imports, run_on_backend
 
 LAYERS = Path(__file__).resolve().parents[3] / "trainer" / "layers"
 PORTABLE = ("counter_hash", "dropout", "relative_position", "attention_biases", "feed_forward", "sequence_summary",
@@ -133,12 +132,7 @@ def results():
 
 def test_no_portable_layer_module_imports_tensorflow_at_module_level():
     for module in PORTABLE:
-        tree = ast.parse((LAYERS / f"{module}.py").read_text())
-        imported = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import)
-                    for alias in node.names}
-        imported |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom)
-                     and node.module}
-        assert "tensorflow" not in imported, module
+        assert "tensorflow" not in module_level_imports(LAYERS / f"{module}.py"), module
 
 
 @pytest.mark.slow  # one JAX child process: 15-35 s

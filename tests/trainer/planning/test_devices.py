@@ -40,7 +40,7 @@ def test_an_unknown_device_lists_the_known_names():
 
 def test_the_table_covers_the_devices_the_issue_names_each_with_its_figures_and_source():
     assert set(DEVICES) == {"tpu-v3", "tpu-v4", "tpu-v5e", "tpu-v5p", "v100-16gb", "v100-32gb", "a100-40gb",
-                            "a100-80gb", "h100-80gb", "l4", "a10g"}
+                            "a100-80gb", "h100-80gb", "h200-141gb", "l4", "a10g"}
     for device in DEVICES.values():
         assert device.memory_bytes >= 16 * GIB
         assert device.fp32_flops > 1e12
