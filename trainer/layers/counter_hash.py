@@ -15,11 +15,27 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import keras
 import numpy as np
 from keras import ops
 
+from tfrecords.errors import UsageError
+
 # 2**32 / golden ratio: spreads consecutive counters and seeds over the 32-bit range.
 GOLDEN_32 = 0x9E3779B9
+# The backends whose uint32 arithmetic gives the hash's bits (tests/trainer/layers/test_backends.py holds
+# JAX's equal to TensorFlow's). PyTorch's uint32 support is thin: its int32 -> uint32 view of a seed
+# comes back with the wrong shape (measured, torch 2.13), so the hash refuses it rather than fail deep inside.
+HASH_BACKENDS = ("tensorflow", "jax")
+
+
+def require_hash_backend(operation: str) -> None:
+    """Refuses, in one line naming the backend and ``operation``, a Keras backend the hash has not been
+    checked on: hashed dropout and permutation sampling need its uint32 arithmetic."""
+    backend = keras.backend.backend()
+    if backend not in HASH_BACKENDS:
+        raise UsageError(f"Keras backend {backend!r} lacks the uint32 arithmetic of {operation} "
+                         f"(trainer/layers/counter_hash.py); use KERAS_BACKEND={' or '.join(HASH_BACKENDS)}")
 
 
 def mix32(x: Any) -> Any:
@@ -30,7 +46,9 @@ def mix32(x: Any) -> Any:
 
 
 def as_uint32(x: Any) -> Any:
-    """int tensor -> the uint32 tensor of its low 32 bits (int64 truncated first, then reinterpreted)."""
+    """int tensor -> the uint32 tensor of its low 32 bits (int64 truncated first, then reinterpreted).
+    Every hashed value starts here: a backend without the hash's arithmetic is refused here."""
+    require_hash_backend("the counter hash (hashed dropout, permutation sampling)")
     return ops.view(ops.cast(x, "int32"), "uint32")
 
 

@@ -166,3 +166,32 @@ def test_float32_layers_agree_to_1e_5(results, key):
     np.testing.assert_allclose(jax[key], tensorflow[key], rtol=1e-5, atol=1e-5)
     if key in ("encoding_dropout", "summary"):  # dropout is their last operation
         assert ((jax[key] == 0) == (tensorflow[key] == 0)).all()  # the same dropped elements
+
+
+def hash_refusal(inputs):
+    """Under a backend the hash has not been checked on: hashed dropout's error, and dropout off still running."""
+    import keras
+
+    from tfrecords.errors import UsageError
+    from trainer.layers.dropout import HashDropout
+
+    layer = HashDropout(0.1, seed=1)
+    try:
+        layer(inputs["x"], training=True)
+        message = ""
+    except UsageError as error:
+        message = str(error)
+    return {"message": np.array(message), "off": layer(inputs["x"], training=False),
+            "backend": np.array(keras.backend.backend())}
+
+
+@pytest.mark.slow  # a fresh process on Keras's NumPy backend (about 10 s)
+def test_a_backend_without_the_hashs_arithmetic_is_refused_in_one_line_naming_it_and_the_operation():
+    x = np.ones((4, 8), "float32")
+    out = run_on_backend(hash_refusal, {"x": x}, backend="numpy")
+    assert str(out["backend"]) == "numpy"
+    # One sentence (Keras adds the layer's name and arguments around an error raised in a call).
+    assert ("Keras backend 'numpy' lacks the uint32 arithmetic of the counter hash (hashed dropout, permutation "
+            "sampling) (trainer/layers/counter_hash.py); use KERAS_BACKEND=tensorflow or jax") in str(out["message"])
+    assert "Traceback" not in str(out["message"])
+    np.testing.assert_array_equal(out["off"], x)  # without dropout nothing is hashed
