@@ -7,6 +7,7 @@ query stream ``g``. The query stream is evaluated only on its P target rows.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Sequence
 
 import keras
@@ -85,6 +86,14 @@ def _heads(x: Tensor, kernel: Tensor) -> Tensor:
     projected = ops.matmul(ops.reshape(x, (-1, d_model)), ops.reshape(kernel, (d_model, n_head * d_head)))
     projected = ops.reshape(projected, (batch, length, n_head, d_head))
     return ops.transpose(projected, (0, 2, 1, 3))
+
+
+def _softmax(scores):
+    """Softmax over the keys. One key is a legitimate row (a one-token prompt, the first step of a
+    cache): Keras warns about a softmax over an axis of size 1, here not a mistake, so not shown."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="You are using a softmax over axis", category=UserWarning)
+        return ops.softmax(scores, axis=-1)
 
 
 class TwoStreamRelativeAttention(keras.layers.Layer):
@@ -191,7 +200,7 @@ class TwoStreamRelativeAttention(keras.layers.Layer):
             # so the sum is the same.
             fill = ops.convert_to_tensor(-mask_fill_value(softmax_dtype), softmax_dtype)
             scores -= ops.where(mask, fill, ops.zeros((), softmax_dtype))[:, None]
-        probs = ops.cast(ops.softmax(scores, axis=-1), queries.dtype)
+        probs = ops.cast(_softmax(scores), queries.dtype)
         probs = self.attention_dropout(probs, training=training, seed=seed)
         if len(key_parts) == 1:
             return ops.matmul(probs, values)

@@ -80,3 +80,20 @@ def test_the_compiled_keep_mask_is_the_hash_computed_op_by_op():
 def test_mask_fill_value_is_finite_in_every_compute_dtype(dtype):
     assert np.isfinite(tf.cast(mask_fill_value(dtype), dtype).numpy().astype(np.float32))
     assert tf.cast(mask_fill_value(dtype), tf.float32).numpy() < -6e4
+
+
+def test_attention_over_a_single_key_shows_no_warning():
+    # One key is a legitimate row (a one-token prompt); Keras warns about any softmax over an axis of size 1.
+    import warnings
+
+    from trainer.layers import TwoStreamRelativeAttention
+
+    attention = TwoStreamRelativeAttention(d_model=8, n_head=2, d_head=4)
+    h = tf.ones([1, 1, 8])
+    pos_emb = RelativePositionEncoding(8)(klen=1, qlen=1)
+    biases = {name: tf.zeros([2, 4]) for name in ("r_w_bias", "r_r_bias", "r_s_bias")}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out, _ = attention(h, None, pos_emb, seg_embed=tf.zeros([2, 2, 4]), **biases)
+    assert out.shape == (1, 1, 8)
+    assert [str(warning.message) for warning in caught] == []
