@@ -67,6 +67,9 @@ def test_gradients_are_the_accumulator_one_float32_copy_of_the_trained_variables
 
 # One real step's allocator peak, measured in a fresh process: in the test process, tensors that
 # earlier tests left behind can be freed during the step and lower its peak (order-dependent by 17%).
+# A plan must cover the highest peak a step reaches: the highest of three steps is compared (measured
+# with remat attention: single steps between 168 and 182 MB, a prediction of 195 MB; one step alone
+# fell outside the 15% band in CI, with deterministic ops too).
 MEASURE_ONE_STEP = """
 import json, sys
 import tensorflow as tf
@@ -82,10 +85,12 @@ controller = pretraining_controller(model_preset("tiny"), train, manifest=load_m
                                     strategy=tf.distribute.get_strategy(), log=lambda line: None)
 iterator = iter(controller.train_dataset())
 controller.run_steps(iterator, 1)  # traced and compiled
-tf.config.experimental.reset_memory_stats("CPU:0")
-controller.run_steps(iterator, 1)
-peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
-print(json.dumps({"before": before, "peak": peak}))
+peaks = []
+for _ in range(3):  # the highest of three steps: one step's peak varies by up to 8% with the order ops run in
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    controller.run_steps(iterator, 1)
+    peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"])
+print(json.dumps({"before": before, "peak": max(peaks)}))
 """
 
 

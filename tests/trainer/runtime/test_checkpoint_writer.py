@@ -232,10 +232,13 @@ def test_sigterm_during_a_background_write_waits_for_it_and_for_the_last_checkpo
     assert process.returncode == 0, output
     last = max(ModelDirectory(str(model_dir)).step_losses())
     assert f"saved checkpoint at step {last}, exiting" in output and '"stopped": "preempted"' in output
-    assert last == 6  # the loop beside the write of ckpt-4 ran to its end, saved ckpt-6 and the run stopped
+    # 6: the signal came while the loop beside the write of ckpt-4 ran; it ran to its end, saved ckpt-6 and
+    # the run stopped. 4: it came before that loop began (on a loaded machine the background write can
+    # start first, seen in CI); the run stopped once the write was done. Either way every write completed.
+    assert last in (4, 6)
     assert not any(name.endswith("_temp") for name in os.listdir(checkpoints))
     names = [posixpath.basename(p) for p in tf.train.get_checkpoint_state(str(checkpoints)).all_model_checkpoint_paths]
-    assert names == ["ckpt-2", "ckpt-4", "ckpt-6"]
+    assert names == [f"ckpt-{step}" for step in range(2, last + 1, 2)]
     assert all(saved_step(str(checkpoints / name)) == int(name.split("-")[1]) for name in names)
 
 
