@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import keras
 from keras import ops
 
+from trainer.layers.backend import on_tensorflow
 from trainer.layers.dropout import HashDropout
 from trainer.layers.relative_position import gather_relative, rel_shift
 from trainer.layers.remat import recompute
@@ -43,7 +44,7 @@ def relative_segment_difference(query_segments: Tensor, key_segments: Tensor) ->
 def _matmul_transposed(a: Tensor, b: Tensor) -> Tensor:
     """a [..., Q, H] x b [..., K, H] -> [..., Q, K]: on TensorFlow one matmul with a transposed operand
     (trainer/layers/tensorflow_attention.py), elsewhere keras.ops (XLA folds the transpose into the dot)."""
-    if keras.backend.backend() == "tensorflow":
+    if on_tensorflow():
         from trainer.layers import tensorflow_attention
 
         return tensorflow_attention.matmul_transposed(a, b)
@@ -53,7 +54,7 @@ def _matmul_transposed(a: Tensor, b: Tensor) -> Tensor:
 def _read_parts(probs: Tensor, widths: Sequence[int], values: Sequence[Tensor]) -> Tensor:
     """Probabilities [B, N, Q, sum(widths)] x value parts [B, N, K_i, H] -> [B, N, Q, H], each part
     read where it lies (never concatenated)."""
-    if keras.backend.backend() == "tensorflow":
+    if on_tensorflow():
         from trainer.layers import tensorflow_attention
 
         return tensorflow_attention.read_parts(probs, widths, values)

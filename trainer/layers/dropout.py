@@ -15,6 +15,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from trainer.layers.backend import on_tensorflow
 from trainer.layers.counter_hash import hashed_uniform_bits, keep_threshold
 
 
@@ -68,7 +69,7 @@ def _recomputed_keep_mask(x: Any, seed: Any, rate: float) -> Any | None:
     """On TensorFlow, in the backward pass of remat: the keep mask as one compiled call, built once x
     is there (tensorflow_dropout.keep_mask); else None. keras.remat on other backends recomputes
     the hash like any other operation."""
-    if keras.backend.backend() != "tensorflow":
+    if not on_tensorflow():
         return None
     return _tensorflow_dropout().recomputed_keep_mask(x, seed, rate)
 

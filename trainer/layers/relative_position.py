@@ -12,6 +12,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from trainer.layers.backend import on_tensorflow
 from trainer.layers.dropout import HashDropout
 
 
@@ -62,7 +63,7 @@ def gather_relative(scores: Any, query_positions: Any, qlen: int, klen: int) -> 
     rlen = scores.shape[-1]
     offsets = qlen - query_positions[:, :, None] + ops.arange(klen, dtype=query_positions.dtype)[None, None, :]
     offsets = ops.clip(offsets, 0, rlen - 1)[:, None]  # [B, 1, P, klen]
-    if keras.backend.backend() == "tensorflow":
+    if on_tensorflow():
         # ops.take_along_axis casts the indices to int64 on TensorFlow: twice the memory that
         # trainer/planning/memory.py counts for them.
         from trainer.layers import tensorflow_gather

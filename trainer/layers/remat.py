@@ -69,6 +69,8 @@ from typing import Any, Callable
 import keras
 from keras import ops
 
+from trainer.layers.backend import on_tensorflow
+
 REMAT_MODES = ("none", "attention", "full")
 
 
@@ -77,10 +79,6 @@ def check_remat(mode: str) -> str:
     if mode not in REMAT_MODES:
         raise ValueError(f"remat must be one of {', '.join(REMAT_MODES)}, got {mode!r}")
     return mode
-
-
-def _on_tensorflow() -> bool:
-    return keras.backend.backend() == "tensorflow"
 
 
 def recompute(fn: Callable[[Any, Any], Any], differentiable: Any, fixed: Any = None) -> Any:
@@ -95,7 +93,7 @@ def recompute(fn: Callable[[Any, Any], Any], differentiable: Any, fixed: Any = N
     Returns:
       fn's output, a nest of tensors (or None).
     """
-    if _on_tensorflow():
+    if on_tensorflow():
         from trainer.layers import tensorflow_remat
 
         return tensorflow_remat.recompute(fn, differentiable, fixed)
@@ -108,7 +106,7 @@ def recomputing() -> bool:
     """Whether the code being traced is a backward pass's recomputation: TensorFlow's anchored one
     (trainer/layers/tensorflow_remat.py); always False on the other backends, whose remat reruns the
     function as it was traced, with no path of its own."""
-    if _on_tensorflow():
+    if on_tensorflow():
         from trainer.layers import tensorflow_remat
 
         return tensorflow_remat.recomputing()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from trainer.layers.counter_hash import hashed_uniform_bits, keep_threshold
-from trainer.layers.remat import recomputing
+from trainer.layers.tensorflow_remat import recomputing
 
 
 @tf.function(jit_compile=True)

@@ -6,28 +6,22 @@ backend loads TensorFlow); elsewhere the ``keras.ops`` form, with the same value
 from __future__ import annotations
 
 import contextlib
-import functools
 from types import ModuleType
 from typing import Any, ContextManager, Optional
 
-import keras
 from keras import ops
+
+from trainer.layers.backend import on_tensorflow
 
 Tensor = Any  # a tensor of the running backend (tf.Tensor, jax.Array, ...)
 
 
-@functools.cache
-def _tensorflow(backend: str) -> Optional[ModuleType]:
-    """trainer.models.tensorflow_ops on the TensorFlow backend, else None."""
-    if backend != "tensorflow":
+def tensorflow_ops() -> Optional[ModuleType]:
+    """The TensorFlow implementations (trainer.models.tensorflow_ops) when Keras runs on TensorFlow, else None."""
+    if not on_tensorflow():
         return None
     from trainer.models import tensorflow_ops
     return tensorflow_ops
-
-
-def tensorflow_ops() -> Optional[ModuleType]:
-    """The TensorFlow implementations when Keras runs on TensorFlow, else None."""
-    return _tensorflow(keras.backend.backend())
 
 
 def dynamic_shape(x: Tensor) -> Any:

@@ -24,6 +24,7 @@ import keras
 from keras import ops
 
 from trainer.configs.training import LoopConfig
+from trainer.layers.backend import on_tensorflow
 
 if TYPE_CHECKING:
     from trainer.models.network import XLNetNetwork
@@ -192,7 +193,7 @@ def clip_by_global_norm(grads: Sequence, clip_norm: float) -> tuple[list, object
 
     On TensorFlow, TensorFlow's own global norm and clipping (the step logs record their exact bits);
     elsewhere the same formula in keras.ops: scale = clip_norm * min(1 / norm, 1 / clip_norm)."""
-    if keras.backend.backend() == "tensorflow":
+    if on_tensorflow():
         import tensorflow as tf  # only on this backend: the module itself runs on every one
 
         norm = tf.linalg.global_norm(grads)
