@@ -58,6 +58,10 @@ from trainer.runtime.summaries import SummaryManager
 from trainer.runtime.task_protocol import Task
 from trainer.runtime.throughput import StepFlops
 
+# Called unconverted from AutoGraph-converted code: functions that branch only on Python values, whose
+# conversion from source at every start would cost time and change nothing.
+_unconverted = tf.autograph.experimental.do_not_convert
+
 
 class TrainingStopped(DataError):
     """A run that cannot go on because of its data or its state (the commands exit with status 3);
@@ -154,9 +158,11 @@ class Controller:
         self.checkpoint = tf.train.Checkpoint(optimizer=self.optimizer, step=self.step, rng=rng,
                                               **task.checkpoint_items(first_replica))
         self._restored = self._restore(init_checkpoint)
-        # AutoGraph stays on (docs/benchmarks.md, "Start-up"): turned off, the step's loss scaling
-        # (mixed_float16) and the remat modes' measured memory changed.
-        self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile)
+        # The micro-steps (the task's forward and backward passes) branch only on Python values, so
+        # AutoGraph is off for them: converting them and the ~40 functions they call from source took
+        # a third of a tiny run's first step (docs/benchmarks.md, "Start-up"). The loop around them
+        # stays converted (its tf.range, the loss scaling's branches under mixed_float16).
+        self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile, autograph=False)
         self._train_loop = tf.function(self._train_loop_fn)
         self.preemption = Preemption(strategy, self.num_workers, config.preemption_grace_seconds,
                                      give_up=self._given_up, log=self.log)
@@ -291,10 +297,10 @@ class Controller:
         clip = self.config.clip_norm
         if self.config.precision == "mixed_float16":  # grads are still scaled: clip at the scaled norm
             scale = tf.cast(self.optimizer.dynamic_scale, tf.float32)
-            grads, norm = clip_by_global_norm(grads, clip * scale if clip > 0 else 0.0)
+            grads, norm = clip_by_global_norm(grads, clip * scale if clip > 0 else 0.0)  # a tensor: converted
             norm = norm / scale
         else:
-            grads, norm = clip_by_global_norm(grads, clip)
+            grads, norm = _unconverted(clip_by_global_norm)(grads, clip)
         metrics = {name: total / denominator for name, total in zip(names, totals[2:])}
         return grads, totals[0] / denominator, metrics, norm
 

@@ -135,6 +135,10 @@ class Task(Protocol):
     def compute(self, batch: Any, state: Any, training: bool) -> StepOutputs:
         """The loss and metric sums of one micro-batch on one replica (traced, replica context).
 
+        Traced without AutoGraph (the controller's micro-steps): it may branch on Python values
+        only; a choice that depends on a tensor is written as ``tf.cond`` / ``keras.ops.cond``, as
+        it would have to be on JAX.
+
         Args:
           batch: one micro-batch of ``train_dataset`` (its leading axis sliced off).
           state: what the previous micro-step left (``read_state`` for the first).

@@ -141,7 +141,8 @@ class PretrainingTask(Task):
                                         model_config.d_model, "train")
         self.eval_memory = MemoryState(strategy, model_config.n_layer, self.eval_batch, model_config.mem_len,
                                        model_config.d_model, "eval")
-        self._eval_fn = tf.function(self._eval_micro, jit_compile=config.jit_compile)
+        # no AutoGraph: the evaluation step branches only on Python values (as the train step's micro-steps)
+        self._eval_fn = tf.function(self._eval_micro, jit_compile=config.jit_compile, autograph=False)
         self._eval_loop = None
 
     def trainable_variables(self) -> list[tf.Variable]:

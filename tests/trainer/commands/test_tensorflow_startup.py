@@ -59,3 +59,26 @@ def test_xlnet_inspect_permutation_prints_no_tensorflow_line(tiny_data_dir):
     assert process.returncode == 0, err
     assert err == "", err
     assert "factorisation order" in out
+
+
+# Where JAX is installed: TensorFlow imported the commands' way, then JAX imported by the caller.
+WITHOUT_JAX = r"""
+import sys
+from trainer.commands.tensorflow_startup import import_tensorflow_quietly
+
+import_tensorflow_quietly()
+import keras
+after_tensorflow = "jax" in sys.modules
+import jax.numpy
+print(after_tensorflow, float(jax.numpy.ones(2).sum()))
+"""
+
+
+@pytest.mark.parametrize("log_level", [None, "2"], ids=["quiet import", "user's TF_CPP_MIN_LOG_LEVEL"])
+def test_tensorflow_is_imported_without_jax_and_jax_still_imports_after(log_level):
+    pytest.importorskip("jax")
+    process = start(["-c", WITHOUT_JAX], env={"TF_CPP_MIN_LOG_LEVEL": log_level}, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    assert out.split() == ["False", "2.0"], err
