@@ -160,7 +160,7 @@ class Controller:
         self._restored = self._restore(init_checkpoint)
         # The micro-steps (the task's forward and backward passes) branch only on Python values, so
         # AutoGraph is off for them: converting them and the ~40 functions they call from source took
-        # a third of a tiny run's first step (docs/benchmarks.md, "Start-up"). The loop around them
+        # about 1 s of a tiny run's 5.7 s first step (docs/benchmarks.md, "Start-up"). The loop around them
         # stays converted (its tf.range, the loss scaling's branches under mixed_float16).
         self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile, autograph=False)
         self._train_loop = tf.function(self._train_loop_fn)
