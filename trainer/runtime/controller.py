@@ -297,7 +297,9 @@ class Controller:
         clip = self.config.clip_norm
         if self.config.precision == "mixed_float16":  # grads are still scaled: clip at the scaled norm
             scale = tf.cast(self.optimizer.dynamic_scale, tf.float32)
-            grads, norm = clip_by_global_norm(grads, clip * scale if clip > 0 else 0.0)  # a tensor: converted
+            # converted: the clip norm is a tensor here, and AutoGraph makes clip_by_global_norm's
+            # `clip_norm <= 0` a tf.cond
+            grads, norm = clip_by_global_norm(grads, clip * scale if clip > 0 else 0.0)
             norm = norm / scale
         else:
             grads, norm = _unconverted(clip_by_global_norm)(grads, clip)
