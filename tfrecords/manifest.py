@@ -38,6 +38,7 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 
 from tfrecords.errors import DataError, UsageError
+from tfrecords.json_documents import load_json
 from tfrecords.schema import FORMAT_VERSION
 
 MANIFEST_NAME = "manifest.json"
@@ -271,10 +272,9 @@ def parse_manifest(text: str | bytes, file_path: str) -> Manifest:
     (tf.io.gfile here, Beam's in pipeline/data_directory.py) fetched its bytes: bytes that are not
     UTF-8 are a ManifestError like any other damage, never a UnicodeDecodeError."""
     _, directory = manifest_location(file_path)
+    values = load_json(text, file_path, ManifestError, "a valid manifest")
     try:
-        if isinstance(text, bytes):
-            text = text.decode("utf-8")
-        manifest = Manifest.from_dict(json.loads(text), directory=directory)
+        manifest = Manifest.from_dict(values, directory=directory)
     except KeyError as error:
         raise ManifestError(f"{file_path} is not a valid manifest: it lacks the field {error}") from None
     except (ValueError, TypeError) as error:

@@ -33,6 +33,7 @@ import sys
 from typing import Any, Iterator
 
 from tfrecords.errors import DataError, UsageError
+from tfrecords.json_documents import load_json
 from tfrecords.tensorflow_errors import UNREACHABLE_ADVICE, error_text, is_unreachable
 
 
@@ -162,12 +163,8 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 def read_json(path: str | os.PathLike) -> Any:
     """The JSON value of a file; StorageError names a missing file or one that is not JSON (bytes
-    that are not UTF-8 included)."""
-    data = read_bytes(path)
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise StorageError(f"{os.fspath(path)} is not valid JSON: {error}") from None
+    that are not UTF-8 and nesting too deep included: tfrecords/json_documents.py)."""
+    return load_json(read_bytes(path), os.fspath(path), StorageError)
 
 
 def write_json(path: str | os.PathLike, values: Any) -> None:
