@@ -44,6 +44,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import posixpath
 import socket
 import time
 import uuid
@@ -59,8 +60,8 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from pipeline.corpus import CorpusError, InputFile, read_documents
-from pipeline.data_directory import (OutputWriteError, remove_run_files, report_path, save_manifest, save_report,
-                                     shard_sizes)
+from pipeline.data_directory import (OutputWriteError, create_in_run, open_staging, remove_staged_shards, report_path,
+                                     save_report, shard_sizes, stage_manifest, staging_directory)
 from pipeline.output_lock import read_lock
 from pipeline.preprocess_config import PreprocessConfig
 from pipeline.records import RecordBuilder
@@ -213,11 +214,10 @@ class ReadDocuments(beam.DoFn):
         stats["files"] += 1
         stats["documents_read"] += index + 1
         report = {"kind": "read", "file": input_file.path, "worker": worker_name(),
-                  **{name: stats[name] for name in READ_STATS}}
+                  **{name: stats[name] for name in READ_STATS}, "seconds": round(time.time() - start, 3)}
         for name in READ_STATS:
             self._counters.add(name, report[name])
-        _LOG.info("read %s: %d documents, %d lines in %.1f s", input_file.path, index + 1, stats["lines"],
-                  time.time() - start)
+        _LOG.info(read_line(report))
         if stats["invalid_lines"] or stats["long_lines"]:
             _LOG.warning("%s: skipped %d invalid and %d over-long lines", input_file.path,
                          stats["invalid_lines"], stats["long_lines"])
@@ -230,15 +230,30 @@ class ReadDocuments(beam.DoFn):
         buffers.clear()
 
 
+def read_line(report: dict) -> str:
+    """The progress line of one file read, from its read report (workers log it; under Dask, whose
+    workers' logs stay on the workers, the launcher prints it from the run's report)."""
+    return (f"read {report['file']}: {report['documents_read']} documents, {report['lines']} lines in "
+            f"{report['seconds']:.1f} s")
+
+
+def written_line(report: dict, output: str) -> str:
+    """The progress line of one shard written, from its shard report (see read_line); it names the
+    file where the launcher publishes it."""
+    return (f"wrote {FileSystems.join(output, report['file'])}: {report['records']} records from "
+            f"{report['documents']} documents ({report['tokens']} tokens) in {report['seconds']:.1f} s")
+
+
 class WriteShard(beam.DoFn):
     """((split, shard), documents) -> the shard file on disk, and its report (a dict with kind "shard":
     its statistics and worker, or the lasting error that kept it from being written).
 
     The values of REPORT_CARRIER's key also hold the readers' reports: passed on as they are."""
 
-    def __init__(self, config: PreprocessConfig, vocab_sha256: str):
+    def __init__(self, config: PreprocessConfig, vocab_sha256: str, staging: str):
         self._config = config
         self._vocab_sha256 = vocab_sha256
+        self._staging = staging
         self._builder = None
         self._processor = None
         self._eod = -1
@@ -276,13 +291,12 @@ class WriteShard(beam.DoFn):
                start: float) -> dict:
         """Writes the shard file; returns the shard's report."""
         c = self._config
-        path = FileSystems.join(c.output, c.shard_name(split, shard))
+        path = FileSystems.join(self._staging, c.shard_name(split, shard))  # the launcher publishes it
         report = {"kind": "shard", "split": split, "shard": shard, "file": c.shard_name(split, shard),
                   "worker": worker_name()}
         compression = CompressionTypes.GZIP if c.compression == "gzip" else CompressionTypes.UNCOMPRESSED
         try:
-            with FileSystems.create(path, mime_type="application/octet-stream",
-                                    compression_type=compression) as handle:
+            with create_in_run(path, self._staging, compression) as handle:
                 streams, totals = self._write_streams(handle, split, shard, by_stream, stats)
         except OSError as error:  # a full disk, a read-only output: one sentence in the launcher
             failure = OutputWriteError.of(path, error)
@@ -296,8 +310,8 @@ class WriteShard(beam.DoFn):
                       documents=documents, streams=streams, **{name: stats[name] for name in SHARD_STATS})
         for name in ("records", "tokens", "masked_tokens", "documents", *SHARD_STATS):
             self._counters.add(name, report[name])
-        _LOG.info("wrote %s: %d records from %d documents (%d tokens) in %.1f s", path, totals["records"],
-                  documents, tokens, time.time() - start)
+        report["seconds"] = round(time.time() - start, 3)
+        _LOG.info(written_line(report, c.output))
         return report
 
     def _tokenize(self, batches: list[RawDocuments], stats: Counter) -> Iterator[TokenizedDocument]:
@@ -364,6 +378,7 @@ class WriteManifest(beam.DoFn):
         self._special_ids = special_ids
         self._files = files
         self._report_path = report_path
+        self._staging = posixpath.dirname(report_path)
         self._lock_token = lock_token
 
     def process(self, reports: list[dict]) -> Iterator[dict]:
@@ -380,7 +395,7 @@ class WriteManifest(beam.DoFn):
         if report.write_errors and report.lost_lock is None:
             _LOG.warning("%s/%s not written: %d file(s) could not be written", output, MANIFEST_NAME,
                          len(report.write_errors))
-            remove_run_files(output)
+            remove_staged_shards(self._staging)
         save_report(report.to_dict(), self._report_path)
         yield report.to_dict()
 
@@ -389,14 +404,14 @@ class WriteManifest(beam.DoFn):
         if not has_training_records(report.shards):
             _LOG.warning("no training records: %s/%s not written", self._config.output, MANIFEST_NAME)
             return
-        sizes = shard_sizes(self._config.output, [s["file"] for s in report.shards])
+        sizes = shard_sizes(self._staging, [s["file"] for s in report.shards])
         manifest = build_manifest(self._config, self._vocab_entry, self._special_ids, report.shards, sizes,
                                   report.corpus_counters())
         problems = manifest.validate()
         if problems:
             raise RuntimeError("inconsistent shard statistics: " + "; ".join(problems))
         try:
-            report.manifest = save_manifest(manifest, self._config.output)
+            report.manifest = stage_manifest(manifest, self._staging)
         except OutputWriteError as failure:
             if not failure.lasting:
                 raise
@@ -413,12 +428,14 @@ class RunReport:
     ``reads`` / ``writes``: per worker (host:pid), how many files it read and shards it wrote;
     ``write_errors``: the files that could not be written for good (OutputWriteError texts);
     ``lost_lock``: the owner of --output's lock when it was no longer this run's; ``problems``:
-    results the runner delivered twice or never; ``manifest``: its path once published."""
+    results the runner delivered twice or never; ``manifest``: its path once staged (the launcher
+    publishes it); ``files``: each input file's read report."""
 
     counters: dict[str, int]
     shards: list[dict]
     reads: dict[str, int]
     writes: dict[str, int]
+    files: list[dict] = field(default_factory=list)
     write_errors: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     lost_lock: str | None = None
@@ -438,7 +455,12 @@ class RunReport:
         return cls(counters=counters, shards=sorted(written, key=lambda s: (s["split"], s["shard"])),
                    reads=dict(sorted(Counter(r["worker"] for r in reads).items())),
                    writes=dict(sorted(Counter(s["worker"] for s in shards).items())),
+                   files=sorted(reads, key=lambda r: r["file"]),
                    write_errors=sorted(s["write_error"] for s in shards if s.get("write_error")), problems=problems)
+
+    def progress_lines(self, output: str) -> list[str]:
+        """The workers' progress lines (read_line, written_line) of the run, files then shards."""
+        return [read_line(r) for r in self.files] + [written_line(s, output) for s in self.shards]
 
     def corpus_counters(self) -> dict[str, int]:
         """The counters that depend only on the corpus and settings (not on workers): the manifest's."""
@@ -493,16 +515,21 @@ def interleaved(files: list[InputFile], markers: list[EveryShard]) -> list[Input
 
 def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Vocab, files: list[InputFile],
                    lock_token: str | None = None) -> str:
-    """Adds every stage of the preprocessing to ``pipeline``; returns where its last stage writes the
-    run's report (read_report reads it). With ``lock_token`` (the run's pipeline/output_lock.py
-    token) the manifest is written only while the lock still holds it."""
-    path = report_path(config.output, lock_token or uuid.uuid4().hex)
+    """Adds every stage of the preprocessing to ``pipeline`` and opens the run's staging place in
+    ``config.output`` (pipeline/data_directory.py), where its workers write; returns where its last
+    stage writes the run's report (take_report reads it). With ``lock_token`` (the run's
+    pipeline/output_lock.py token, which also names the staging place) the manifest is staged only
+    while the lock still holds it."""
+    run_id = lock_token or uuid.uuid4().hex
+    staging = staging_directory(config.output, run_id)
+    open_staging(staging)
+    path = report_path(config.output, run_id)
     _ = (
         pipeline
         | "MatchedFiles" >> beam.Create(interleaved(files, every_shard(config)))  # Create redistributes them
         | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
         | "GroupByShard" >> beam.GroupByKey()
-        | "WriteShards" >> beam.ParDo(WriteShard(config, vocab.sha256))
+        | "WriteShards" >> beam.ParDo(WriteShard(config, vocab.sha256, staging))
         | "AllReports" >> beam.combiners.ToList()
         | "WriteManifest" >> beam.ParDo(WriteManifest(config, vocab.manifest_entry(), vocab.special_ids.to_dict(),
                                                        [f.path for f in files], path, lock_token)))

@@ -30,9 +30,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
 from tfrecords.corpus_text import (  # noqa: F401 (read_raw_lines: this module's readers' API)
     INPUT_FORMATS,
     decompressed,
@@ -42,6 +39,9 @@ from tfrecords.corpus_text import (  # noqa: F401 (read_raw_lines: this module's
     read_raw_lines,
 )
 from tfrecords.errors import UsageError
+
+# Apache Beam's filesystems are imported where files are read: the commands check their flags
+# (importing this module for its constants) before paying for Beam's start-up.
 
 INPUT_FORMAT_HELP = ("text: one sentence per line, blank line between documents; jsonl: one JSON document "
                      "per line; auto: jsonl for *.jsonl/*.ndjson")
@@ -70,6 +70,8 @@ def _static_prefix(pattern: str) -> str:
 
 def expand_inputs(patterns: Iterable[str]) -> list[InputFile]:
     """Matches every glob through Beam filesystems; raises CorpusError naming a glob that matches nothing."""
+    from apache_beam.io.filesystems import FileSystems
+
     files: dict[str, InputFile] = {}
     for pattern in patterns:
         if not _GLOB_CHARS.search(pattern) and (pattern.endswith("/") or _is_directory(pattern)):
@@ -100,6 +102,8 @@ def _is_directory(path: str) -> bool:
 
 def _holds_files(pattern: str) -> bool:
     """Whether there are files under ``pattern`` taken as a directory."""
+    from apache_beam.io.filesystems import FileSystems
+
     try:
         return bool(FileSystems.match([pattern.rstrip("/") + "/*"])[0].metadata_list)
     except Exception:  # cannot list it: the caller's "matches no files" stands
@@ -152,6 +156,9 @@ def read_documents(path: str, input_format: str = "auto", text_field: str = "tex
     truncated, raises CorpusError naming it. ``stats["bytes_read"]`` counts the stored
     (compressed) bytes read so far, so a reader can tell how much of a failed file was lost.
     """
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
     stats = Counter() if stats is None else stats
     file_format = resolve_format(path, input_format)
     before = stats["lines"] + stats["invalid_lines"] + stats["long_lines"]

@@ -2,18 +2,29 @@
 
 The pipeline's side of tfrecords/manifest.py: preparing the directory before a run, measuring
 the finished shards, writing the manifest last and atomically, reading it back for the summary,
-and clearing away what a failed run wrote. Shard files are written by the pipeline's shard stage
-(pipeline/beam_pipeline.py) into the same directory.
+and clearing away what a failed run wrote.
+
+Workers never write into the directory itself. Each run has a staging place inside it,
+``OUTPUT/.preprocess-run-TOKEN/`` (TOKEN: the run's lock token), opened by the launcher with a
+marker file before the pipeline runs. The pipeline writes its shards, manifest and report there,
+each through ``create_in_run``: refused when the marker is gone, and on a local disk unable to
+re-create a removed staging directory; a file finished after the marker went is removed by its
+writer. Only the launcher, still holding the lock, moves the shards and then the manifest into
+OUTPUT (``publish_run``). A run that ends any other way closes its staging place (marker first),
+so workers it could no longer stop (a Dask scheduler lost mid-run) write nothing anywhere.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import posixpath
 import re
 import uuid
+from typing import BinaryIO, Iterator
 
+from apache_beam.io.filesystem import CompressedFile, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.output_lock import LOCK_NAME
@@ -23,7 +34,10 @@ from tfrecords.manifest import MANIFEST_NAME, Manifest, manifest_location, missi
 # The run's report, written by the pipeline's last stage for the launcher (read, then removed).
 REPORT_PREFIX = ".preprocess-report-"
 # Names of what a run writes; anything else in the directory is left alone.
-OWN_PREFIXES = ("train-", "valid-", f".{MANIFEST_NAME}", REPORT_PREFIX)
+# A run's staging place (see above) and the marker that keeps it open to the run's workers.
+STAGING_PREFIX = ".preprocess-run-"
+OPEN_MARKER = ".open"
+OWN_PREFIXES = ("train-", "valid-", f".{MANIFEST_NAME}", REPORT_PREFIX, STAGING_PREFIX)
 # A full disk or quota is a state problem (exit 3); a path that cannot be written as given, a flag's (exit 2).
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -129,9 +143,16 @@ def entries(output: str) -> list[str]:
     [] when it does not exist."""
     if is_local_path(output):  # the local filesystem's glob skips hidden files such as a scratch manifest
         paths = [os.path.join(output, name) for name in os.listdir(output)] if os.path.isdir(output) else []
-    else:
-        paths = [m.path for m in FileSystems.match([FileSystems.join(output, "*")])[0].metadata_list]
+    else:  # an object store has no directories: a name with more below it is listed once, as NAME/
+        paths = sorted({_first_entry(output, m.path)
+                        for m in FileSystems.match([FileSystems.join(output, "**")])[0].metadata_list})
     return sorted(path for path in paths if posixpath.basename(path) != LOCK_NAME)  # the writer's lock
+
+
+def _first_entry(output: str, path: str) -> str:
+    """The entry of ``output`` that holds an object store's ``path``: itself, or ``output/NAME/``."""
+    head, below, _ = path[len(output.rstrip("/")):].lstrip("/").partition("/")
+    return FileSystems.join(output, head) + ("/" if below else "")
 
 
 def prepare_output(output: str, overwrite: bool) -> None:
@@ -149,17 +170,109 @@ def prepare_output(output: str, overwrite: bool) -> None:
 
 
 def own_entries(output: str) -> list[str]:
-    """What a run writes into ``output`` (shards, scratch manifests), leaving anything else alone."""
+    """What a run writes into ``output`` (shards, scratch manifests, staging places), leaving anything
+    else alone."""
     return [path for path in entries(output) if posixpath.basename(path.rstrip("/")).startswith(OWN_PREFIXES)]
 
 
 def remove_run_files(output: str) -> list[str]:
-    """Deletes the shards and scratch manifests in ``output``: an earlier run's before a new one, or
-    those of a run that failed, so that none of its files can pass for data. Returns their paths."""
+    """Deletes the shards, scratch manifests and staging places in ``output``: an earlier run's before
+    a new one, or those of a run that failed, so that none of its files can pass for data. Staging
+    places are closed first (their markers), so that no late worker writes into them. Returns the
+    paths removed."""
     ours = own_entries(output)
-    if ours:
-        FileSystems.delete(ours)
+    for path in ours:
+        if posixpath.basename(path.rstrip("/")).startswith(STAGING_PREFIX):
+            close_staging(path.rstrip("/"))
+    rest = [path for path in ours if not posixpath.basename(path.rstrip("/")).startswith(STAGING_PREFIX)]
+    if rest:
+        FileSystems.delete(rest)
     return ours
+
+
+def staging_directory(output: str, run_id: str) -> str:
+    """The staging place of run ``run_id`` inside ``output`` (see the module docstring)."""
+    return FileSystems.join(output, f"{STAGING_PREFIX}{run_id}")
+
+
+def open_staging(staging: str) -> None:
+    """Opens a run's staging place to its workers (the launcher, before the pipeline runs)."""
+    if is_local_path(staging):
+        os.makedirs(staging, exist_ok=True)
+    try:
+        with FileSystems.create(FileSystems.join(staging, OPEN_MARKER)) as handle:
+            handle.write(b"")
+    except OSError as error:
+        raise OutputWriteError.of(staging, error) from error
+
+
+def staging_is_open(staging: str) -> bool:
+    """Whether the run owning ``staging`` still accepts its workers' files."""
+    return FileSystems.exists(FileSystems.join(staging, OPEN_MARKER))
+
+
+def close_staging(staging: str) -> None:
+    """Closes a run's staging place (its marker first: from then on no worker writes there) and
+    removes it with everything in it."""
+    marker = FileSystems.join(staging, OPEN_MARKER)
+    if FileSystems.exists(marker):
+        FileSystems.delete([marker])
+    if is_local_path(staging):
+        if os.path.isdir(staging):
+            FileSystems.delete([staging])
+    elif FileSystems.match([FileSystems.join(staging, "*")])[0].metadata_list:
+        FileSystems.delete([staging.rstrip("/") + "/"])  # an object store's recursive delete
+
+
+class RunClosedError(DataError):
+    """A worker's file belongs to a run whose staging place is closed: that run has ended, and its
+    late workers write nothing (exit status 3 if it ever reached a launcher)."""
+
+
+@contextlib.contextmanager
+def create_in_run(path: str, staging: str, compression: str = CompressionTypes.UNCOMPRESSED) -> Iterator[BinaryIO]:
+    """A file of a run written into its staging place, only while the run has it open: RunClosedError
+    before the write if it is closed, and after it (the file removed) if it closed meanwhile. On a
+    local disk the file is opened without creating directories, so a staging place already removed
+    cannot come back."""
+    if not staging_is_open(staging):
+        raise RunClosedError(f"{staging} is closed: its run has ended; {path} not written")
+    if is_local_path(path):
+        try:
+            raw = open(path, "wb")  # noqa: SIM115 (closed by the with below); never creates the directory
+        except FileNotFoundError:
+            raise RunClosedError(f"{staging} is gone: its run has ended; {path} not written") from None
+        handle = raw if compression == CompressionTypes.UNCOMPRESSED else CompressedFile(raw, compression)
+    else:
+        handle = FileSystems.create(path, mime_type="application/octet-stream", compression_type=compression)
+    with handle:
+        yield handle
+    if not staging_is_open(staging):
+        with contextlib.suppress(Exception):
+            FileSystems.delete([path])
+        raise RunClosedError(f"{staging} was closed while {path} was written: its run has ended; the file "
+                             "was removed")
+
+
+def remove_staged_shards(staging: str) -> None:
+    """Deletes the shard files in a run's staging place (after a write error: frees the space its
+    report needs on a full disk), leaving the place open."""
+    listed = FileSystems.match([FileSystems.join(staging, "*")])[0].metadata_list
+    shards = [m.path for m in listed if posixpath.basename(m.path).startswith(("train-", "valid-"))]
+    if shards:
+        FileSystems.delete(shards)
+
+
+def publish_run(staging: str, output: str, shard_files: list[str]) -> str:
+    """Moves a finished run's shards, then its manifest (last: its presence means whole data), from
+    its staging place into ``output``, and removes the staging place. Called by the launcher only,
+    while it holds the lock. Returns the manifest's path."""
+    FileSystems.rename([FileSystems.join(staging, name) for name in shard_files],
+                       [FileSystems.join(output, name) for name in shard_files])
+    target = FileSystems.join(output, MANIFEST_NAME)
+    FileSystems.rename([FileSystems.join(staging, MANIFEST_NAME)], [target])
+    close_staging(staging)
+    return target
 
 
 def abandon_run(output: str) -> None:
@@ -198,15 +311,29 @@ def save_manifest(manifest: Manifest, directory: str) -> str:
     return target
 
 
+def stage_manifest(manifest: Manifest, staging: str) -> str:
+    """Writes a run's manifest into its staging place (create_in_run); publish_run moves it into the
+    data directory. A file that cannot be written raises OutputWriteError."""
+    path = FileSystems.join(staging, MANIFEST_NAME)
+    try:
+        with create_in_run(path, staging) as handle:
+            handle.write(manifest.to_json().encode("utf-8"))
+    except OSError as error:
+        raise OutputWriteError.of(path, error) from error
+    return path
+
+
 def report_path(output: str, run_id: str) -> str:
-    """Where the pipeline's last stage leaves the report of run ``run_id`` for its launcher."""
-    return FileSystems.join(output, f"{REPORT_PREFIX}{run_id}.json")
+    """Where the pipeline's last stage leaves the report of run ``run_id`` for its launcher: in the
+    run's staging place."""
+    return FileSystems.join(staging_directory(output, run_id), f"{REPORT_PREFIX}{run_id}.json")
 
 
 def save_report(report: dict, path: str) -> None:
-    """Writes a run's report (JSON); a file that cannot be written raises OutputWriteError."""
+    """Writes a run's report (JSON) into its staging place (create_in_run); a file that cannot be
+    written raises OutputWriteError."""
     try:
-        with FileSystems.create(path, mime_type="application/json") as handle:
+        with create_in_run(path, posixpath.dirname(path)) as handle:
             handle.write(json.dumps(report, sort_keys=True).encode("utf-8"))
     except OSError as error:
         raise OutputWriteError.of(path, error) from error

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -24,20 +25,17 @@ import signal
 import threading
 import time
 
-from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS, expand_inputs
 from pipeline.dask_cluster import (DASK_RUNNER, DaskCluster, check_options, connection_timeout, dask_cluster,
-                                   is_dask, scheduler_option, wait_for_run)
-from pipeline.data_directory import (abandon_run, found_write_error, has_manifest, is_local_path,
-                                     make_output_directory, output_error, prepare_output, read_manifest,
-                                     remove_run_files, take_report)
-from pipeline.output_lock import OutputInUseError, OutputLock
+                                   is_dask, option_value, scheduler_option, wait_for_run)
+from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
-from pipeline.vocab import load_vocab
 from tfrecords.errors import DataError, UsageError
 from tfrecords.interruption import ending_on_signals
 from tfrecords.manifest import MANIFEST_NAME
 from tfrecords.record_config import ConfigError
 
+# Apache Beam (and pipeline.data_directory and output_lock, which use it) is imported inside the functions that run the pipeline, once every flag that can be checked
+# without it is: a usage error returns at once, without Beam's seconds of start-up.
 # xlnet_cli hands flags this command does not define to run() as args.runner_options.
 ACCEPTS_RUNNER_OPTIONS = True
 LOCAL_RUNNERS = ("fnapirunner",)
@@ -134,12 +132,10 @@ def pipeline_options(runner: str, workers: int, runner_options: list[str]):
     if unknown:
         raise ConfigError(f"unknown option(s) {' '.join(unknown)}: neither an `xlnet preprocess` flag "
                           "nor a Beam pipeline option")
-    if workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {workers}")
     extra = {}
     if runner.lower() in LOCAL_RUNNERS:
-        extra = {"direct_num_workers": workers}
-        if not any(flag.startswith("--direct_running_mode") for flag in runner_options):
+        extra = {"direct_num_workers": local_workers(runner, workers, runner_options)}
+        if option_value(runner_options, "--direct_running_mode") is None:
             extra["direct_running_mode"] = "multi_processing"
     options = PipelineOptions(runner_options, runner=beam_runner(runner), **extra)
     if runner.lower() == "dataflowrunner":
@@ -150,8 +146,18 @@ def pipeline_options(runner: str, workers: int, runner_options: list[str]):
     return options
 
 
+def local_workers(runner: str, workers: int, runner_options: list[str]) -> int:
+    """The worker processes a run uses: ``workers``, but one where FnApiRunner runs the pipeline
+    inside this process (``--direct_running_mode in_memory``: Beam warns about any other number)."""
+    if runner.lower() in LOCAL_RUNNERS and option_value(runner_options, "--direct_running_mode") == "in_memory":
+        return 1
+    return workers
+
+
 def check_paths(config: PreprocessConfig, runner: str, files) -> None:
     """Remote runners cannot read local inputs or write a local output."""
+    from pipeline.data_directory import is_local_path
+
     if runner.lower() in LOCAL_RUNNERS:
         return
     local_inputs = [f.path for f in files if is_local_path(f.path)]
@@ -232,6 +238,16 @@ def _skipped_input(count: dict[str, int]) -> str:
     return ", ".join(parts)
 
 
+def check_flags(config: PreprocessConfig, runner: str, workers: int, runner_options: list[str],
+                dask_scheduler: str | None) -> None:
+    """Every check that needs neither Apache Beam nor a file: the settings, --workers and the Dask
+    flags (pipeline/dask_cluster.py). Raises a UsageError naming the flag."""
+    config.validate()
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    check_options(runner, runner_options, dask_scheduler)
+
+
 def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: int | None = None,
                runner_options: list[str] | None = None, overwrite: bool = False,
                dask_scheduler: str | None = None) -> tuple:
@@ -241,21 +257,31 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
 
     One run writes a data directory at a time: the run holds ``--output``'s lock
     (pipeline/output_lock.py) from before it prepares the directory until it returns, so a second
-    run on it stops at once, naming the first. A run that fails after it prepared the directory,
-    wherever it fails, removes what it wrote (no manifest without a whole dataset) and raises one
-    sentence for the failures it knows (a full disk, a read-only directory, a lost cluster); SIGINT
-    and SIGTERM end it, its local workers with it (``ending_cleanly_on_signals``).
+    run on it stops at once, naming the first. Its workers write only into the run's staging place
+    and the launcher publishes from there (pipeline/data_directory.py). A run that fails after it
+    prepared the directory, wherever it fails, closes its staging place and removes what it wrote
+    (no manifest without a whole dataset) and raises one sentence for the failures it knows (a full
+    disk, a read-only directory, a lost cluster); SIGINT and SIGTERM end it, its local workers with
+    it (``ending_cleanly_on_signals``).
 
     Locally (FnApiRunner) ``workers`` worker processes (default: one per CPU core) run the
     pipeline unless ``runner_options`` choose ``--direct_running_mode=in_memory``. With
     ``runner="dask"`` it runs on the Dask cluster at ``dask_scheduler``, or on a local one of
-    ``workers`` processes (pipeline/dask_cluster.py)."""
-    from pipeline.beam_pipeline import RunReport
+    ``workers`` processes (pipeline/dask_cluster.py).
 
-    config.validate()
+    A local ``--vocab`` is stored in the manifest as an absolute path (a data directory is then
+    usable from any working directory); a URL (gs://) as given."""
     workers = default_workers() if workers is None else workers
     runner_options = list(runner_options or [])
-    check_options(runner, runner_options, dask_scheduler)
+    check_flags(config, runner, workers, runner_options, dask_scheduler)  # before Beam's start-up
+
+    from pipeline.beam_pipeline import RunReport
+    from pipeline.corpus import expand_inputs
+    from pipeline.data_directory import make_output_directory, output_error, prepare_output
+    from pipeline.output_lock import OutputLock
+    from pipeline.vocab import load_vocab
+
+    config = dataclasses.replace(config, vocab=findable_path(config.vocab))
     pipeline_options(runner, workers, runner_options)  # every flag checked before any work
     vocab = load_vocab(config.vocab)
     files = expand_inputs(config.inputs)
@@ -287,21 +313,30 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
                 raise output_error(config.output, config.output, error.errno or 0,
                                    error.strerror or str(error)) from None
             _LOG.info("preprocessing %d file(s) (%.1f MB) with %s, %d worker(s)", len(files),
-                      sum(f.size_bytes for f in files) / 1e6, runner, workers)
+                      sum(f.size_bytes for f in files) / 1e6, runner, local_workers(runner, workers, runner_options))
             report = RunReport.from_dict(run_pipeline(options, config, vocab, files, lock, cluster))
-            return judged(config, report)
+            if cluster is not None:  # Dask workers' logs stay on the workers: the same lines, from the report
+                for line in report.progress_lines(config.output):
+                    _LOG.info(line)
+            return judged(config, report, lock)
     finally:
         lock.release()
 
 
-def run_pipeline(options, config: PreprocessConfig, vocab, files, lock: OutputLock,
-                 cluster: DaskCluster | None) -> dict:
+def findable_path(path: str) -> str:
+    """``path`` as it finds the same file from any working directory: a local path made absolute, a
+    URL (gs://...) as given."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def run_pipeline(options, config: PreprocessConfig, vocab, files, lock, cluster: DaskCluster | None) -> dict:
     """Runs the pipeline and returns its report (a dict). Any failure removes what the run wrote
-    first, and becomes one sentence where it is known: a file that could not be written, the loss
-    of the Dask cluster."""
+    first (its staging place closed before anything else), and becomes one sentence where it is
+    known: a file that could not be written, the loss of the Dask cluster."""
     import apache_beam as beam
 
     from pipeline.beam_pipeline import build_pipeline
+    from pipeline.data_directory import abandon_run, found_write_error, take_report
 
     try:
         pipeline = beam.Pipeline(options=options)
@@ -328,13 +363,23 @@ def run_pipeline(options, config: PreprocessConfig, vocab, files, lock: OutputLo
         raise known from None
 
 
-def judged(config: PreprocessConfig, report) -> tuple:
-    """(manifest, counters) of a run whose report says it published its data; otherwise the one
-    sentence for why not, once what the run wrote is removed (but not from a directory another
-    run has taken: that is left to it)."""
-    if report.lost_lock:  # its shards may be the other run's by now: leave the directory to it
+def judged(config: PreprocessConfig, report, lock) -> tuple:
+    """(manifest, counters) of a run whose report says it staged its data, once the launcher has
+    published it (still holding ``lock``); otherwise the one sentence for why not, once what the
+    run wrote is removed (but not from a directory another run has taken: that is left to it,
+    only this run's staging place is removed)."""
+    from pipeline.data_directory import (abandon_run, close_staging, has_manifest, publish_run, read_manifest,
+                                         staging_directory)
+    from pipeline.output_lock import OutputInUseError, read_lock
+    from tfrecords.lock_owner import describe
+
+    staging = staging_directory(config.output, lock.token)
+    lost_lock = report.lost_lock or (None if lock.is_ours() else describe(read_lock(config.output)))
+    if lost_lock:  # its shards may be the other run's by now: leave the directory to it
+        with contextlib.suppress(Exception):
+            close_staging(staging)
         raise OutputInUseError(f"--output {config.output} was taken by another `xlnet preprocess` "
-                               f"({report.lost_lock}) while this run wrote it; this run wrote no manifest, and "
+                               f"({lost_lock}) while this run wrote it; this run wrote no manifest, and "
                                "the directory is left to that run")
     counters = RunCounters(report.counters, report)
     try:
@@ -342,8 +387,12 @@ def judged(config: PreprocessConfig, report) -> tuple:
             raise failed_run_error(config.output, report.write_errors[0]) or DataError(report.write_errors[0])
         if report.problems:
             raise DataError(f"the run's results are incomplete: {report.problems[0]}; nothing was published")
-        if not report.manifest or not has_manifest(config.output):  # none without a training record
+        if not report.manifest:  # none without a training record
             raise NoTrainingRecordsError(no_records_message(config, counters), counters)
+        publish_run(staging, config.output, [shard["file"] for shard in report.shards])
+        if not has_manifest(config.output):
+            raise DataError(f"--output {config.output}: the manifest was not found after publishing; the run is "
+                            "incomplete")
         return read_manifest(config.output), counters
     except BaseException:
         with contextlib.suppress(Exception):  # the first error stands
@@ -372,6 +421,8 @@ def work_split(report) -> str:
 def failed_run_error(output: str, error: BaseException | str) -> Exception | None:
     """After the pipeline failed: removes what the run wrote, and returns the one-sentence error for
     a file of --output that could not be written (found in Beam's error text), or None."""
+    from pipeline.data_directory import abandon_run, found_write_error, output_error
+
     try:
         abandon_run(output)
         removed = "what the run wrote was removed"
@@ -391,6 +442,7 @@ def ending_cleanly_on_signals(output: str, lock: OutputLock) -> contextlib.Abstr
     the launcher, logging gRPC errors), the partial shards are removed (a manifest is never partial:
     it is written last, whole), the lock is released, one line says so, and the exit status is 128 +
     the signal's number (130, 143)."""
+    from pipeline.data_directory import has_manifest, remove_run_files
 
     def clean_up() -> str:
         logging.disable(logging.CRITICAL)  # Beam's threads notice their workers die: not worth a word
