@@ -274,13 +274,19 @@ def run_subcommand(name: str, argv: list[str], prog: str | None = None, started:
 
 
 def _run_subcommand(name: str, argv: list[str], prog: str | None) -> int:
+    # The pipeline's commands import Apache Beam once their flags are checked: missing, it is
+    # named wherever it is first imported.
     try:
-        module = _load(name)
+        return _parsed_and_run(name, argv, prog)
     except ModuleNotFoundError as error:
         if (error.name or "").split(".")[0] != "apache_beam":
             raise
         raise UsageError("needs Apache Beam, which this installation lacks; install the pipeline extra: "
                          "pip install \"xlnet-pretrain[pipeline]\" (training, import and export do not need it)") from None
+
+
+def _parsed_and_run(name: str, argv: list[str], prog: str | None) -> int:
+    module = _load(name)
     sub_parser = CommandParser(prog=prog or f"xlnet {name}", description=SUBCOMMANDS[name][1],
                                epilog=EXIT_STATUS, formatter_class=HelpFormatter)
     module.add_arguments(sub_parser)
