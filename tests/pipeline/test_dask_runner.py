@@ -6,11 +6,17 @@ a FIFO, whose reader blocks until the test feeds it, so the test knows which wor
 """
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import logging
 import os
 import shutil
 import socket
+import socketserver
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -282,3 +288,158 @@ def test_no_manifest_is_published_under_dask_in_a_directory_another_run_has_take
         report = take_report(path)
     assert f"pid {os.getpid()}" in report["lost_lock"] and report["manifest"] is None
     assert "manifest.json" not in names(output)
+
+
+# ------------------------------------------------------------------------------ nothing after a lost scheduler
+def every_path(directory: Path) -> list[str]:
+    """Everything under ``directory``, hidden files and subdirectories too."""
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*")) if directory.exists() else []
+
+
+@pytest.mark.slow
+def test_workers_left_running_by_a_killed_scheduler_write_nothing_into_output(tmp_path, corpus, spm_model):
+    """The scheduler is killed while its worker waits, inside the shard stage, for the vocabulary
+    (a FIFO); once the command has failed the worker is let go: for 30 s nothing appears in --output,
+    and a second run into it succeeds."""
+    vocab = tmp_path / "spiece.model"
+    os.mkfifo(vocab)
+    data = Path(spm_model).read_bytes()
+    output = tmp_path / "data"
+    with DaskTestCluster(1) as cluster:
+        run = start(cli_args(corpus, output, str(vocab), "--dask-scheduler", cluster.address))
+        feed_fifo(str(vocab), data)  # the launcher's read; the worker's comes in the shard stage
+        with held_fifo(str(vocab), cluster.worker_pids()) as let_go:
+            cluster.kill(cluster.scheduler)
+            (text,) = output_of(run, timeout=120)
+            before = every_path(output)
+            let_go(data)  # the orphaned worker now writes its shards, if it may
+        assert run.returncode == 3 and "nothing was published" in text, text
+        seen = set(before)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            seen |= set(every_path(output))
+            time.sleep(0.1)
+    assert seen == set(before) == set(), seen
+    with DaskTestCluster(1) as cluster:
+        run_on(cluster.address, corpus, output, spm_model)
+    assert "manifest.json" in names(output)
+
+
+@contextlib.contextmanager
+def held_fifo(path: str, pids: list[int], timeout: float = 120.0):
+    """Waits (bounded) until one of ``pids`` blocks reading the FIFO at ``path``; yields a function that
+    feeds it bytes and closes it (until then the reader stays blocked)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader has it open
+        except OSError:
+            time.sleep(0.05)
+            continue
+        fed = []
+
+        def let_go(data: bytes) -> None:
+            os.set_blocking(writer, True)
+            os.write(writer, data)
+            os.close(writer)
+            fed.append(True)
+
+        try:
+            while not any(holds_open(pid, path) for pid in pids):
+                assert time.time() < deadline, f"no worker opened {path}"
+                time.sleep(0.05)
+            yield let_go
+        finally:
+            if not fed:
+                os.close(writer)
+        return
+    raise AssertionError(f"no process opened {path} within {timeout:.0f} s")
+
+
+def holds_open(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open (its file descriptors change as we look)."""
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for descriptor in descriptors:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{descriptor}") == path:
+                return True
+    return False
+
+
+# ------------------------------------------------------------------------------ what is not a Dask scheduler
+class _SilentHttp(socketserver.ThreadingTCPServer):
+    """A web server: says nothing until it has read a request (a dashboard, a plain HTTP server)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+@contextlib.contextmanager
+def serving(handler) -> Iterator[int]:
+    server = _SilentHttp(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Greeter(socketserver.BaseRequestHandler):
+    """A server that speaks first, not Dask's protocol (an SSH server, say)."""
+
+    def handle(self) -> None:
+        self.request.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+        time.sleep(1)
+
+
+@pytest.mark.parametrize("handler", [http.server.SimpleHTTPRequestHandler, _Greeter], ids=["http", "greets-first"])
+def test_a_port_that_is_not_a_dask_scheduler_is_refused_in_one_line_and_the_lock_released(
+        tmp_path, corpus, spm_model, capsys, handler):
+    from pipeline.dask_cluster import CONNECT_SECONDS, HANDSHAKE_SECONDS
+
+    with serving(handler) as port:
+        began = time.monotonic()
+        code = xlnet_cli.main(["preprocess", "--input", str(corpus / "*.txt"), "--output", str(tmp_path / "data"),
+                               "--vocab", spm_model, *FLAGS, "--runner", "dask", "--dask-scheduler",
+                               f"tcp://127.0.0.1:{port}"])
+        took = time.monotonic() - began
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert took < CONNECT_SECONDS + HANDSHAKE_SECONDS + 5
+    assert f"error: --dask-scheduler tcp://127.0.0.1:{port} is not a Dask scheduler" in err
+    assert len(err.strip().splitlines()) == 1 and every_path(tmp_path / "data") == []  # no lock left
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--dask-scheduler", "foo://127.0.0.1:8786"], "--dask-scheduler"),
+    (["--dask-scheduler", "not a url"], "--dask-scheduler"),
+    (["--dask-scheduler", "tcp://127.0.0.1:notaport"], "--dask-scheduler"),
+    (["--dask_client_address", "tcp://127.0.0.1:99999"], "--dask_client_address"),
+    (["--dask_connection_timeout", "-1"], "--dask_connection_timeout"),
+    (["--dask_connection_timeout", "inf"], "--dask_connection_timeout"),
+    (["--dask_npartitions", "-3"], "--dask_npartitions"),
+    (["--dask_partition_size", "0"], "--dask_partition_size"),
+])
+def test_bad_scheduler_addresses_timeouts_and_partitions_are_usage_errors_naming_the_flag(
+        tmp_path, spm_model, capsys, flags, named):
+    code = xlnet_cli.main(["preprocess", "--input", "x", "--output", str(tmp_path / "o"), "--vocab", spm_model,
+                           "--runner", "dask", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: {named}" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()  # before any work
+
+
+# ------------------------------------------------------------------------------ progress lines
+def test_a_dask_run_logs_each_files_read_line_and_each_shards_written_line(tmp_path, corpus, spm_model, two_workers,
+                                                                          caplog):
+    with caplog.at_level(logging.INFO, logger="xlnet"):
+        run_on(two_workers.address, corpus, tmp_path / "data", spm_model)
+    reads = [m for m in caplog.messages if m.startswith("read ") and " documents, " in m]
+    writes = [m for m in caplog.messages if m.startswith(f"wrote {tmp_path / 'data'}/")]
+    assert sorted(m.split(":")[0] for m in reads) == [f"read {corpus}/part-{i}.txt" for i in range(FILES)]
+    assert len(writes) == 4 + 2 and all(" records from " in m for m in writes)

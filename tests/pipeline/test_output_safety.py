@@ -252,3 +252,29 @@ def test_an_input_directory_is_a_usage_error_naming_input(tmp_path, corpus_sampl
     assert f"error: --input '{directory}' is a directory; give its files or a glob, e.g. --input '" in err
     assert "/*.txt'" in err and "unreadable" not in err
     assert not (tmp_path / "data").exists()
+
+
+# ------------------------------------------------------------------------------ the run's staging place
+def test_a_worker_writes_nothing_once_its_runs_staging_place_is_closed(tmp_path):
+    from pipeline.data_directory import RunClosedError, close_staging, create_in_run, open_staging, staging_directory
+
+    staging = staging_directory(str(tmp_path), "run")
+    open_staging(staging)
+    close_staging(staging)  # the launcher has ended the run
+    with pytest.raises(RunClosedError):
+        with create_in_run(f"{staging}/train-00000-of-00001.tfrecord", staging) as handle:
+            handle.write(b"late")
+    assert names(tmp_path) == []  # the staging place did not come back
+
+
+def test_a_file_finished_after_its_run_closed_is_removed_by_its_writer(tmp_path):
+    from pipeline.data_directory import (OPEN_MARKER, RunClosedError, create_in_run, open_staging,
+                                         staging_directory)
+
+    staging = staging_directory(str(tmp_path), "run")
+    open_staging(staging)
+    with pytest.raises(RunClosedError):
+        with create_in_run(f"{staging}/train-00000-of-00001.tfrecord", staging) as handle:
+            os.remove(os.path.join(staging, OPEN_MARKER))  # the run closes while the file is written
+            handle.write(b"late")
+    assert os.listdir(staging) == []

@@ -406,3 +406,48 @@ def test_results_a_runner_delivers_twice_or_never_are_problems_that_publish_noth
     assert twice.problems == ["the runner delivered the results of input file a.txt 2 times"]
     never = RunReport.gather([read, *shards[1:]], ["a.txt"], config)
     assert never.problems == [f"the runner delivered no results for 1 shard(s), e.g. {shards[0]['file']}"]
+
+
+def test_a_relative_vocab_is_stored_so_that_another_working_directory_finds_it(tmp_path, wiki_documents,
+                                                                                 spm_model, monkeypatch):
+    import shutil
+
+    from pipeline.vocab import load_vocab
+    from tfrecords.manifest import vocabulary_path
+
+    (tmp_path / "vocab").mkdir()
+    shutil.copy(spm_model, tmp_path / "vocab" / "spiece.model")
+    source = write_documents(tmp_path / "docs.txt", wiki_documents[:60])
+    monkeypatch.chdir(tmp_path)
+    manifest, _ = small_run(tmp_path, [source], "vocab/spiece.model")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    stored = load_manifest(str(tmp_path / "out"))
+    assert stored.vocab["path"] == stored.config["vocab"] == str(tmp_path / "vocab" / "spiece.model")
+    assert load_vocab(vocabulary_path(stored)).sha256 == stored.vocab["sha256"]
+
+
+def test_in_memory_runs_one_worker_whatever_workers_says(tmp_path):
+    options = pipeline_options("FnApiRunner", 2, ["--direct_running_mode", "in_memory"]).get_all_options()
+    assert (options["direct_running_mode"], options["direct_num_workers"]) == ("in_memory", 1)
+
+
+@pytest.mark.parametrize("argv", [
+    ["preprocess", "--input", "x", "--output", "o", "--vocab", "v", "--seq-len", "-1"],
+    ["preprocess", "--input", "x", "--output", "o", "--vocab", "v", "--workers", "0"],
+    ["preprocess", "--input", "x", "--output", "o"],
+    ["preprocess", "--input", "x", "--output", "o", "--vocab", "v", "--runner", "dask", "--dask-scheduler", "not a url"],
+    ["vocab", "--input", "x", "--output", "o", "--vocab-size", "3"],
+])
+def test_usage_errors_return_before_apache_beam_or_tensorflow_is_imported(argv):
+    import subprocess
+    import sys
+
+    from support.bundled_data import REPO
+
+    check = ("import sys, xlnet_cli\n"
+             f"code = xlnet_cli.main({argv!r})\n"
+             "print(code, sorted({'apache_beam', 'tensorflow'} & set(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.stdout.split("\n")[0] == "2 []", result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
