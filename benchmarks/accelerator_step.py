@@ -390,8 +390,51 @@ def peer_line(args: argparse.Namespace, preset: str, batch_file: Optional[Path],
     return run_child(command, timeout, what)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Errors as one line, ``accelerator_step.py: error: MESSAGE``, exit 2 (--help shows the usage)."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses, before any setting runs, flags no setting can run with (exit 2, one line): each
+    preset x remat is resolved as its process will resolve it (the configs' own checks)."""
+    import math
+
+    from tfrecords.errors import UsageError
+    from trainer.configs.training import REMAT_MODES
+    from trainer.models.config import MODEL_PRESETS
+
+    for flag, value, known in (("--presets", args.presets, MODEL_PRESETS), ("--remat", args.remat, REMAT_MODES)):
+        unknown = [item for item in value.split(",") if item not in known]
+        if unknown:
+            parser.error(f"{flag}: {', '.join(map(repr, unknown))} is not one of {', '.join(known)}")
+    for flag, value, least in (("--seq-len", args.seq_len, 1), ("--mem-len", args.mem_len, 0),
+                               ("--num-predict", args.num_predict, 1), ("--batch", args.batch, 0),
+                               ("--device-memory-bytes", args.device_memory_bytes, 0),
+                               ("--matmul-size", args.matmul_size, 0), ("--warmup", args.warmup, 1),
+                               ("--steps", args.steps, 1)):
+        if value < least:
+            parser.error(f"{flag} must be at least {least}, got {value}")
+    if not (math.isfinite(args.budget_s) and args.budget_s > 0):
+        parser.error(f"--budget-s must be a positive number of seconds, got {args.budget_s:g}")
+    if args.num_predict > args.seq_len:
+        parser.error(f"--num-predict {args.num_predict} is longer than --seq-len {args.seq_len}")
+    for preset in args.presets.split(","):
+        for remat in args.remat.split(","):
+            try:
+                model, train = setting_configs(preset, args.set, args.seq_len, args.mem_len, args.num_predict,
+                                               args.precision, remat)
+                if args.batch:
+                    train.replace(train_batch_size=args.batch).check_model(model)
+            except (UsageError, ValueError) as error:
+                parser.error(f"preset {preset}, remat {remat}: {error}")
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="base,large", help="comma-separated model presets (tiny, base, large)")
     parser.add_argument("--remat", default="none,full", help="comma-separated remat modes (none, attention, full)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -416,8 +459,6 @@ def main() -> int:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--peer-batch-file", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.warmup < 1 or args.steps < 1:
-        parser.error("--warmup and --steps must be at least 1 (the first step compiles)")
 
     if args.child:  # one setting in this process
         preset, remat = args.child.split(":")
@@ -427,7 +468,9 @@ def main() -> int:
         assert "tensorflow" not in sys.modules, "the JAX benchmark imported tensorflow"
         return 0
 
+    check_arguments(parser, args)
     start = time.monotonic()
+    failed = []  # settings that failed for a reason other than memory: the run exits 1
     deadline = start + args.budget_s
     with tempfile.TemporaryDirectory(prefix="accelerator-step-") as scratch:
         for preset in args.presets.split(","):
@@ -440,6 +483,7 @@ def main() -> int:
                 lines = setting_lines(args, preset, remat, batch_file, deadline)
                 for line in lines:
                     emit(line, args.output)
+                failed += [line for line in lines if line.get("status") == "failed"]
                 if index == 0:  # the peer right after our first setting, on its batch
                     left = deadline - time.monotonic()
                     peer = (peer_line(args, preset, batch_file, lines[-1], left) if left >= 20 else
@@ -447,9 +491,14 @@ def main() -> int:
                               "reason": f"--budget-s {args.budget_s:g} spent"}])
                     for line in peer:
                         emit(line, args.output)
-    emit({"measure": "run", "wall_s": round(time.monotonic() - start, 1),
+                    failed += [line for line in peer if line.get("status") == "failed"]
+    emit({"measure": "run", "wall_s": round(time.monotonic() - start, 1), "failed_settings": len(failed),
           "tensorflow_imported": "tensorflow" in sys.modules}, args.output)
     assert "tensorflow" not in sys.modules, "the JAX benchmark imported tensorflow"
+    if failed:
+        print(f"{parser.prog}: error: {len(failed)} setting(s) failed for a reason other than memory (their "
+              "lines say status failed, with the end of their stderr)", file=sys.stderr)
+        return 1
     return 0
 
 

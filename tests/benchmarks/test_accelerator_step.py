@@ -28,12 +28,44 @@ TINY = ["--presets", "tiny", "--set", "n_layer=2", "--set", "vocab_size=1000", "
 PLANNED_MEMORY = 24_000_000
 
 
-def run_script(*args: str) -> list[dict]:
-    """The JSON lines the script prints (its exit status must be 0)."""
+def run_script(*args: str, status: int = 0) -> list[dict]:
+    """The JSON lines the script prints (its exit status must be ``status``)."""
     result = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True,
                             timeout=900)
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == status, result.stderr[-4000:]
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+# Each flag no setting can run with, and the one line that refuses it before any setting runs.
+BAD_FLAGS = {
+    "--presets bogus": "--presets: 'bogus' is not one of tiny, base, large",
+    "--remat bogus": "--remat: 'bogus' is not one of none, attention, full",
+    "--seq-len 0": "--seq-len must be at least 1, got 0",
+    "--batch -1": "--batch must be at least 0, got -1",
+    "--num-predict 100 --seq-len 64": "--num-predict 100 is longer than --seq-len 64",
+    "--presets tiny --set n_layer=abc": "preset tiny, remat none: --set n_layer=abc: expected an integer",
+    "--budget-s nan": "--budget-s must be a positive number of seconds, got nan",
+    "--device-memory-bytes -1": "--device-memory-bytes must be at least 0, got -1",
+    "--presets tiny --batch 3": "preset tiny, remat none: training config does not fit the model config: bi_data "
+                                "needs even train_batch_size and eval_batch_size (forward + backward halves)",
+}
+
+
+@pytest.mark.parametrize("flags", sorted(BAD_FLAGS))
+def test_a_flag_no_setting_can_run_with_is_refused_in_one_line_with_exit_2(flags):
+    result = subprocess.run([sys.executable, str(SCRIPT), *flags.split(), "--no-peer"], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"accelerator_step.py: error: {BAD_FLAGS[flags]}\n")
+
+
+def test_a_setting_that_fails_for_a_reason_other_than_memory_makes_the_run_exit_1():
+    # Ours does not fit (nothing compiled); the peer's Python is a program that fails.
+    lines = run_script(*TINY, "--remat", "none", "--batch", "8", "--device-memory-bytes", "8000000",
+                       "--peer-python", "false", status=1)
+
+    assert [line.get("status") for line in lines[:2]] == ["does_not_fit", "failed"]
+    assert lines[-1]["measure"] == "run" and lines[-1]["failed_settings"] == 1
 
 
 def peer_python() -> str | None:

@@ -16,10 +16,9 @@ both phases are counted as if they coexisted.
 """
 from __future__ import annotations
 
-from tfrecords.errors import UsageError
 from trainer.models.config import ModelConfig
 from trainer.planning.memory import FLOAT32, StepShape, earlier_segment_bytes, memory_state_bytes, parameter_counts
-from trainer.planning.plan import USABLE_FRACTION
+from trainer.planning.plan import largest_fitting, refuse_beyond_memory
 
 # No search for the largest fitting mem_len goes past this (positions).
 MAX_SEARCHED_MEM_LEN = 1 << 40
@@ -44,18 +43,8 @@ def generation_bytes(model: ModelConfig, mem_len: int, segment_len: int, segment
 def largest_fitting_mem_len(model: ModelConfig, budget: int, segment_of, rows: int = 1) -> int:
     """The largest cache (positions) whose ``generation_bytes`` is within ``budget``; 0 when none is.
     ``segment_of(mem_len)`` -> (segment_len, segment_memory) of the prompt's reading at that cache."""
-    def fits(mem_len: int) -> bool:
-        return generation_bytes(model, mem_len, *segment_of(mem_len), rows=rows) <= budget
-
-    if not fits(1):
-        return 0
-    low, high = 1, 2
-    while high <= MAX_SEARCHED_MEM_LEN and fits(high):
-        low, high = high, 2 * high
-    while high - low > 1:  # fits(low), not fits(high)
-        middle = (low + high) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle)
-    return low
+    return largest_fitting(lambda mem_len: generation_bytes(model, mem_len, *segment_of(mem_len), rows=rows), budget,
+                           MAX_SEARCHED_MEM_LEN)
 
 
 def machine_memory() -> tuple[int, str]:
@@ -77,16 +66,8 @@ def check_generation_cache(flag: str, model: ModelConfig, mem_len: int, segment_
     prompt read as ``segment_of`` says) would need more than USABLE_FRACTION of ``memory``
     (default: ``machine_memory()``), with the largest cache that fits. ``why``: how ``mem_len``
     came about, when ``flag`` did not set it."""
-    from trainer.planning.devices import format_bytes
-
-    total, source = memory or machine_memory()
-    budget = int(total * USABLE_FRACTION)
-    needed = generation_bytes(model, mem_len, *segment_of(mem_len), rows=rows)
-    if needed <= budget:
-        return
-    largest = largest_fitting_mem_len(model, budget, segment_of, rows)
-    remedy = f"the largest that fits is {flag} {largest}" if largest else "not even a cache of 1 position fits"
-    raise UsageError(f"{flag} {mem_len}{why}: a generation cache of {mem_len} positions needs about "
-                     f"{format_bytes(needed)} (float32 keys and values of {model.n_layer} layers x {model.n_head} "
-                     f"heads x {model.d_head}, the weights and a prompt segment's pass), more than {USABLE_FRACTION:.0%} of {source} "
-                     f"({format_bytes(total)}); {remedy}")
+    refuse_beyond_memory(flag, mem_len, lambda size: generation_bytes(model, size, *segment_of(size), rows=rows),
+                         memory or machine_memory(),
+                         f"a generation cache of {mem_len} positions", "not even a cache of 1 position fits", why,
+                         f" (float32 keys and values of {model.n_layer} layers x {model.n_head} heads x {model.d_head}, "
+                         "the weights and a prompt segment's pass)")

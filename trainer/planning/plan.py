@@ -8,7 +8,7 @@ replica's micro-batch is ``train_batch_size / replicas``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 from tfrecords.errors import UsageError
 from trainer.configs.training import REMAT_MODES, LoopConfig, TrainConfig
@@ -325,3 +325,35 @@ def _clock(seconds: float) -> str:
     days, rest = divmod(seconds, 86400)
     clock = f"{rest // 3600}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
     return f"{days}d {clock}" if days else clock
+
+
+def largest_fitting(needed_of: Callable[[int], int], budget: int, limit: int = 1 << 40) -> int:
+    """The largest positive value (at most ``limit``) whose ``needed_of(value)`` bytes are within
+    ``budget``, 0 when not even 1 is; ``needed_of`` grows with its value."""
+    if needed_of(1) > budget:
+        return 0
+    low, high = 1, 2
+    while high <= limit and needed_of(high) <= budget:
+        low, high = high, 2 * high
+    while high - low > 1:  # fits(low), not fits(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if needed_of(middle) <= budget else (low, middle)
+    return low
+
+
+def refuse_beyond_memory(setting: str, value: int, needed_of: Callable[[int], int], memory: tuple[int, str],
+                         what: str, none_fits: str, why: str = "", detail: str = "") -> None:
+    """The one bound on a setting that sizes memory (a cache's or a memory's positions): a UsageError
+    naming ``setting`` when ``needed_of(value)`` bytes exceed USABLE_FRACTION of ``memory`` ((bytes,
+    what they are)), with the largest value that fits, checked before anything is allocated.
+    ``what``: what needs the bytes (``detail``: of what they are made), ``none_fits``: the remedy
+    when not even 1 fits, ``why``: how ``value`` came about when ``setting`` did not set it."""
+    total, source = memory
+    budget = int(total * USABLE_FRACTION)
+    needed = needed_of(value)
+    if needed <= budget:
+        return
+    largest = largest_fitting(needed_of, budget)
+    remedy = f"the largest that fits is {setting} {largest}" if largest else none_fits
+    raise UsageError(f"{setting} {value}{why}: {what} needs about {format_bytes(needed)}{detail}, more than "
+                     f"{USABLE_FRACTION:.0%} of {source} ({format_bytes(total)}); {remedy}")

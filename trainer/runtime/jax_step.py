@@ -18,7 +18,19 @@ weights. Precision follows the global dtype policy the pretrainer was built unde
 (``mixed_bfloat16``: bfloat16 compute, float32 variables and loss); remat is the network's.
 
 Data parallelism: under a ``keras.distribution.DataParallel`` (``data_parallel()``), the batch is
-split over the local devices and the weights replicated; jit inserts the all-reduce.
+split over the local devices and the weights replicated; jit inserts the all-reduce. The state is
+laid out once, as the step gives it back (the same shardings in and out), so that the second step
+runs the first one's compilation: with one device the distribution costs nothing.
+
+What it refuses before any step: a network that computes in float16 (whatever made it so: the
+config's precision or Keras's global dtype policy when the network was built), a batch whose
+features, shapes, dtypes or row count do not match the state, input ids outside the vocabulary
+(checked on the host for host arrays), and a ``mem_len`` whose step would not fit the device's
+memory (trainer/planning/plan.py ``refuse_beyond_memory``, the bound `xlnet generate` checks).
+The NaN guard, as the TensorFlow controller's: a step whose loss or gradient norm is not finite, or
+whose input ids (device arrays) leave the vocabulary, does not apply its update: the state it
+gives back is the one it was given, and reading its metrics (``as_numpy``) raises
+``StepNotAppliedError`` naming the step.
 """
 from __future__ import annotations
 
@@ -28,7 +40,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from tfrecords.errors import UsageError
+from tfrecords.errors import DataError, UsageError
 from trainer.configs.training import LoopConfig
 from trainer.models.pretrainer import XLNetPretrainer
 from trainer.runtime.optimization import build_optimizer, clip_by_global_norm, learning_rate_schedule
@@ -50,6 +62,14 @@ def data_parallel(devices: Optional[Sequence[Any]] = None) -> keras.distribution
     distribution = keras.distribution.DataParallel(devices=list(devices) if devices else None)
     keras.distribution.set_distribution(distribution)
     return distribution
+
+
+FEATURES = ("input_ids", "segment_ids", "is_masked", "perm_seed")
+
+
+class StepNotAppliedError(DataError):
+    """A step's loss or gradient norm was not finite, or its input ids left the vocabulary: its update
+    was not applied (the state given back is the one before it); the caller stops there."""
 
 
 class StepState(NamedTuple):
@@ -79,6 +99,7 @@ class PretrainingStep:
         if config.precision == "mixed_float16":
             raise UsageError("precision mixed_float16 needs dynamic loss scaling, which the JAX step does not do; "
                              "use mixed_bfloat16 (or float32)")
+        refuse_float16_compute(pretrainer, config)
         if config.accumulation_steps != 1:
             raise UsageError(f"accumulation_steps {config.accumulation_steps}: the JAX step applies every batch "
                              "it is given (accumulation_steps 1); give it the whole batch")
@@ -87,30 +108,92 @@ class PretrainingStep:
         self._schedule = learning_rate_schedule(config)
         # The optimizer's step counter among its variables: the schedule's input.
         self._iterations = [id(v) for v in self.optimizer.variables].index(id(self.optimizer.iterations))
-        self._step = jax.jit(self._compute, donate_argnums=(0,))
+        self._distribution = keras.distribution.distribution()
+        # Each variable's sharding, in and out of the step alike (None without a distribution): jit
+        # tells an equivalent sharding from the one it gives back, and would compile the second step again.
+        self._shardings = None
+        out_shardings = None
+        if self._distribution is not None:
+            self._shardings = [[self._distribution.get_variable_layout(v).backend_layout for v in variables]
+                               for variables in (pretrainer.trainable_variables, pretrainer.non_trainable_variables,
+                                                 self.optimizer.variables)]
+            rows = self._distribution.get_data_layout((1, 1, 1)).backend_layout
+            mems = None if pretrainer.model_config.mem_len == 0 else [rows] * pretrainer.model_config.n_layer
+            out_shardings = (StepState(*self._shardings, mems), jax.sharding.NamedSharding(rows.mesh, jax.sharding.PartitionSpec()))
+        self._step = jax.jit(self._compute, donate_argnums=(0,), **(
+            {} if out_shardings is None else {"out_shardings": out_shardings}))
 
     def initial_state(self, batch_size: int) -> StepState:
-        """The model's and the optimizer's variables as they are now, and zero memory for ``batch_size`` rows."""
+        """The model's and the optimizer's variables as they are now, and zero memory for ``batch_size`` rows
+        (refused, naming mem_len, when the step would not fit the device's memory)."""
         model = self.pretrainer.model_config
+        self._check_fits(batch_size)
         mems = None
         if model.mem_len > 0:
             mems = [self._split_by_rows(ops.zeros((batch_size, model.mem_len, model.d_model), "float32"))
                     for _ in range(model.n_layer)]
-        return StepState([v.value for v in self.pretrainer.trainable_variables],
-                         [v.value for v in self.pretrainer.non_trainable_variables],
-                         [v.value for v in self.optimizer.variables], mems)
+        values = [[v.value for v in variables] for variables in
+                  (self.pretrainer.trainable_variables, self.pretrainer.non_trainable_variables,
+                   self.optimizer.variables)]
+        if self._shardings is not None:  # exactly as the step gives them back: no second compilation
+            values = [[self._jax.device_put(value, sharding) for value, sharding in zip(group, shardings)]
+                      for group, shardings in zip(values, self._shardings)]
+        return StepState(*values, mems)
 
     def __call__(self, state: StepState, batch: Mapping[str, Any]) -> tuple[StepState, dict]:
-        return self._step(state, {name: self._split_by_rows(value) for name, value in batch.items()})
+        self._check_batch(state, batch)
+        return self._step(state, {name: self._split_by_rows(batch[name]) for name in FEATURES})
 
-    @staticmethod
-    def _split_by_rows(value):
+    def _split_by_rows(self, value):
         """``value`` laid out over the devices of Keras's distribution by its first axis (rows), as
-        ``DataParallel`` lays out data; unchanged without a distribution."""
-        distribution = keras.distribution.distribution()
-        if distribution is None:
+        ``DataParallel`` lays out data; unchanged without a distribution. Always the same sharding
+        object for a shape (distribute_tensor keeps an equivalent one, which jit tells apart)."""
+        if self._distribution is None:
             return value
-        return keras.distribution.distribute_tensor(value, distribution.get_data_layout(ops.shape(value)))
+        return self._jax.device_put(value, self._distribution.get_data_layout(ops.shape(value)).backend_layout)
+
+    def _check_fits(self, batch_size: int) -> None:
+        """Refuses, naming mem_len, a step of ``batch_size`` rows that the planner's memory model puts
+        above the device's memory, before the memory is allocated."""
+        from trainer.planning.memory import memory_breakdown
+        from trainer.planning.plan import Workload, refuse_beyond_memory
+
+        model, config = self.pretrainer.model_config, self.config
+        replicas = 1 if self._distribution is None else len(self._jax.devices())
+        rows = max(1, batch_size // replicas)
+
+        def needed(mem_len: int) -> int:
+            workload = Workload(model.replace(mem_len=mem_len), config.replace(train_batch_size=batch_size))
+            shape = workload.shape(rows).replace(eval_batch=0)  # the JAX step keeps no eval memory
+            return memory_breakdown(workload.model, shape, self.pretrainer.network.remat).total
+
+        refuse_beyond_memory("mem_len", model.mem_len, needed, device_memory(),
+                             f"a pretraining step of {rows} rows per device at seq_len {config.seq_len} with a "
+                             f"memory of {model.mem_len} positions",
+                             "not even a memory of 1 position fits: lower the batch or seq_len",
+                             detail=" (the planner's memory model, trainer/planning/memory.py)")
+
+    def _check_batch(self, state: StepState, batch: Mapping[str, Any]) -> None:
+        """Refuses a batch that does not match the step and the state, on the host (shapes and dtypes
+        cost nothing; the ids' range is checked here only for host arrays, on device by the step)."""
+        missing = [name for name in FEATURES if name not in batch]
+        if missing:
+            raise UsageError(f"the batch lacks {', '.join(missing)}; the step takes {', '.join(FEATURES)}")
+        seq_len, rows = self.pretrainer.seq_len, np.shape(batch["input_ids"])[0]
+        for name in FEATURES:
+            shape, dtype = tuple(np.shape(batch[name])), np.dtype(batch[name].dtype)
+            expected = (rows, 2) if name == "perm_seed" else (rows, seq_len)
+            if shape != expected:
+                raise UsageError(f"batch {name} has shape {list(shape)}, the step takes {list(expected)} "
+                                 f"(rows, {'2' if name == 'perm_seed' else f'seq_len {seq_len}'})")
+            if dtype.kind not in "biu":
+                raise UsageError(f"batch {name} is {dtype}: the step takes integer features (is_masked may be "
+                                 "bool), as the reader gives them")
+        if state.mems is not None and state.mems[0].shape[0] != rows:
+            raise UsageError(f"the batch has {rows} rows, the state's memory {state.mems[0].shape[0]} "
+                             f"(initial_state({state.mems[0].shape[0]})): give initial_state the batch's rows")
+        if isinstance(batch["input_ids"], np.ndarray):
+            check_ids(batch["input_ids"], self.pretrainer.model_config.vocab_size)
 
     def assign(self, state: StepState) -> None:
         """Writes ``state``'s weights and optimizer slots back into the Keras variables (to save or export them)."""
@@ -136,16 +219,69 @@ class PretrainingStep:
         denominator = ops.maximum(count, 1.0)
         grads = [g / ops.cast(denominator, g.dtype) for g in grads]
         grads, norm = clip_by_global_norm(grads, self.config.clip_norm)
-        learning_rate = self._schedule(state.optimizer[self._iterations])
+        iterations = state.optimizer[self._iterations]
+        learning_rate = self._schedule(iterations)
         trainable, optimizer = self.optimizer.stateless_apply(state.optimizer, grads, state.trainable)
         mems = None if out["new_mems"] is None else \
             [ops.stop_gradient(ops.cast(m, "float32")) for m in out["new_mems"]]
-        metrics = {"loss": loss_sum / denominator, "accuracy": ops.cast(out["accuracy"], "float32"),
+        loss = loss_sum / denominator
+        ids = batch["input_ids"]
+        ids_in_vocabulary = ops.all((ids >= 0) & (ids < self.pretrainer.model_config.vocab_size))
+        # The NaN guard: a bad step gives back the state it was given, as the controller saves nothing.
+        applied = ids_in_vocabulary & ops.all(ops.isfinite(loss)) & ops.all(ops.isfinite(norm))
+        new = self._jax.tree_util.tree_map(lambda after, before: ops.where(applied, after, before),
+                                           StepState(trainable, non_trainable, optimizer, mems), state)
+        metrics = {"loss": loss, "accuracy": ops.cast(out["accuracy"], "float32"),
                    "num_targets": count, "grad_norm": ops.cast(norm, "float32"),
-                   "learning_rate": ops.cast(learning_rate, "float32")}
-        return StepState(trainable, non_trainable, optimizer, mems), metrics
+                   "learning_rate": ops.cast(learning_rate, "float32"),
+                   "step": ops.cast(iterations, "float32") + 1.0, "update_applied": ops.cast(applied, "float32"),
+                   "ids_in_vocabulary": ops.cast(ids_in_vocabulary, "float32")}
+        return new, metrics
 
 
 def as_numpy(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """A step's metrics as Python floats (waits for the device)."""
-    return {name: float(np.asarray(value)) for name, value in metrics.items()}
+    """A step's metrics as Python floats (waits for the device); a StepNotAppliedError, in the
+    controller's words, for a step whose update the NaN guard did not apply."""
+    values = {name: float(np.asarray(value)) for name, value in metrics.items()}
+    if values.get("update_applied", 1.0) == 0.0:
+        step = int(values["step"])
+        if values["ids_in_vocabulary"] == 0.0:
+            what = "input_ids left the vocabulary"
+        else:
+            what = f"loss became {values['loss']} (gradient norm {values['grad_norm']})"
+        raise StepNotAppliedError(f"{what} at step {step}; the step did not apply its update: the state it gave "
+                                  f"back is step {step - 1}'s. Lower learning_rate or check the data.")
+    return values
+
+
+def check_ids(input_ids: np.ndarray, vocab_size: int) -> None:
+    """A DataError naming the first input id outside [0, vocab_size) of a host batch (bad ids would
+    look up no embedding and give a NaN loss)."""
+    bad = np.argwhere((input_ids < 0) | (input_ids >= vocab_size))
+    if bad.size:
+        row, column = (int(i) for i in bad[0])
+        raise DataError(f"batch input_ids[{row}, {column}] is {int(input_ids[row, column])}, outside the "
+                        f"vocabulary [0, {vocab_size}) ({len(bad)} such ids)")
+
+
+def refuse_float16_compute(pretrainer: XLNetPretrainer, config: LoopConfig) -> None:
+    """Refuses a network that will compute in float16, whatever set it (loss scaling is not done here)."""
+    policies = {layer.dtype_policy.name for layer in (pretrainer, pretrainer.network)}
+    if any("float16" in name and "bfloat16" not in name for name in policies):
+        raise UsageError(f"the network computes in float16 (dtype policy {', '.join(sorted(policies))}, from "
+                         f"keras.mixed_precision's global policy when it was built; the config's precision is "
+                         f"{config.precision}): float16 needs dynamic loss scaling, which the JAX step does not "
+                         "do; set the global policy to mixed_bfloat16 or float32 before building the pretrainer")
+
+
+def device_memory() -> tuple[int, str]:
+    """(bytes, what they are) of the memory a step runs in: the first device's as JAX's allocator
+    reports it, else (a CPU) this machine's physical memory."""
+    import jax
+
+    from trainer.planning.devices import host_memory_bytes
+
+    limit = (jax.devices()[0].memory_stats() or {}).get("bytes_limit")
+    if limit:
+        return int(limit), f"the {jax.devices()[0].device_kind}'s memory as JAX reports it"
+    return host_memory_bytes(), "this machine's physical memory"

@@ -206,3 +206,163 @@ def test_the_step_on_tensorflow_is_refused_naming_keras_backend():
     with pytest.raises(UsageError, match=r"^the JAX pretraining step needs KERAS_BACKEND=jax; Keras runs on "
                                          r"'tensorflow' here$"):
         require_jax()
+
+
+# ------------------------------------------------- what the step refuses and the NaN guard (issue 44)
+# A one-layer model on 16 positions: each process below compiles at most two small steps.
+SMALL = {"model": ["n_layer=1", "d_model=16", "n_head=2", "d_head=8", "d_inner=32", "vocab_size=50", "dropout=0",
+                   "dropatt=0"], "seq_len": 16, "mem_len": 8, "num_predict": 4}
+
+
+def small_step(mem_len=SMALL["mem_len"], precision="float32"):
+    """A PretrainingStep of the SMALL model (under JAX), and the benchmark's synthetic batch maker."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("accelerator_step", REPO / "benchmarks" / "accelerator_step.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    from trainer.models.pretrainer import XLNetPretrainer
+    from trainer.runtime.jax_step import PretrainingStep
+
+    model, train = bench.setting_configs("tiny", SMALL["model"], SMALL["seq_len"], mem_len, SMALL["num_predict"],
+                                         precision, "none")
+    pretrainer = XLNetPretrainer(model, train.seq_len, train.num_predict, train.perm_size, bench.SPECIAL_IDS)
+    batch = bench.synthetic_batch(2, SMALL["seq_len"], SMALL["num_predict"], model.reuse_len, model.vocab_size)
+    return PretrainingStep(pretrainer, train), batch
+
+
+def message_of(action) -> np.ndarray:
+    """``"ErrorType: message"`` of what ``action()`` raised ("" when it raised nothing)."""
+    try:
+        action()
+    except Exception as error:  # noqa: BLE001 (the test reads the type and the message)
+        return np.array(f"{type(error).__name__}: {error}")
+    return np.array("")
+
+
+def refusals_before_any_step(inputs):
+    """The messages of what the step refuses on the host, before any step is compiled."""
+    import keras
+
+    step, batch = small_step()
+    state = step.initial_state(2)
+    out = {}
+    out["id_at_vocab"] = message_of(lambda: step(state, {**batch, "input_ids": np.where(
+        np.arange(SMALL["seq_len"]) == 3, 50, batch["input_ids"]).astype(np.int32)}))
+    out["negative_id"] = message_of(lambda: step(state, {**batch, "input_ids": -batch["input_ids"]}))
+    out["float_nan"] = message_of(lambda: step(state, {**batch, "is_masked": np.full((2, 16), np.nan, np.float32)}))
+    four = {name: np.concatenate([value, value]) for name, value in batch.items()}
+    out["four_rows_for_two"] = message_of(lambda: step(state, four))
+    out["huge_mem_len"] = message_of(lambda: small_step(mem_len=10 ** 8)[0].initial_state(2))
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    out["float16_policy"] = message_of(lambda: small_step(precision="float32"))
+    keras.mixed_precision.set_global_policy("float32")
+    return out
+
+
+@pytest.fixture(scope="module")
+def refusals():
+    return {name: str(value) for name, value in run_on_backend(refusals_before_any_step, {}).items()}
+
+
+def test_an_input_id_at_the_vocabulary_size_is_refused_naming_where(refusals):
+    assert refusals["id_at_vocab"] == ("DataError: batch input_ids[0, 3] is 50, outside the vocabulary [0, 50) "
+                                       "(2 such ids)")
+
+
+def test_a_negative_input_id_is_refused(refusals):
+    assert refusals["negative_id"].startswith("DataError: batch input_ids[0, 0] is -")
+    assert "outside the vocabulary [0, 50) (32 such ids)" in refusals["negative_id"]
+
+
+def test_a_float_feature_with_nan_is_refused_naming_it(refusals):
+    assert refusals["float_nan"] == ("UsageError: batch is_masked is float32: the step takes integer features "
+                                     "(is_masked may be bool), as the reader gives them")
+
+
+def test_a_batch_of_four_rows_for_a_state_of_two_names_the_mismatch(refusals):
+    assert refusals["four_rows_for_two"] == ("UsageError: the batch has 4 rows, the state's memory 2 "
+                                             "(initial_state(2)): give initial_state the batch's rows")
+
+
+def test_a_mem_len_beyond_the_memory_is_refused_naming_mem_len_before_allocating(refusals):
+    message = refusals["huge_mem_len"]
+    assert message.startswith("UsageError: mem_len 100000000: a pretraining step of 2 rows per device at seq_len "
+                              "16 with a memory of 100000000 positions needs about ")
+    assert "of this machine's physical memory" in message and "; the largest that fits is mem_len " in message
+
+
+def test_a_float16_global_policy_is_refused_though_the_config_says_float32(refusals):
+    assert refusals["float16_policy"] == (
+        "UsageError: the network computes in float16 (dtype policy mixed_float16, from keras.mixed_precision's "
+        "global policy when it was built; the config's precision is float32): float16 needs dynamic loss scaling, "
+        "which the JAX step does not do; set the global policy to mixed_bfloat16 or float32 before building the "
+        "pretrainer")
+
+
+def guarded_steps(inputs):
+    """Steps on a good batch, on ids outside the vocabulary given as device arrays, on NaN weights, then on
+    a good batch again; then two steps under data_parallel() on one device and the step's compilations."""
+    import jax
+
+    from trainer.runtime import jax_step
+
+    assert len(jax.devices()) == 1
+    step, batch = small_step()
+    out = {}
+    state, metrics = step(step.initial_state(2), batch)
+    out["first_loss"] = jax_step.as_numpy(metrics)["loss"]
+    before = [np.asarray(value) for value in state.trainable]
+    bad = {**batch, "input_ids": jax.device_put(np.full((2, 16), 50, np.int32))}
+    state, metrics = step(state, bad)
+    out["bad_ids_message"] = message_of(lambda: jax_step.as_numpy(metrics))
+    out["bad_ids_kept_the_state"] = all(np.array_equal(a, np.asarray(b)) for a, b in zip(before, state.trainable))
+    copy = jax.tree_util.tree_map(jax.numpy.copy, state)  # the step takes (donates) the state it is given
+    poisoned = copy._replace(trainable=[jax.numpy.full_like(copy.trainable[0], np.nan), *copy.trainable[1:]])
+    kept = [np.asarray(value) for value in poisoned.trainable]
+    after_nan, metrics = step(poisoned, batch)
+    out["nan_message"] = message_of(lambda: jax_step.as_numpy(metrics))
+    out["nan_kept_the_state"] = all(np.array_equal(a, np.asarray(b), equal_nan=True)
+                                    for a, b in zip(kept, after_nan.trainable))
+    state, metrics = step(state, batch)  # the state the bad ids gave back: the last good one
+    out["good_after_bad_loss"] = jax_step.as_numpy(metrics)["loss"]
+
+    jax_step.data_parallel()
+    step, batch = small_step()
+    state = step.initial_state(2)
+    for _ in range(3):
+        state, metrics = step(state, batch)
+        jax_step.as_numpy(metrics)
+    out["compilations_data_parallel_one_device"] = step._step._cache_size()
+    return out
+
+
+@pytest.fixture(scope="module")
+def guarded():
+    return {name: value for name, value in run_on_backend(guarded_steps, {}).items()}
+
+
+@pytest.mark.slow  # two small steps compiled in a fresh JAX process (about 30-60 s)
+def test_ids_outside_the_vocabulary_on_device_leave_the_state_as_it_was_and_stop(guarded):
+    assert str(guarded["bad_ids_message"]) == (
+        "StepNotAppliedError: input_ids left the vocabulary at step 2; the step did not apply its update: the state "
+        "it gave back is step 1's. Lower learning_rate or check the data.")
+    assert bool(guarded["bad_ids_kept_the_state"])
+
+
+@pytest.mark.slow  # the same process
+def test_a_nan_loss_leaves_the_state_as_it_was_and_stops_in_the_controllers_words(guarded):
+    assert str(guarded["nan_message"]).startswith("StepNotAppliedError: loss became nan (gradient norm nan) at "
+                                                  "step 2; the step did not apply its update")
+    assert bool(guarded["nan_kept_the_state"])
+
+
+@pytest.mark.slow  # the same process
+def test_a_good_batch_after_a_refused_one_trains_from_the_last_good_state(guarded):
+    assert np.isfinite(guarded["good_after_bad_loss"]) and np.isfinite(guarded["first_loss"])
+
+
+@pytest.mark.slow  # the same process
+def test_data_parallel_on_one_device_compiles_the_step_once(guarded):
+    assert int(guarded["compilations_data_parallel_one_device"]) == 1
