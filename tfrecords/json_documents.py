@@ -54,3 +54,10 @@ def nesting_depth(value: Any, limit: int) -> int:
             return deepest
         pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return deepest
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, in words, for an error that names a value of the wrong type ("a string")."""
+    kinds = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+             dict: "an object", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)

@@ -68,18 +68,20 @@ def read_huggingface_directory(directory: str, **overrides: Any) -> HuggingFaceM
 
     directory = directory.rstrip("/") or "/"
     join = joiner(directory)
-    weights = read_huggingface_weights(directory, "--huggingface", **overrides)
-    config, source = weights.config, weights.config_source
-    if not exists(join(VOCAB)):
-        raise HuggingFaceFormatError(
-            f"{directory} lacks {VOCAB}, the SentencePiece model (transformers v5's tokenizer save_pretrained writes "
-            f"only tokenizer.json: copy {VOCAB} from the model's Hub repository or original release)")
-    sp_model_proto = read_bytes(join(VOCAB))
-    vocab = parse_vocab(sp_model_proto, join(VOCAB), source=join(VOCAB))
-    if vocab.vocab_size != config.vocab_size:
-        raise HuggingFaceFormatError(f"{join(VOCAB)} has {vocab.vocab_size} pieces but {source} has vocab_size "
-                                     f"{config.vocab_size}: they are not from the same model")
-    check_config_against_tensors(config, weights.tensors, weights.prefix, source)  # before anything is built
+    vocab = None
+
+    def same_vocabulary(config: ModelConfig, source: str) -> None:  # once config.json is read, before the weights
+        nonlocal vocab
+        if not exists(join(VOCAB)):
+            raise HuggingFaceFormatError(
+                f"{directory} lacks {VOCAB}, the SentencePiece model (transformers v5's tokenizer save_pretrained "
+                f"writes only tokenizer.json: copy {VOCAB} from the model's Hub repository or original release)")
+        vocab = parse_vocab(read_bytes(join(VOCAB)), join(VOCAB), source=join(VOCAB))
+        if vocab.vocab_size != config.vocab_size:
+            raise HuggingFaceFormatError(f"{join(VOCAB)} has {vocab.vocab_size} pieces but {source} has vocab_size "
+                                         f"{config.vocab_size}: they are not from the same model")
+
+    weights = read_huggingface_weights(directory, "--huggingface", check=same_vocabulary, **overrides)
     uncased = None
     if exists(join(TOKENIZER_CONFIG)):
         tokenizer = read_json(join(TOKENIZER_CONFIG))
@@ -87,7 +89,7 @@ def read_huggingface_directory(directory: str, **overrides: Any) -> HuggingFaceM
             uncased = tokenizer["do_lower_case"]
     return HuggingFaceModel(**{field.name: getattr(weights, field.name)
                                for field in dataclasses.fields(HuggingFaceWeights)},
-                            sp_model_proto=sp_model_proto, special_ids=vocab.special_ids.to_dict(), uncased=uncased)
+                            sp_model_proto=vocab.model_proto, special_ids=vocab.special_ids.to_dict(), uncased=uncased)
 
 
 def tokenizer_config(sp_model_proto: bytes, special_ids: Mapping[str, int], uncased: bool) -> dict[str, Any]:

@@ -36,15 +36,26 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import math
 import os
 import posixpath
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 import numpy as np
 
 from tfrecords.errors import UsageError
+from tfrecords.json_documents import json_kind, load_json
+from trainer.conversion.safetensors_files import (
+    FLOAT_DTYPES,
+    TensorHeader,
+    WeightsFile,
+    WeightsFileError,
+    checked_weights_file,
+    index_shard_names,
+    numpy_dtype_problem,
+    read_header,
+    read_tensors,
+)
 from trainer.models.config import ModelConfig, expected_type, has_type, shown, type_problems
 from trainer.models.head_spec import HeadSpec
 from trainer.runtime.storage import StorageError, exists, read_bytes, read_json
@@ -211,6 +222,30 @@ def config_type_problems(values: Mapping[str, Any]) -> list[str]:
                        for name, kind in OTHER_NUMBERS.items() if name in values and not has_type(values[name], kind)]
 
 
+# config.json's other fields that we read, and their JSON type (null is read as absent).
+OTHER_FIELDS: dict[str, Any] = {"architectures": tuple[str, ...], "model_type": str, "attn_type": str,
+                                "ff_activation": str, "problem_type": str, "summary_type": str,
+                                "summary_activation": str, "same_length": bool, "summary_use_proj": bool,
+                                "summary_proj_to_labels": bool, "start_n_top": int, "end_n_top": int,
+                                PRETRAINING_KEY: dict, "id2label": dict}
+
+
+def check_field_types(values: Mapping[str, Any], source: str) -> None:
+    """Every field of config.json we read holds its JSON type (numbers: :func:`config_type_problems`), before any
+    is used: HuggingFaceFormatError names the file, each wrong field and what it holds instead (a string where a
+    list of class names is expected is said as such)."""
+    problems = config_type_problems(values)
+    for name, kind in OTHER_FIELDS.items():
+        value = values.get(name)
+        if value is not None and not (isinstance(value, dict) if kind is dict else has_type(value, kind)):
+            wanted = "an object" if kind is dict else expected_type(kind)
+            value_shown = shown(value)
+            value_shown = value_shown if len(value_shown) <= 80 else value_shown[:77] + "..."
+            problems.append(f"{name}: expected {wanted}, got {json_kind(value)} {value_shown}")
+    if problems:
+        raise HuggingFaceFormatError(f"{source}: " + "; ".join(problems))
+
+
 def model_config_from_huggingface(values: Mapping[str, Any], source: str, **overrides: Any) -> ModelConfig:
     """config.json values -> our ModelConfig (untie_r true; the tensors decide, see ``tied_biases``).
 
@@ -358,22 +393,69 @@ def export_tensors(network: XLNetNetwork, head=None) -> dict[str, np.ndarray]:
     return {binding.name: binding.value() for binding in model_bindings(network, head)}
 
 
+def expected_shapes(config: ModelConfig, head: Optional[HeadSpec] = None, prefix: str = BASE_PREFIX,
+                    lm_head: bool = True) -> dict[str, tuple[int, ...]]:
+    """name -> shape of every tensor of the transformers model ``config`` (and ``head``) makes, computed from the
+    configuration alone: the names and shapes of :func:`model_bindings` (a test holds the two equal), known before
+    anything is built, so that a directory is checked against them before a byte is allocated."""
+    d, h, dh, di = config.d_model, config.n_head, config.d_head, config.d_inner
+    shapes = {f"{prefix}word_embedding.weight": (config.vocab_size, d), f"{prefix}mask_emb": (1, 1, d)}
+    for i in range(config.n_layer):
+        layer = f"{prefix}layer.{i}."
+        shapes.update({f"{layer}rel_attn.{name}": (d, h, dh) for name in "qkvor"})
+        shapes.update({f"{layer}rel_attn.{name}": (h, dh) for name in ("r_w_bias", "r_r_bias", "r_s_bias")})
+        shapes.update({f"{layer}rel_attn.seg_embed": (2, h, dh), f"{layer}rel_attn.layer_norm.weight": (d,),
+                       f"{layer}rel_attn.layer_norm.bias": (d,), f"{layer}ff.layer_norm.weight": (d,),
+                       f"{layer}ff.layer_norm.bias": (d,), f"{layer}ff.layer_1.weight": (di, d),
+                       f"{layer}ff.layer_1.bias": (di,), f"{layer}ff.layer_2.weight": (d, di),
+                       f"{layer}ff.layer_2.bias": (d,)})
+    if head is not None and head.task == "squad":
+        shapes.update({"start_logits.dense.weight": (1, d), "start_logits.dense.bias": (1,),
+                       "end_logits.dense_0.weight": (d, 2 * d), "end_logits.dense_0.bias": (d,),
+                       "end_logits.LayerNorm.weight": (d,), "end_logits.LayerNorm.bias": (d,),
+                       "end_logits.dense_1.weight": (1, d), "end_logits.dense_1.bias": (1,),
+                       "answer_class.dense_0.weight": (d, 2 * d), "answer_class.dense_0.bias": (d,),
+                       "answer_class.dense_1.weight": (1, d)})
+    elif head is not None:
+        shapes.update({"sequence_summary.summary.weight": (d, d), "sequence_summary.summary.bias": (d,),
+                       "logits_proj.weight": (head.num_labels, d), "logits_proj.bias": (head.num_labels,)})
+    elif lm_head:
+        shapes["lm_loss.bias"] = (config.vocab_size,)
+    return shapes
+
+
 def check_tensors(bindings: list[Binding], tensors: Mapping[str, np.ndarray], source: str,
                   optional: Iterable[str] = ()) -> None:
     """Names every missing, extra, mis-shaped or non-float tensor in one HuggingFaceFormatError.
     ``optional``: extra names allowed (the tied ``lm_loss.weight``, checked by the caller)."""
-    expected = {binding.name: binding.shape for binding in bindings}
-    problems = [f"missing tensor {name}" for name in expected if name not in tensors]
-    problems += [f"unexpected tensor {name}" for name in sorted(tensors)
+    held = {name: (tuple(array.shape), str(array.dtype), bool(np.issubdtype(array.dtype, np.floating)))
+            for name, array in tensors.items()}
+    check_fit({binding.name: binding.shape for binding in bindings}, held, source, optional)
+
+
+def check_headers(expected: Mapping[str, tuple[int, ...]], headers: Mapping[str, TensorHeader], source: str,
+                  optional: Mapping[str, tuple[int, ...]]) -> None:
+    """:func:`check_tensors`'s check on the files' headers, before any tensor is read (or anything built);
+    ``optional``: tensors allowed but not needed, with the shape they must have when present."""
+    held = {name: (header.shape, header.dtype, header.dtype in FLOAT_DTYPES) for name, header in headers.items()}
+    check_fit({**expected, **{name: shape for name, shape in optional.items() if name in headers}}, held, source,
+              optional)
+
+
+def check_fit(expected: Mapping[str, tuple[int, ...]], held: Mapping[str, tuple[tuple[int, ...], str, bool]],
+              source: str, optional: Iterable[str]) -> None:
+    """The one rule of both checks: ``held`` (name -> shape, dtype, whether a float) against ``expected``."""
+    problems = [f"missing tensor {name}" for name in expected if name not in held]
+    problems += [f"unexpected tensor {name}" for name in sorted(held)
                  if name not in expected and name not in set(optional)]
     for name, shape in expected.items():
-        if name not in tensors:
+        if name not in held:
             continue
-        array = tensors[name]
-        if tuple(array.shape) != shape:
-            problems.append(f"tensor {name} has shape {list(array.shape)}, the config needs {list(shape)}")
-        elif not np.issubdtype(array.dtype, np.floating):
-            problems.append(f"tensor {name} has dtype {array.dtype}, expected a float type")
+        held_shape, dtype, is_float = held[name]
+        if tuple(held_shape) != tuple(shape):
+            problems.append(f"tensor {name} has shape {list(held_shape)}, the config needs {list(shape)}")
+        elif not is_float:
+            problems.append(f"tensor {name} has dtype {dtype}, expected a float type")
     if problems:
         raise HuggingFaceFormatError(f"{source} does not fit the model: " + "; ".join(problems))
 
@@ -409,10 +491,10 @@ def tied_biases(tensors: Mapping[str, np.ndarray], n_layer: int, prefix: str = B
     return True
 
 
-def check_config_against_tensors(config: ModelConfig, tensors: Mapping[str, np.ndarray], prefix: str,
+def check_config_against_tensors(config: ModelConfig, tensors: Mapping[str, Any], prefix: str,
                                  source: str) -> None:
-    """The sizes of ``source`` (config.json) checked against the weights before a network is built
-    from them: a config with more layers than the weights hold, or an embedding, attention or
+    """The sizes of ``source`` (config.json) checked against the weights (``tensors``: name -> anything with a
+    ``shape``, arrays or the files' TensorHeaders) before a network is built from them: a config with more layers than the weights hold, or an embedding, attention or
     feed-forward larger than its tensors, would otherwise build (for minutes, or out of memory) a
     model no weight fits. HuggingFaceFormatError names the file and the field. Tensors
     that are missing or extra are left to ``check_tensors``, which names them all."""
@@ -428,7 +510,7 @@ def check_config_against_tensors(config: ModelConfig, tensors: Mapping[str, np.n
                 f"{prefix}layer.0.ff.layer_1.weight": ((config.d_inner, config.d_model), "d_inner and d_model")}
     for name, (shape, fields) in expected.items():
         held = tensors.get(name)
-        if held is not None and math.prod(shape) > held.size:  # same size, other shape: check_tensors says
+        if held is not None and math.prod(shape) > math.prod(held.shape):  # same size, other shape: check_tensors says
             raise HuggingFaceFormatError(f"{source}: {fields} make {name} {list(shape)}, but its weights hold "
                                          f"{list(held.shape)}; correct {fields}")
 
@@ -469,60 +551,26 @@ def is_directory(path: str) -> bool:
     return tf.io.gfile.isdir(path)
 
 
-def tensors_from_safetensors(data: bytes, path: str) -> dict[str, np.ndarray]:
-    """The tensors of one .safetensors file's bytes, read with safetensors' NumPy API; ``path`` names the
-    file in the HuggingFaceFormatError for a damaged file or a dtype NumPy cannot hold."""
-    import safetensors.numpy
-    from safetensors import SafetensorError
-
-    try:
-        return safetensors.numpy.load(data)
-    except SafetensorError as error:  # the layout itself: a header or data that does not add up
-        raise HuggingFaceFormatError(f"{path} is truncated or damaged ({len(data)} bytes; safetensors: {error}): "
-                                     "copy or download it again") from None
-    except Exception as error:  # a well-formed file whose dtype NumPy lacks (KeyError 'BF16', ...)
-        raise HuggingFaceFormatError(_unreadable_dtypes_message(path, data, error)) from None
-
-
-def read_safetensors(path: str) -> dict[str, np.ndarray]:
-    """The tensors of one .safetensors file (local, or gs:// where TensorFlow is installed)."""
-    return tensors_from_safetensors(read_bytes(path), path)
-
-
-def _unreadable_dtypes_message(path: str, data: bytes, error: Exception) -> str:
-    """Why a well-formed safetensors file cannot be read: its dtypes, with the way out for bfloat16."""
-    header_length = int.from_bytes(data[:8], "little")
-    try:
-        header = json.loads(data[8:8 + header_length])
-        dtypes = sorted({entry["dtype"] for name, entry in header.items() if name != "__metadata__"})
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return f"{path} cannot be read as float tensors: {error!r}"
-    if "BF16" in dtypes:
-        return (f"{path} holds bfloat16 tensors, which NumPy cannot read: bfloat16 weights need a float32 copy "
-                "(save_pretrained after model.float())")
-    return f"{path} cannot be read as float tensors ({error!r}; dtypes {', '.join(dtypes)}): save a float32 copy"
-
-
-def read_directory_tensors(directory: str) -> dict[str, np.ndarray]:
-    """All tensors of a transformers model directory: model.safetensors, or every shard its
-    model.safetensors.index.json names. A pytorch_model.bin alone is refused with the way out."""
+def read_directory_headers(directory: str) -> tuple[list[WeightsFile], dict[str, TensorHeader]]:
+    """The weights files of a transformers model directory (model.safetensors, or every shard its
+    model.safetensors.index.json names) and every tensor's header, checked (trainer/conversion/safetensors_files.py)
+    and nothing else read. A pytorch_model.bin alone is refused with the way out."""
     join = joiner(directory)
     if exists(join(WEIGHTS)):
-        return read_safetensors(join(WEIGHTS))
+        return headers_of([checked_weights_file(join(WEIGHTS), directory, directory)])
     if exists(join(WEIGHTS_INDEX)):
-        index = read_json(join(WEIGHTS_INDEX))
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise HuggingFaceFormatError(f"{join(WEIGHTS_INDEX)} has no \"weight_map\" of tensor name -> shard file")
-        tensors: dict[str, np.ndarray] = {}
+        index_path = join(WEIGHTS_INDEX)
+        weight_map = index_shard_names(load_json(read_bytes(index_path), index_path, WeightsFileError), index_path)
+        files = []
         for shard in sorted(set(weight_map.values())):
             if not exists(join(shard)):
-                raise HuggingFaceFormatError(f"{join(WEIGHTS_INDEX)} names shard {shard}, which {directory} lacks")
-            tensors.update(read_safetensors(join(shard)))
-        unlisted = sorted(set(weight_map) - set(tensors))
+                raise HuggingFaceFormatError(f"{index_path} names shard {shard}, which {directory} lacks")
+            files.append(checked_weights_file(join(shard), directory, index_path))
+        files, headers = headers_of(files)
+        unlisted = sorted(set(weight_map) - set(headers))
         if unlisted:
-            raise HuggingFaceFormatError(f"{join(WEIGHTS_INDEX)} maps tensors no shard holds: {', '.join(unlisted)}")
-        return tensors
+            raise HuggingFaceFormatError(f"{index_path} maps tensors no shard holds: {', '.join(unlisted)}")
+        return files, headers
     if exists(join(TORCH_WEIGHTS)):
         raise HuggingFaceFormatError(
             f"{directory} holds {TORCH_WEIGHTS} but no {WEIGHTS}: PyTorch pickles are not read here. Convert it "
@@ -532,6 +580,20 @@ def read_directory_tensors(directory: str) -> dict[str, np.ndarray]:
     raise HuggingFaceFormatError(f"{directory} has neither {WEIGHTS} nor {WEIGHTS_INDEX} (a Hugging Face model "
                                  "directory written by save_pretrained)")
 
+
+def headers_of(files: list[WeightsFile]) -> tuple[list[WeightsFile], dict[str, TensorHeader]]:
+    """``files`` and the headers of all their tensors; a tensor in two files, or a dtype NumPy cannot hold
+    (bfloat16: the way out named), is refused."""
+    headers: dict[str, TensorHeader] = {}
+    for weights in files:
+        for name, header in read_header(weights)[1].items():
+            if name in headers:
+                raise WeightsFileError(f"{weights.path} and {headers[name].file} both hold tensor {name}")
+            headers[name] = header
+    problem = numpy_dtype_problem(headers)
+    if problem:
+        raise HuggingFaceFormatError(problem)
+    return files, headers
 
 
 # -------------------------------------------------------------------------------- weights
@@ -550,13 +612,17 @@ class HuggingFaceWeights:
     source: str  # "<directory> (model.safetensors)", the source named by the tensors' errors
 
 
-def read_huggingface_weights(directory: str, flag: Optional[str] = None, **overrides: Any) -> HuggingFaceWeights:
+def read_huggingface_weights(directory: str, flag: Optional[str] = None,
+                             check: Optional[Callable[[ModelConfig, str], None]] = None,
+                             **overrides: Any) -> HuggingFaceWeights:
     """Reads config.json and the safetensors weights of a transformers XLNet directory (local, or gs:// where
-    TensorFlow is installed) and checks the config. The sizes against the tensors are left to the caller
-    (:func:`check_config_against_tensors`, before a network is built), after any check of its own files.
+    TensorFlow is installed) and checks them: config.json's fields and types, then every tensor's header against
+    the config (:func:`check_config_against_tensors`, :func:`check_headers`), and only then reads the tensors, so
+    that a directory that lies is refused before anything is allocated or built.
 
-    ``flag``: the command-line flag that named ``directory``, for its errors. ``overrides``: ModelConfig fields
-    from command-line flags (None = not given).
+    ``flag``: the command-line flag that named ``directory``, for its errors. ``check``: the caller's own check of
+    the config (and config.json's path), before the weights' (the import's: spiece.model's size). ``overrides``:
+    ModelConfig fields from command-line flags (None = not given).
     """
     directory = directory.rstrip("/") or "/"
     join = joiner(directory)
@@ -570,15 +636,25 @@ def read_huggingface_weights(directory: str, flag: Optional[str] = None, **overr
     if not isinstance(values, dict):
         raise HuggingFaceFormatError(f"{join(CONFIG)}: expected a JSON object")
     source = join(CONFIG)
-    tensors = read_directory_tensors(directory)
-    head = head_from_config(values, tensors, source)
+    check_field_types(values, source)
+    files, headers = read_directory_headers(directory)
+    head = head_from_config(values, headers, source)
     architectures = values.get("architectures") or []
-    prefix = "" if architectures == [BASE_ARCHITECTURE] or not any(n.startswith(BASE_PREFIX) for n in tensors) \
+    prefix = "" if architectures == [BASE_ARCHITECTURE] or not any(n.startswith(BASE_PREFIX) for n in headers) \
         else BASE_PREFIX
-    lm_head = head is None and (architectures == [LM_ARCHITECTURE] or (not architectures and "lm_loss.bias" in tensors))
+    lm_head = head is None and (architectures == [LM_ARCHITECTURE] or (not architectures and "lm_loss.bias" in headers))
     config = model_config_from_huggingface(values, source, **overrides)
+    if check is not None:
+        check(config, source)
+    # Every tensor's header against the config before a byte of tensor data is read or anything is built: a config
+    # that lies (vocab_size 2e9 with the embedding missing) is refused here, in the memory of the headers.
+    check_config_against_tensors(config, headers, prefix, source)
+    weights_source = f"{directory} ({WEIGHTS})"
+    tied_output = {"lm_loss.weight": (config.vocab_size, config.d_model)}  # saved by some, tied to the embedding
+    check_headers(expected_shapes(config, head, prefix, lm_head), headers, weights_source, optional=tied_output)
+    tensors = {name: array for weights in files for name, array in read_tensors(weights).items()}
     config = config.replace(untie_r=not tied_biases(tensors, config.n_layer, prefix))
-    return HuggingFaceWeights(config, head, tensors, prefix, lm_head, source, source=f"{directory} ({WEIGHTS})")
+    return HuggingFaceWeights(config, head, tensors, prefix, lm_head, source, source=weights_source)
 
 
 def load_tensors(weights: HuggingFaceWeights, network: XLNetNetwork, head_model=None) -> None:
@@ -592,23 +668,30 @@ def load_tensors(weights: HuggingFaceWeights, network: XLNetNetwork, head_model=
         network.lm_bias.assign(np.zeros(network.lm_bias.shape, np.float32))
 
 
-def load_huggingface_network(directory: str, dtype: Optional[str] = None, remat: str = "none") -> XLNetNetwork:
+def load_huggingface_network(directory: str, dtype: Optional[str] = None, remat: str = "none",
+                             pretraining: bool = False) -> XLNetNetwork:
     """The XLNet network of a Hugging Face directory (config.json and model.safetensors, as
     `xlnet export --format huggingface` or transformers' save_pretrained write them), on the current Keras
     backend: built from config.json (``build_network(config, dtype, remat)``) and given its weights, with
     NumPy and safetensors only.
 
+    For inference unless ``pretraining``: bi_data off, so that any batch (of 1 too) is encoded row by row, as
+    transformers does with the same directory. ``pretraining=True`` keeps what the directory's
+    ``"xlnet_pretraining"`` block records (our export's bi_data, for a network that continues pretraining on
+    bi_data records: [forward half, backward half] batches, even in size), as `xlnet import-checkpoint
+    --huggingface` does.
+
     A local directory is read with Python's own I/O; a gs:// one needs TensorFlow's file system (a
     HuggingFaceFormatError names the path where TensorFlow is not installed). The encoder and the LM output
     bias are loaded (a model without an LM head gets a zero bias); a fine-tuned model's head tensors
     (XLNetForSequenceClassification, ...) are not read: `xlnet import-checkpoint --huggingface` imports a head.
-    Every tensor is checked before any is assigned: a missing file, a config the weights do not fit, a
-    missing, unexpected or mis-shaped tensor raise HuggingFaceFormatError naming the file and the tensors.
+    Every tensor is checked before any is read or assigned, and before the network is built: a missing file, a
+    config the weights do not fit, a missing, unexpected or mis-shaped tensor raise HuggingFaceFormatError naming
+    the file and the tensors; a damaged or forged weights file or index, WeightsFileError (a DataError).
     """
     from trainer.models.network import build_network
 
-    weights = read_huggingface_weights(directory)
-    check_config_against_tensors(weights.config, weights.tensors, weights.prefix, weights.config_source)
+    weights = read_huggingface_weights(directory, **({} if pretraining else {"bi_data": False}))
     if weights.head is not None:  # the encoder only: the head's layers are not built here
         weights = dataclasses.replace(weights, tensors={name: value for name, value in weights.tensors.items()
                                                         if not name.startswith(HEAD_PREFIXES)})

@@ -69,7 +69,7 @@ def test_loaded_network_has_the_same_config_variables_and_outputs(exported, voca
     from support.interop_models import assert_same_weights, pretraining_outputs
 
     network, directory = exported
-    loaded = load_huggingface_network(str(directory))
+    loaded = load_huggingface_network(str(directory), pretraining=True)
     assert loaded.config == network.config
     assert_same_weights(network, loaded)
     expected, actual = pretraining_outputs(network, vocab), pretraining_outputs(loaded, vocab)
@@ -82,7 +82,7 @@ def test_tied_biases_come_back_tied(tmp_path, vocab):
 
     network, _ = write_export(tmp_path, vocab, untie_r=False)
     loaded = load_huggingface_network(str(tmp_path / "hf"))
-    assert loaded.config.untie_r is False and loaded.config == network.config
+    assert loaded.config.untie_r is False and loaded.config == network.config.replace(bi_data=False)
     assert_same_weights(network, loaded)
 
 
@@ -101,6 +101,30 @@ def test_dtype_and_remat_reach_the_network(exported):
     loaded = load_huggingface_network(str(exported[1]), dtype="mixed_bfloat16", remat="full")
     assert loaded.dtype_policy.name == "mixed_bfloat16" and loaded.remat == "full"
     assert_same_weights(exported[0], loaded)
+
+
+# ------------------------------------------------------------------------ inference unless asked
+def test_a_loaded_network_is_for_inference_with_bi_data_off_whatever_the_pretraining_block_says(exported):
+    network, directory = exported
+    values = json.loads((directory / "config.json").read_text())
+    assert (values["bi_data"], values["xlnet_pretraining"]["bi_data"]) == (False, True)  # as the export writes
+    assert load_huggingface_network(str(directory)).config == network.config.replace(bi_data=False)
+
+
+def test_a_loaded_network_encodes_a_batch_of_one_and_identical_rows_identically(exported, vocab):
+    from support.interop_models import text_inputs
+
+    loaded = load_huggingface_network(str(exported[1]))
+    ids, segments = text_inputs(vocab, batch=1)
+    alone = np.asarray(loaded.encode(ids, segments)[0])
+    twice = np.asarray(loaded.encode(np.repeat(ids, 2, axis=0), np.repeat(segments, 2, axis=0))[0])
+    np.testing.assert_array_equal(twice[0], twice[1])
+    np.testing.assert_allclose(twice[0], alone[0], rtol=0, atol=1e-6)
+
+
+def test_pretraining_true_gives_the_recorded_pretraining_configuration(exported):
+    loaded = load_huggingface_network(str(exported[1]), pretraining=True)
+    assert loaded.config.bi_data is True and loaded.config == exported[0].config
 
 
 # ---------------------------------------------------------------------------------- bad input
