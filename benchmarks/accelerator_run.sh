@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The prepared run of benchmarks/accelerator_step.py on a lent GPU machine (docs/benchmarks.md, "On an accelerator (JAX)").
+# The prepared run of benchmarks/accelerator_step.py on a GPU machine without network access that has
+# Python 3.12, jax with CUDA, torch and transformers, and no TensorFlow (docs/benchmarks.md, "On an
+# accelerator (JAX)").
 #
-# Here, once (needs pip and the network):    benchmarks/accelerator_run.sh download
+# On a machine with network access, once:   benchmarks/accelerator_run.sh download
 #   fetches the wheels of benchmarks/accelerator_requirements.txt for Python 3.12 x86-64 into .whl/.
-# There (the device tool, .whl carried):     benchmarks/accelerator_run.sh [accelerator_step.py flags]
+# Copy the checkout with its .whl/ to the GPU machine (rsync, scp or a disk), then there:
+#                                             benchmarks/accelerator_run.sh [accelerator_step.py flags]
 #   installs the carried wheels into /tmp/site, runs the benchmark within 8 minutes (Base and Large at
-#   512, remat none and full, transformers' XLNet beside each preset) and writes to $OUT (default
-#   /tmp/accelerator-out): accelerator_step.jsonl (the JSON lines), stderr.txt, gpu.txt (nvidia-smi).
-# e.g. device run: command "bash benchmarks/accelerator_run.sh", carry [".whl"], timeout_s 540.
+#   512, remat none and full, transformers' XLNet beside each preset; ACCELERATOR_TIMEOUT_S changes
+#   the limit) and writes to $OUT (default /tmp/accelerator-out): accelerator_step.jsonl (the JSON
+#   lines), stderr.txt, gpu.txt (nvidia-smi and the package versions).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +27,8 @@ fi
 out=${OUT:-/tmp/accelerator-out}
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "installing the carried wheels failed: carry .whl (benchmarks/accelerator_run.sh download)"; exit 1; }
+  || { echo "installing the carried wheels failed: copy .whl/ here with the checkout" \
+       "(benchmarks/accelerator_run.sh download fetches it where there is network access)"; exit 1; }
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 KERAS_BACKEND=jax
 # A rerun on the same warm machine compiles nothing twice.
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jax-cache}
@@ -39,8 +43,9 @@ for name in ("jax", "keras", "optree", "torch", "transformers"):
 import jax
 print("jax devices", jax.devices())
 PY
-# 450 s for settings to start in, 480 s in all: the call's 10 minutes leave room for the machine's start.
-timeout 480 python3 benchmarks/accelerator_step.py --budget-s 450 --steps 8 --output "$out/accelerator_step.jsonl" "$@" \
+# 450 s for settings to start in, 480 s in all by default: a GPU lent for 10 minutes at a time also
+# has to start and install within them.
+timeout "${ACCELERATOR_TIMEOUT_S:-480}" python3 benchmarks/accelerator_step.py --budget-s 450 --steps 8 --output "$out/accelerator_step.jsonl" "$@" \
   2> "$out/stderr.txt"
 status=$?
 cat "$out/gpu.txt"

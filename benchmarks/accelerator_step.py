@@ -1,7 +1,7 @@
 """Times the XLNet pretraining step on JAX on an accelerator, beside transformers' PyTorch XLNet.
 
-Runs where TensorFlow does not go (a lent GPU: Python, jax with CUDA, torch, transformers; no
-TensorFlow, no network): ``KERAS_BACKEND=jax``, the jitted step of trainer/runtime/jax_step.py,
+Runs where TensorFlow does not go (a GPU machine without network access that has Python, jax with
+CUDA, torch and transformers, and no TensorFlow): ``KERAS_BACKEND=jax``, the jitted step of trainer/runtime/jax_step.py,
 synthetic batches laid out as the reader's compact features (input_ids with <sep> <sep> <cls>,
 segment ids 0 / 1 / 2, is_masked with exactly num_predict targets, per-row int32 permutation
 seeds). No process of this benchmark imports ``tensorflow``; each one checks at its end.
@@ -39,7 +39,13 @@ transformers is missing.
     .venv/bin/python benchmarks/accelerator_step.py --presets tiny --set n_layer=2 --set vocab_size=1000 \\
         --seq-len 64 --mem-len 32 --num-predict 10 --batch 2 --steps 2 --warmup 1   # a CPU smoke run
 
-On a lent GPU, benchmarks/accelerator_run.sh installs the carried wheels and runs it.
+On such a machine, benchmarks/accelerator_run.sh installs the wheels carried there with the checkout
+(fetched beforehand on a machine with network access) and runs it.
+
+Flags no setting can run with (an unknown preset or remat mode, a length, batch or memory below its
+least, --num-predict above --seq-len, a --set the configs refuse, a --budget-s that is not a positive
+number) are refused before any setting runs, in one line, exit 2; a setting that fails for a reason
+other than memory makes the run exit 1 after the others have run.
 """
 from __future__ import annotations
 
@@ -62,7 +68,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 PEER_SCRIPT = REPO / "benchmarks" / "peers" / "transformers_step.py"
 SPECIAL_IDS = {"sep": 4, "cls": 3}
-# How long one run may take in all (the lent GPU's call is 10 minutes; the script gets 8).
+# How long one run may take in all by default: 7.5 minutes, which a machine lent for 10 minutes at a time allows.
 DEFAULT_BUDGET_S = 450.0
 OUT_OF_MEMORY_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory", "OOM")
 

@@ -2,7 +2,7 @@
 
 Prints one JSON line per measurement: ours for each precision x XLA setting, the matmul peak
 of this machine measured in the same run (per dtype), and the Model Garden XLNetBase step on the
-same shapes (run in its own venv, see /work/shared/peers/README.md). Default shapes are the
+same shapes (run in its own venv from the peer's directory, XLNET_PEER_DIR). Default shapes are the
 peer's: 6 layers, d_model 512, 8 heads, d_inner 2048, seq_len 256, mem_len 192, num_predict 42,
 batch 8, vocab 32000, bi_data, untied biases.
 

@@ -39,3 +39,29 @@ def test_every_module_is_named_in_architecture_md():
         if not re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text):
             unnamed.append(name)
     assert not unnamed, f"docs/architecture.md does not name {len(unnamed)} module(s): {', '.join(unnamed)}"
+
+
+# Words that speak of the machines this project was written with, not of what a user has.
+FOREIGN_WORDS = ("lent gpu", "lent machine", "device tool")
+
+
+def project_text_files() -> list[Path]:
+    """The tracked text files a user reads or runs (recorded fixtures and corpora excepted, and this
+    file, which lists the words)."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return [REPO / name for name in listed.splitlines()
+            if not name.startswith(("data/", "tests/fixtures/")) and name != "tests/test_docs.py"
+            and Path(name).suffix in {".py", ".md", ".sh", ".txt", ".cfg", ".ini", ".toml", ""} and (REPO / name).is_file()]
+
+
+def test_project_files_name_neither_the_checkouts_own_folder_nor_the_machines_they_were_written_with():
+    folders = [str(REPO)] + ([str(REPO.parent) + "/"] if len(REPO.parent.parts) > 1 else [])
+    found = []
+    for path in project_text_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found += [f"{path.relative_to(REPO)}: {needle!r}" for needle in folders if needle in text]
+        found += [f"{path.relative_to(REPO)}: {word!r}" for word in FOREIGN_WORDS if word in text.lower()]
+    assert len(project_text_files()) > 100  # the files were found
+    assert not found, "project files speak of the machine they were written on: " + "; ".join(found)

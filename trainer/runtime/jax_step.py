@@ -119,7 +119,8 @@ class PretrainingStep:
                                                  self.optimizer.variables)]
             rows = self._distribution.get_data_layout((1, 1, 1)).backend_layout
             mems = None if pretrainer.model_config.mem_len == 0 else [rows] * pretrainer.model_config.n_layer
-            out_shardings = (StepState(*self._shardings, mems), jax.sharding.NamedSharding(rows.mesh, jax.sharding.PartitionSpec()))
+            scalar = jax.sharding.NamedSharding(rows.mesh, jax.sharding.PartitionSpec())
+            out_shardings = (StepState(*self._shardings, mems), scalar)
         self._step = jax.jit(self._compute, donate_argnums=(0,), **(
             {} if out_shardings is None else {"out_shardings": out_shardings}))
 
