@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -127,23 +128,39 @@ def no_logging_to_closed_streams():
 
 
 def pytest_configure(config) -> None:
-    """Two logical CPU devices for the whole session, so MirroredStrategy tests have two replicas.
+    """TensorFlow loaded as the commands load it, and two logical CPU devices for the whole session,
+    so MirroredStrategy tests have two replicas.
 
     Must happen before TensorFlow initialises its runtime (any op), hence a configure hook
     rather than a fixture. Other tests keep running on /cpu:0 as before.
     """
     del config
+    import_tensorflow_as_the_commands_do()
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
+def import_tensorflow_as_the_commands_do() -> None:
+    """TensorFlow imported by the commands' own start-up (trainer/commands/tensorflow_startup.py), so
+    that tests measure what a command measures on any x86 CPU: the CPU allocator keeps statistics (a
+    step's peak memory) in this process and, through the environment, in the tests' children. The
+    start-up's C++ log lines (a failed cuInit on a machine without a GPU, oneDNN's notices) are
+    dropped rather than opening every test run. The log level it sets lasts only for this process's
+    import: children keep the environment they had, so a command run by a test starts as a user's."""
+    from trainer.commands.tensorflow_startup import import_tensorflow_quietly
+
+    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+    import_tensorflow_quietly()
+    if level is None:
+        os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+
+
 # ----------------------------------------------------------------------------------------------
 # Google Cloud Storage on 127.0.0.1 (tests/support/gcs_emulator.py): ``gcs`` and ``gcs_prefix``.
 # ----------------------------------------------------------------------------------------------
 # The section's imports live with it; gcs_emulator is stdlib only.
-import os  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
 from support.gcs_emulator import GcsEmulator  # noqa: E402
