@@ -50,6 +50,21 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose
 # Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/commands/tensorflow_startup.py),
 # after the flags parse, unless the module's needs_tensorflow(args) says this run does without.
 TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "inspect", "plan", "score", "generate")
+# The flags of each TensorFlow subcommand that name a file or directory it reads (DATA_FLAGS: a data
+# directory, which must hold its manifest): a local one that is not there is a usage error before TensorFlow
+# loads (trainer/commands/flag_checks.py), after the settings a module's check_flags(args) refuses (--config
+# read among them); so a
+# usage error returns in a second, not after TensorFlow's import.
+INPUT_FLAGS: dict[str, tuple[str, ...]] = {
+    "train": ("--init-checkpoint",),
+    "finetune": ("--train", "--eval", "--test", "--init-checkpoint", "--vocab"),
+    "import-checkpoint": ("--huggingface",),
+    "export": ("--model-dir",),
+    "plan": ("--init-checkpoint",),
+    "score": ("--model-dir", "--input"),
+    "generate": ("--model-dir", "--prompts"),
+}
+DATA_FLAGS: dict[str, tuple[str, ...]] = {"train": ("--data", "--eval-data"), "inspect": ("DATA_DIR",)}
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -292,6 +307,8 @@ def _parsed_and_run(name: str, argv: list[str], prog: str | None) -> int:
     module.add_arguments(sub_parser)
     # e.g. `xlnet preprocess` hands unknown flags to Apache Beam (--project, --region, ...)
     args = parse_flags(sub_parser, argv, runner_options=getattr(module, "ACCEPTS_RUNNER_OPTIONS", False))
+    if name in TENSORFLOW_SUBCOMMANDS:
+        check_before_tensorflow(name, module, sub_parser, args)
     if name in TENSORFLOW_SUBCOMMANDS and getattr(module, "needs_tensorflow", lambda _: True)(args):
         from trainer.commands.tensorflow_startup import import_tensorflow_quietly
 
@@ -300,6 +317,17 @@ def _parsed_and_run(name: str, argv: list[str], prog: str | None) -> int:
     if status not in (None, 0):  # run() returns 0 or raises: a status is decided here only
         raise TypeError(f"xlnet {name}: run() returned {status!r}; it must return 0 or raise")
     return 0
+
+
+def check_before_tensorflow(name: str, module, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What can be checked of TensorFlow subcommand ``name``'s flags without TensorFlow: its module's
+    ``check_flags(args)``, where it has one (the settings, before any file, as the commands check them),
+    then its local inputs (INPUT_FLAGS, DATA_FLAGS)."""
+    from trainer.commands.flag_checks import check_local_data_directories, check_local_inputs
+
+    getattr(module, "check_flags", lambda _: None)(args)
+    check_local_inputs(parser, args, INPUT_FLAGS.get(name, ()))
+    check_local_data_directories(parser, args, DATA_FLAGS.get(name, ()))
 
 
 if __name__ == "__main__":

@@ -60,22 +60,26 @@ def test_help_shows_the_defaults(capsys):
     assert "(default: None)" not in text
 
 
-def run_export_of_a_missing_directory(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def run_export_of_an_empty_directory(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """`xlnet export` of a directory that exists but holds no model: refused once TensorFlow has loaded
+    (a missing one is refused before, trainer/commands/flag_checks.py)."""
     environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | env
-    return subprocess.run([sys.executable, "xlnet_cli.py", "export", "--model-dir", str(tmp_path / "missing"),
+    (tmp_path / "empty").mkdir()
+    return subprocess.run([sys.executable, "xlnet_cli.py", "export", "--model-dir", str(tmp_path / "empty"),
                            "--output", str(tmp_path / "out")], cwd=REPO, env=environment, capture_output=True,
                           text=True, timeout=300)
 
 
 def test_tensorflow_start_up_noise_is_not_printed(tmp_path):
-    result = run_export_of_a_missing_directory(tmp_path)
+    result = run_export_of_an_empty_directory(tmp_path)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"xlnet export: error: --model-dir '{tmp_path / 'missing'}' "
-                                                  "does not exist"]
+    assert result.stderr.strip().splitlines() == [f"xlnet export: error: --model-dir '{tmp_path / 'empty'}' lacks "
+                                                  "model_config.json, spiece.model, special_ids.json (a model "
+                                                  "directory is written by `xlnet train` or `xlnet import-checkpoint`)"]
 
 
 def test_tensorflow_start_up_log_is_shown_when_the_user_sets_its_level(tmp_path):
-    result = run_export_of_a_missing_directory(tmp_path, TF_CPP_MIN_LOG_LEVEL="0")
+    result = run_export_of_an_empty_directory(tmp_path, TF_CPP_MIN_LOG_LEVEL="0")
     assert result.returncode == 2
     assert "absl::InitializeLog" in result.stderr and "xlnet export: error:" in result.stderr
 
@@ -102,7 +106,8 @@ def test_python_m_trainer_task_is_xlnet_train_under_its_own_name():
 def test_ctrl_c_while_tensorflow_loads_ends_quietly_with_status_130(tmp_path):
     # As from a shell: Ctrl-C's default disposition (a test runner's worker may ignore SIGINT, and a
     # child inherits that, so Python would never raise KeyboardInterrupt).
-    process = start(["xlnet_cli.py", "export", "--model-dir", "m", "--output", str(tmp_path)],
+    # (a --model-dir that exists: a missing one is refused before TensorFlow loads)
+    process = start(["xlnet_cli.py", "export", "--model-dir", str(tmp_path), "--output", str(tmp_path / "out")],
                     stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # SIGINT once TensorFlow's library is mapped into the process: its import goes on for seconds after
     maps = Path(f"/proc/{process.pid}/maps")

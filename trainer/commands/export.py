@@ -128,13 +128,21 @@ def check_generation_cache_fits(model_dir, config) -> None:
     check_generation_cache("--generation-mem-len", model, mem_len, lambda size: (config.max_length, 0), why=why)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The flags that apply to the SavedModel only, refused with another --format; checked before
+    TensorFlow loads (xlnet_cli.py) and again by the export."""
+    if args.format == "savedmodel":
+        return
+    for flag, value in (("--max-segments", args.max_segments), ("--mem-len", args.mem_len)):
+        if value is not None:
+            raise UsageError(f"{flag} applies to the SavedModel (--format savedmodel), not to --format {args.format}")
+
+
 def _run_format_export(args: argparse.Namespace) -> int:
     """`xlnet export --format huggingface|tf1`: prints where the files went."""
     from trainer.conversion.format_export import export_format
 
-    for flag, value in (("--max-segments", args.max_segments), ("--mem-len", args.mem_len)):
-        if value is not None:
-            raise UsageError(f"{flag} applies to the SavedModel (--format savedmodel), not to --format {args.format}")
+    check_flags(args)
     started = time.time()
     files, note = export_format(args.model_dir, args.output, args.format, checkpoint=args.checkpoint,
                                 uncased=args.uncased)

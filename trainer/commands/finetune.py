@@ -86,6 +86,16 @@ def finetuning_run(args: argparse.Namespace):
                          device_memory=args.device_memory)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The settings of the flags (--task, --preset, a local --config, --set, the SQuAD lengths) checked
+    before TensorFlow loads (xlnet_cli.py), as the run checks them first (check_settings)."""
+    from trainer.commands.flag_checks import is_local_path
+    from trainer.launch.finetuning_run import check_settings
+
+    if args.config is None or is_local_path(args.config):
+        check_settings(finetune_settings(args))
+
+
 def run(args: argparse.Namespace) -> int:
     """Fine-tunes; 0 when done or preempted (checkpoint saved). Bad input raises a UsageError (exit 2),
     divergence a DataError (exit 3)."""

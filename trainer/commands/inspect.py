@@ -67,6 +67,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --verify: shard files read at the same time")
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The flags checked before TensorFlow loads (xlnet_cli.py): their combinations, and with
+    --permutation the training settings (--preset, a local --config, --set)."""
+    from trainer.commands.flag_checks import is_local_path
+    from trainer.launch.pretraining_run import pretraining_configs
+
+    problem = _usage_problem(args)
+    if problem:
+        raise UsageError(problem)
+    if args.permutation is not None and (args.config is None or is_local_path(args.config)):
+        pretraining_configs(args.preset, args.config, args.overrides)
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs the chosen mode; 0 when done (for --verify: every shard intact). A usage problem or a
     DATA_DIR without a readable manifest raises a UsageError (exit 2), damaged data a DataError (3)."""

@@ -77,6 +77,11 @@ def score_config(args: argparse.Namespace):
     return ScoreConfig.from_dict(values, origins=FLAGS)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The scoring settings checked before TensorFlow loads (xlnet_cli.py)."""
+    score_config(args)
+
+
 def run(args: argparse.Namespace) -> int:
     """Scores every document and prints the JSON lines; bad input raises a UsageError (exit 2)."""
     import sentencepiece as spm

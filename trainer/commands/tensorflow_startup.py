@@ -21,6 +21,9 @@ out untouched.
 
 A user who sets TF_CPP_MIN_LOG_LEVEL (to anything) gets TensorFlow's output untouched; otherwise
 it is set to 2 (errors only) for the rest of the run.
+
+The CPU allocator's statistics (the step log's ``peak_memory_bytes``) are turned on here too, on
+every x86 CPU: allocator_statistics_on.
 """
 from __future__ import annotations
 
@@ -37,9 +40,26 @@ STARTUP_NOISE = re.compile(r"WARNING: All log messages before absl::InitializeLo
                            r"|To enable the following instructions:")
 
 
+# TensorFlow's CPU allocator keeps statistics (tf.config.experimental.get_memory_info: a run's peak
+# memory) only when it is the BFC allocator. TensorFlow picks that by default only with oneDNN on, and
+# turns oneDNN on by default only on CPUs with AVX-512: on others (an AMD EPYC, say) or with
+# TF_ENABLE_ONEDNN_OPTS=0, "Allocator stats not available for device 'CPU:0'". Where oneDNN is on,
+# this is already TensorFlow's choice.
+ALLOCATOR_STATISTICS = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+
+
+def allocator_statistics_on() -> None:
+    """Makes the CPU allocator keep statistics in this process and its children, unless the user
+    chose otherwise (a variable already set is left as it is). TensorFlow reads it when it creates its
+    CPU device, so this must run before the first op (before the import, to be safe)."""
+    for name, value in ALLOCATOR_STATISTICS.items():
+        os.environ.setdefault(name, value)
+
+
 def import_tensorflow_quietly() -> None:
-    """Imports TensorFlow, probes its devices and draws out oneDNN's once-per-process data type
-    notice, dropping the known start-up noise from stderr."""
+    """Imports TensorFlow with the CPU allocator's statistics on, probes its devices and draws out
+    oneDNN's once-per-process data type notice, dropping the known start-up noise from stderr."""
+    allocator_statistics_on()
     if "tensorflow" in sys.modules:
         return
     if "TF_CPP_MIN_LOG_LEVEL" in os.environ:

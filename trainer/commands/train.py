@@ -55,6 +55,17 @@ def pretraining_run(args: argparse.Namespace):
                           device_memory=args.device_memory)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The configuration of the flags (--preset, a local --config, --set) resolved before TensorFlow
+    loads (xlnet_cli.py), so that a bad setting is refused at once. Not with --init-checkpoint, whose
+    architecture the settings apply to: the run resolves them over it."""
+    from trainer.commands.flag_checks import is_local_path
+    from trainer.launch.pretraining_run import pretraining_configs
+
+    if args.init_checkpoint is None and (args.config is None or is_local_path(args.config)):
+        pretraining_configs(args.preset, args.config, args.overrides)
+
+
 def run(args: argparse.Namespace) -> int:
     """Trains; 0 when done or preempted (checkpoint saved). Bad input raises a UsageError (exit 2);
     divergence or damaged data (a shard missing or of another size than the manifest records) a

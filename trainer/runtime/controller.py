@@ -32,7 +32,7 @@ import dataclasses
 import posixpath
 import sys
 import time
-from typing import Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import keras
 import numpy as np
@@ -580,8 +580,9 @@ class Controller:
     def _record_steps(self, step: int, losses, metrics: Mapping[str, np.ndarray], norms, peak: int | None,
                       rates: Mapping[str, float]) -> None:
         """The step log's rows of a loop of steps after ``step``; the peak memory, model FLOPs/s and
-        MFU are the loop's, in each of its rows."""
-        window = {} if peak is None else {"peak_memory_bytes": peak}
+        MFU are the loop's, in each of its rows. A peak no device reported is null: the row says that
+        none was measured (never 0, which would read as "used no memory")."""
+        window: dict[str, Any] = {"peak_memory_bytes": peak}
         if self.step_flops is not None:
             window.update(model_flops_per_sec=rates["model_flops_per_sec"], mfu=rates["mfu"],
                           mfu_peak_source=self.step_flops.peak_source)

@@ -16,7 +16,8 @@ its training loop, falls in exactly one category:
   measurement of those steps, plus an estimate at the job's mean step time for steps before that
   checkpoint when an older one resumes); and the time a killed run lived after the job's last
   record (the loop it was killed in, never recorded), up to the last heartbeat of its run lock
-  (trainer/runtime/run_lock.py), added when the next run, which took that lock over, begins;
+  (trainer/runtime/run_lock.py), added when the next run, which took that lock over, begins (or
+  found it removed by hand: the heartbeat is kept in run.heartbeat too);
 * ``other``: the loop's bookkeeping between those (the step log, TensorBoard, progress lines,
   this file, the profiler's start and stop).
 

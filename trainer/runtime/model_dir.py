@@ -15,6 +15,7 @@ by a resumed run and by `xlnet export`. Layout::
               tensorboard/{train,eval} summaries (read back and rewritten by trainer/runtime/event_files.py)
               train_steps.jsonl        one JSON line per optimizer step: step, loss, accuracy, grad_norm
               run.lock                 the run writing the directory (trainer/runtime/run_lock.py)
+              run.heartbeat            that run's last heartbeat, left by a killed run for the next run's goodput
               goodput.json             where the job's wall time went, over its runs (trainer/runtime/goodput.py)
               damaged/                 a goodput.json that was not a record, set aside by the next run
               train_config.step-N.json the settings a resume at step N replaced (finetune_config too)

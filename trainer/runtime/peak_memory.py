@@ -3,7 +3,10 @@
 The controller resets the peak before each loop of steps and reads it after: the figure is the
 largest peak over the devices of this worker's replicas, in bytes, and goes to the step log's
 rows of the loop (``peak_memory_bytes``) and to TensorBoard. A device without allocator statistics
-reports nothing: the figure is then None, absent from the step log, never 0.
+reports nothing: the figure is then None, null in the step log and absent from TensorBoard, never 0.
+TensorFlow's CPU allocator keeps statistics only as the BFC allocator, which the commands turn on for
+every x86 CPU before TensorFlow starts (trainer/commands/tensorflow_startup.py,
+allocator_statistics_on); a CPU allocator without them (TF_CPU_ALLOCATOR_USE_BFC=false) gives None.
 """
 from __future__ import annotations
 

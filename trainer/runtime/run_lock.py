@@ -9,6 +9,11 @@ record (``taken_over_from``: its start and last heartbeat), from which the next 
 counts the time that run lived after its last record as lost (trainer/runtime/goodput.py). The workers of one multi-worker
 job share the chief's lock: only the chief takes it.
 
+Each heartbeat is also written to MODEL_DIR/run.heartbeat, which only the run's own release removes.
+A run killed with SIGKILL leaves it behind, and it outlives a run.lock removed by hand (what the
+"in use" message offers when that run is gone): the next run, finding no lock to take over, takes
+its ``taken_over_from`` from that file, so the killed run's lost time counts either way.
+
 Two kinds of lock are judged by the file's own modification time instead (set by the filesystem
 each time the owner rewrites it, every heartbeat), and taken over once that is older than
 ``STALE_SECONDS``:
@@ -63,6 +68,7 @@ def release_held_locks() -> None:
 
 
 TAKEN_OVER = "taken_over_from"  # in a lock taken over: the record of the dead run's lock
+KILLED_RUN_FIELDS = ("host", "pid", "started", "heartbeat")  # what the next run keeps of a dead run's record
 
 
 def taken_over_from(directory: ModelDirectory) -> dict[str, Any] | None:
@@ -85,11 +91,13 @@ class RunLock:
     """The lock of one model directory, as a context manager: taken on entry, released on exit."""
 
     FILE = "run.lock"
+    HEARTBEAT_FILE = "run.heartbeat"  # the lock's record, kept until the run releases the lock itself
 
     def __init__(self, directory: ModelDirectory, log: Callable[[str], None] = print,
                  stale_seconds: float = STALE_SECONDS, heartbeat_seconds: float = HEARTBEAT_SECONDS):
         self.directory, self.log = directory, log
         self.path = directory.join(self.FILE)
+        self.heartbeat_path = directory.join(self.HEARTBEAT_FILE)
         self.stale_seconds, self.heartbeat_seconds = stale_seconds, heartbeat_seconds
         now = time.time()
         self.record = {"host": socket.gethostname(), "pid": os.getpid(), "started": now, "heartbeat": now,
@@ -109,6 +117,9 @@ class RunLock:
         StorageUnreachableError naming ``--model-dir`` when the directory cannot be written)."""
         with failures_named(self.directory.path, "written", "--model-dir"):
             tf.io.gfile.makedirs(self.directory.path)
+            killed = self._read(self.heartbeat_path)  # a run killed whose lock may be gone: before ours replaces it
+            if killed is not None:
+                self.record[TAKEN_OVER] = {key: killed.get(key) for key in KILLED_RUN_FIELDS}
             created = self._create()
         if not created:
             owner = self._owner()
@@ -118,10 +129,11 @@ class RunLock:
                                    f"wait for it to finish, or remove {self.path} if that run is gone")
             self.log(f"warning: taking over {self.path} from a run that is gone ({why_stale}): {describe(owner)}")
             if owner is not None:  # when it was last alive: goodput counts its time since its last record as lost
-                self.record[TAKEN_OVER] = {key: owner.get(key) for key in ("host", "pid", "started", "heartbeat")}
+                self.record[TAKEN_OVER] = {key: owner.get(key) for key in KILLED_RUN_FIELDS}
             write_json(self.path, self.record)
         if "://" in self.path:
             self._settle()
+        self._write_heartbeat()
         self._beating = threading.Thread(target=self._beat, name="run-lock-heartbeat", daemon=True)
         self._beating.start()
         _HELD.add(self)
@@ -133,8 +145,9 @@ class RunLock:
         if self._beating is not None:
             self._beating.join()
         try:
-            if self._is_ours():
-                tf.io.gfile.remove(self.path)
+            for path in (self.heartbeat_path, self.path):  # the heartbeat first: a lock is never left without it
+                if self._is_ours(path):
+                    tf.io.gfile.remove(path)
         except (tf.errors.OpError, StorageError, StorageUnreachableError) as error:
             # The run's own outcome stands; a lock left behind is taken over once it is stale.
             self.log(f"warning: could not remove {self.path}: {error}")
@@ -167,15 +180,26 @@ class RunLock:
                                f"time: {describe(self._owner())}")
 
     def _owner(self) -> dict[str, Any] | None:
+        return self._read(self.path)
+
+    @staticmethod
+    def _read(path: str) -> dict[str, Any] | None:
+        """The record in ``path`` (the lock or the heartbeat file), or None when absent or unreadable."""
         try:
-            owner = read_json(self.path)
+            record = read_json(path)
         except StorageError:
             return None
-        return owner if isinstance(owner, dict) else None
+        return record if isinstance(record, dict) else None
 
-    def _is_ours(self) -> bool:
-        owner = self._owner()
+    def _is_ours(self, path: str | None = None) -> bool:
+        """Whether the lock (or the file ``path``) holds this run's record."""
+        owner = self._read(path or self.path)
         return owner is not None and owner.get("token") == self.record["token"]
+
+    def _write_heartbeat(self) -> None:
+        """The lock's record (without a dead run's) in the heartbeat file, which outlives a lock removed
+        by hand."""
+        write_json(self.heartbeat_path, {key: value for key, value in self.record.items() if key != TAKEN_OVER})
 
     def _stale(self, owner: dict[str, Any] | None) -> str | None:
         """Why ``owner`` is gone, or None when it may still be running. A lock that cannot be read
@@ -214,5 +238,6 @@ class RunLock:
                     return
                 self.record["heartbeat"] = time.time()
                 write_json(self.path, self.record)
+                self._write_heartbeat()
             except (StorageError, StorageUnreachableError) as error:  # tried again at the next beat
                 self.log(f"warning: the heartbeat of {self.path} could not be written: {error}")

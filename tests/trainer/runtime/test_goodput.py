@@ -18,7 +18,7 @@ from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.run_lock import RunLock, taken_over_from
 
 from support.bundled_data import REPO
-from support.processes import exited_pid
+from support.processes import exited_pid, signal_and_wait, start, stopped, wait_for
 
 
 def recorded(path) -> dict:
@@ -279,3 +279,39 @@ def test_the_next_run_taking_over_a_killed_runs_lock_counts_its_unrecorded_time_
     record = recorded(tmp_path)
     assert record["seconds"]["lost"] == pytest.approx(lost)
     assert record["total_seconds"] == pytest.approx(last["total_seconds"] + 7.0, abs=0.5)  # + this run's start
+
+
+# A run holding its model directory's lock, its heartbeat every 0.1 s, until it is killed.
+HOLDS_THE_LOCK = """
+import sys, time
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.runtime.run_lock import RunLock
+
+RunLock(ModelDirectory(sys.argv[1]), heartbeat_seconds=0.1).acquire()
+time.sleep(600)
+"""
+
+
+def last_heartbeat(path) -> float:
+    """The heartbeat in the run.heartbeat file; 0 while it is absent or being rewritten."""
+    try:
+        return float(json.loads((path / RunLock.HEARTBEAT_FILE).read_text())["heartbeat"])
+    except (OSError, ValueError, KeyError):
+        return 0.0
+
+
+def test_a_killed_runs_unrecorded_time_is_lost_even_when_its_lock_was_removed_by_hand(tmp_path):
+    directory = ModelDirectory(str(tmp_path))
+    with stopped(start(["-c", HOLDS_THE_LOCK, str(tmp_path)])) as process:
+        wait_for(lambda: last_heartbeat(tmp_path) > 0, process, what="the lock taken")
+        killed = GoodputRecorder(directory, time.time())  # the killed run's record, written after its start
+        killed.begin(0)
+        written_at = killed.record()["written_at"]
+        wait_for(lambda: last_heartbeat(tmp_path) > written_at + 0.5, process, what="a heartbeat after the record")
+        signal_and_wait(process)  # SIGKILL
+    heartbeat = last_heartbeat(tmp_path)
+    (tmp_path / RunLock.FILE).unlink()  # what the "in use by another run" message offers once that run is gone
+    with RunLock(directory, log=lambda line: None):
+        lost = GoodputRecorder(directory, time.time()).begin(0, taken_over_from(directory))
+    assert lost == pytest.approx(heartbeat - written_at) and lost > 0.5
+    assert not (tmp_path / RunLock.HEARTBEAT_FILE).exists()  # the next run ended as runs end: nothing left
