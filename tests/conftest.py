@@ -226,3 +226,11 @@ def mixture_dirs(tmp_path_factory, spm_model) -> dict[str, str]:
     """Three data directories to mix: two parts of the Wikipedia summaries and the start of the Bible."""
     root = tmp_path_factory.mktemp("mixture")
     return {name: _preprocess_part(root, name, spm_model) for name in MIXTURE_PARTS}
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, whose id change pytest 9 ignores
+def pytest_collection_modifyitems(config, items) -> None:
+    """The ``xdist_group`` marker keeps a group's tests on one worker (tests/support/xdist_groups.py)."""
+    from support.xdist_groups import apply_groups
+
+    apply_groups(config, items)

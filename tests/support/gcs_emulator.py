@@ -55,6 +55,16 @@ LOOPBACK = "127.0.0.1"
 TLS_HOSTS = ("www.googleapis.com", "storage.googleapis.com")
 PROJECT = "xlnet-test"
 READY_FILE = "ready.json"
+# TensorFlow's GCS client sleeps before it retries a failed request: 1 s plus up to 1 s at random,
+# doubled for each further retry of the request (GCS_RETRY_CONFIG_INIT_DELAY_TIME_US, 1 s by
+# default). Under injected faults (a tenth of the requests) those sleeps were most of a run's time:
+# 2 s and 4 s gaps after each 503 in the emulator's log. Its clients retry at once instead: the
+# same retries, without the waiting. TensorFlow reads the setting at its import: children get it
+# from ``GcsEmulator.env``, the pytest process from importing this module, which tests/conftest.py
+# does before its pytest_configure imports TensorFlow.
+CLIENT_RETRIES = {"GCS_RETRY_CONFIG_INIT_DELAY_TIME_US": "0"}
+for _name, _value in CLIENT_RETRIES.items():
+    os.environ.setdefault(_name, _value)
 # Hop-by-hop headers (RFC 9110 7.6.1) are per connection; Content-Length, Server and Date are
 # re-computed by whoever sends the message on.
 _NOT_FORWARDED = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te",
@@ -593,6 +603,7 @@ def _client_env(port: int, ca_file: str, credentials: Path) -> dict[str, str]:
         "GOOGLE_CLOUD_PROJECT": PROJECT,
         # Any metadata probe (TF or google-auth) lands on the front, which counts it.
         "GCE_METADATA_HOST": front, "GCE_METADATA_IP": front,
+        **CLIENT_RETRIES,
     }
 
 
