@@ -162,72 +162,86 @@ def test_a_header_whose_tensor_sizes_disagree_with_its_shapes_is_refused(copy_of
 
 
 # ------------------------------------------------- 2. the config against every header, in bounded memory
-# Each case a subprocess whose peak memory (ru_maxrss) is measured around the refusal, under a 4 GiB address-space
-# limit so that a regression fails fast instead of taking the machine's memory. The campaign's inputs: before the
-# check of every header, vocab_size 2e9 took 8.0 GB and 64 s, d_inner 4e8 a ResourceExhaustedError traceback.
+# The campaign's inputs, each refused in one subprocess whose peak memory (ru_maxrss) is measured around each
+# refusal, under a 4 GiB address-space limit so that a regression fails fast instead of taking the machine's
+# memory. Before the check of every header, vocab_size 2e9 took 8.0 GB and 64 s, d_inner 4e8 a
+# ResourceExhaustedError traceback. (One subprocess for all: TensorFlow's import is most of its time.)
 MEASURE = """
-import json, resource, sys, time
+import contextlib, io, json, resource, sys, time
 import xlnet_cli
 from trainer.conversion.huggingface_weights import HuggingFaceFormatError, load_huggingface_network
 from trainer.models.config import ModelConfig
 from trainer.models.network import build_network
 
 build_network(ModelConfig(vocab_size=100, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=24))  # warm
-kind, directory, output = sys.argv[1:]
-before, started = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic()
-if kind == "load":
-    try:
-        load_huggingface_network(directory)
-        outcome = "loaded"
-    except HuggingFaceFormatError as error:
-        outcome = str(error)
-else:
-    outcome = xlnet_cli.main(["import-checkpoint", "--huggingface", directory, "--output", output])
-grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
-print(json.dumps({"outcome": outcome, "grown_bytes": grown, "seconds": time.monotonic() - started}))
+for kind, directory, output in json.loads(sys.argv[1]):
+    before, started, stderr = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic(), io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        if kind == "load":
+            try:
+                load_huggingface_network(directory)
+                outcome = "loaded"
+            except HuggingFaceFormatError as error:
+                outcome = str(error)
+        else:
+            outcome = xlnet_cli.main(["import-checkpoint", "--huggingface", directory, "--output", output])
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    print(json.dumps({"outcome": outcome, "stderr": stderr.getvalue(), "grown_bytes": grown,
+                      "seconds": time.monotonic() - started}))
 """
+# case -> (what is run, the tensor dropped, config.json's change)
+LIES = {"vocab_size 2e9": ("load", "transformer.word_embedding.weight", {"vocab_size": 2 * 10**9}),
+        "d_inner 4e8": ("load", "transformer.layer.0.ff.layer_1.weight", {"d_inner": 4 * 10**8}),
+        "import d_inner 4e8": ("import", "transformer.layer.0.ff.layer_1.weight", {"d_inner": 4 * 10**8}),
+        "import d_inner 5e6": ("import", "transformer.layer.0.ff.layer_1.weight", {"d_inner": 5 * 10**6})}
 
 
-def refusal_in_a_subprocess(kind: str, directory: Path, output: Path) -> tuple[dict, str]:
+@pytest.fixture(scope="module")
+def refusals(exported, tmp_path_factory) -> dict[str, dict]:
+    """case -> {"outcome", "stderr", "grown_bytes", "seconds"} of each lying directory of ``LIES``."""
     import resource
+
+    base, cases = tmp_path_factory.mktemp("lies"), []
+    for index, (kind, dropped, changes) in enumerate(LIES.values()):
+        directory = base / f"hf{index}"
+        shutil.copytree(exported, directory)
+        drop_tensor(directory, dropped)
+        rewrite_config(directory, **changes)
+        cases.append((kind, str(directory), str(base / f"imported{index}")))
 
     def limit_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 
-    run = subprocess.run([sys.executable, "-c", MEASURE, kind, str(directory), str(output)], capture_output=True,
-                         text=True, cwd=REPO, timeout=600, preexec_fn=limit_memory,
+    run = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(cases)], capture_output=True, text=True,
+                         cwd=REPO, timeout=600, preexec_fn=limit_memory,
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1]), run.stderr
+    return dict(zip(LIES, (json.loads(line) for line in run.stdout.strip().splitlines()[-len(LIES):])))
 
 
-def test_vocab_size_2e9_with_the_embedding_missing_is_refused_in_bounded_memory(copy_of, tmp_path):
-    drop_tensor(copy_of, "transformer.word_embedding.weight")
-    rewrite_config(copy_of, vocab_size=2 * 10**9)
-    result, _ = refusal_in_a_subprocess("load", copy_of, tmp_path / "unused")
-    assert "missing tensor transformer.word_embedding.weight" in result["outcome"]
-    assert result["grown_bytes"] < 100 << 20 and result["seconds"] < 30
+def bounded(result: dict) -> bool:
+    """The refusal grew the process's peak memory by less than 100 MB, within 30 s."""
+    return result["grown_bytes"] < 100 << 20 and result["seconds"] < 30
 
 
-def test_d_inner_4e8_with_a_feed_forward_tensor_missing_is_refused_in_bounded_memory(copy_of, tmp_path):
-    drop_tensor(copy_of, "transformer.layer.0.ff.layer_1.weight")
-    rewrite_config(copy_of, d_inner=4 * 10**8)
-    result, _ = refusal_in_a_subprocess("load", copy_of, tmp_path / "unused")
-    assert "missing tensor transformer.layer.0.ff.layer_1.weight" in result["outcome"]
-    assert result["grown_bytes"] < 100 << 20 and result["seconds"] < 30
+def test_vocab_size_2e9_with_the_embedding_missing_is_refused_in_bounded_memory(refusals):
+    result = refusals["vocab_size 2e9"]
+    assert "missing tensor transformer.word_embedding.weight" in result["outcome"] and bounded(result), result
+
+
+def test_d_inner_4e8_with_a_feed_forward_tensor_missing_is_refused_in_bounded_memory(refusals):
+    result = refusals["d_inner 4e8"]
+    assert "missing tensor transformer.layer.0.ff.layer_1.weight" in result["outcome"] and bounded(result), result
 
 
 @pytest.mark.parametrize("d_inner", [4 * 10**8, 5 * 10**6])
-def test_import_checkpoint_with_a_lying_d_inner_exits_2_in_one_line_in_bounded_memory(copy_of, tmp_path, d_inner):
-    drop_tensor(copy_of, "transformer.layer.0.ff.layer_1.weight")
-    rewrite_config(copy_of, d_inner=d_inner)
-    result, stderr = refusal_in_a_subprocess("import", copy_of, tmp_path / "imported")
-    assert result["outcome"] == 2 and result["grown_bytes"] < 100 << 20 and result["seconds"] < 30
-    error = stderr.strip().splitlines()[-1]
-    assert error.startswith(f"xlnet import-checkpoint: error: {copy_of} (model.safetensors) does not fit the model: "
-                            "missing tensor transformer.layer.0.ff.layer_1.weight; ")
-    assert f"tensor transformer.layer.0.ff.layer_1.bias has shape [24], the config needs [{d_inner}]" in error
-    assert "Traceback" not in stderr and "ResourceExhausted" not in stderr
+def test_import_checkpoint_with_a_lying_d_inner_exits_2_in_one_line_in_bounded_memory(refusals, d_inner):
+    result = refusals[f"import d_inner {d_inner:.0e}".replace("e+0", "e")]
+    assert result["outcome"] == 2 and bounded(result), result
+    error = result["stderr"]
+    assert error.startswith("xlnet import-checkpoint: error: ") and error.count("\n") == 1, error
+    assert ("(model.safetensors) does not fit the model: missing tensor transformer.layer.0.ff.layer_1.weight; "
+            f"tensor transformer.layer.0.ff.layer_1.bias has shape [24], the config needs [{d_inner}]") in error
 
 
 # --------------------------------------------------- 3 and 4. config.json's JSON: depth and types
