@@ -49,10 +49,13 @@ def test_bytes_that_are_not_utf8_and_text_that_is_not_json_name_the_file_and_wha
         load_json("nope", "f.json", DataError)
 
 
-def test_a_deep_manifest_is_a_manifest_error_naming_the_file(tmp_path):
+def test_a_deep_manifest_is_a_manifest_error_naming_the_file_by_both_readers(tmp_path):
+    from pipeline.data_directory import read_manifest
+
     (tmp_path / "manifest.json").write_text(TOO_DEEP_TO_PARSE)
-    with pytest.raises(ManifestError, match=f"{tmp_path / 'manifest.json'} is not a valid manifest: it nests"):
-        load_manifest(str(tmp_path))
+    for read in (load_manifest, read_manifest):  # the trainer's (tf.io.gfile) and the pipeline's (Beam)
+        with pytest.raises(ManifestError, match=f"{tmp_path / 'manifest.json'} is not a valid manifest: it nests"):
+            read(str(tmp_path))
 
 
 def test_a_deep_model_directory_file_is_a_storage_error_naming_the_file(tmp_path):
