@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import json
 import re
 from collections import Counter
 from typing import BinaryIO, Iterator
+
+from tfrecords.json_documents import load_json
 
 INPUT_FORMATS = ("auto", "text", "jsonl")
 JSONL_NAME = re.compile(r"\.(jsonl|ndjson)(\.gz|\.bz2)?$")
@@ -95,7 +96,7 @@ def jsonl_documents(lines: Iterator[str], text_field: str, stats: Counter) -> It
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = load_json(line, "a jsonl line", ValueError)  # a line nested too deep is invalid too
         except ValueError:
             record = None
         text = record.get(text_field) if isinstance(record, dict) else None

@@ -77,3 +77,30 @@ def test_xlnet_train_with_a_deep_config_file_exits_2_in_one_line_naming_the_flag
     assert run.stderr.endswith(f"xlnet train: error: --config {tmp_path / 'deep.json'} is not valid JSON: it nests "
                                f"arrays or objects deeper than {MAX_DEPTH} levels\n")
     assert "Traceback" not in run.stderr
+
+
+def test_a_deep_squad_file_is_a_squad_data_error_naming_the_file(tmp_path):
+    from trainer.inputs.squad import SquadDataError, read_squad
+
+    (tmp_path / "train.json").write_text(TOO_DEEP_TO_PARSE)
+    with pytest.raises(SquadDataError, match=f"{tmp_path / 'train.json'} is not valid JSON: it nests"):
+        read_squad(str(tmp_path / "train.json"))
+
+
+def test_a_deep_fine_tuning_row_is_named_by_file_and_line(tmp_path):
+    from trainer.inputs.text_files import FinetuneDataError, rows
+
+    (tmp_path / "train.jsonl").write_text('{"text": "fine", "label": "a"}\n' + TOO_DEEP_TO_PARSE + "\n")
+    with pytest.raises(FinetuneDataError, match=f"{tmp_path / 'train.jsonl'}:2 is not valid JSON: it nests"):
+        list(rows(str(tmp_path / "train.jsonl"), None))
+
+
+def test_a_deep_corpus_line_is_counted_as_invalid_and_the_others_read():
+    from collections import Counter
+
+    from tfrecords.corpus_text import jsonl_documents
+
+    stats = Counter()
+    documents = list(jsonl_documents(iter([TOO_DEEP_TO_PARSE, PARSES_BUT_TOO_DEEP, '{"text": "a line"}']), "text",
+                                     stats))
+    assert documents == [["a line"]] and stats["invalid_lines"] == 2

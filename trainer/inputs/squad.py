@@ -41,12 +41,12 @@ Features (as XLNet's run_squad.py builds them, on the serving encoder's conventi
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from tfrecords.errors import UsageError
+from tfrecords.json_documents import load_json
 from tfrecords.schema import SEG_A, SEG_B, SEG_CLS
 from tfrecords.text_normalization import normalize_text, normalized_char_origins
 from tfrecords.vocabulary import SpecialIds, Vocab, parse_vocab
@@ -135,10 +135,7 @@ def read_squad(pattern: str, require_answers: bool = True) -> SquadData:
 
 def _file_examples(path: str, require_answers: bool) -> Iterator[tuple[SquadExample, bool]]:
     """(example, whether its question carries is_impossible) for every question of one file."""
-    try:
-        document = json.loads(read_text(path))
-    except ValueError as error:
-        raise SquadDataError(f"{path}: not valid JSON: {error}") from None
+    document = load_json(read_text(path), path, SquadDataError)  # deep nesting too: one line naming the file
     articles = field(document, "data", path, list, error=SquadDataError) if isinstance(document, dict) else None
     if articles is None:
         raise SquadDataError(f"{path}: expected a JSON object with a 'data' list of articles")

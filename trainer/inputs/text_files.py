@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import json
 import posixpath
 import threading
 from typing import Any, Iterator
@@ -25,6 +24,7 @@ from typing import Any, Iterator
 import tensorflow as tf
 
 from tfrecords.errors import DataError, UsageError
+from tfrecords.json_documents import load_json
 from tfrecords.tensorflow_errors import UNREACHABLE_ADVICE, is_unreachable
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
@@ -144,10 +144,7 @@ def json_rows(path: str, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
     for line, content in enumerate(text.split("\n"), start=1):
         if not content.strip():
             continue
-        try:
-            row = json.loads(content)
-        except ValueError as error:
-            raise FinetuneDataError(f"{path}:{line}: not valid JSON: {error}") from None
+        row = load_json(content, f"{path}:{line}", FinetuneDataError)  # deep nesting too: one line naming it
         if not isinstance(row, dict):
             raise FinetuneDataError(f"{path}:{line}: expected a JSON object, got {type(row).__name__}")
         yield line, row
