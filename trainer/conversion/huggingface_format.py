@@ -22,7 +22,6 @@ from trainer.conversion.huggingface_weights import (  # noqa: F401  (the names t
     Binding,
     HuggingFaceFormatError,
     HuggingFaceWeights,
-    check_config_against_tensors,
     export_tensors,
     huggingface_config,
     joiner,

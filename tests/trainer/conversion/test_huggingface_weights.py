@@ -103,6 +103,25 @@ def test_dtype_and_remat_reach_the_network(exported):
     assert_same_weights(exported[0], loaded)
 
 
+@pytest.mark.parametrize("head_name", [None, "bare", "classification", "regression", "multiple-choice", "squad"])
+def test_the_shapes_checked_before_building_are_the_built_models(vocab, head_name):
+    """expected_shapes (from the config alone, before anything is built) and the bindings of the built network and
+    head: the same names and shapes, so that the check before building is the check after it."""
+    from support.interop_models import HEADS, SQUAD, tiny_config
+    from trainer.conversion.huggingface_weights import expected_shapes, model_bindings
+    from trainer.models.heads import build_head
+    from trainer.models.network import build_network
+
+    config = tiny_config(vocab.vocab_size, untie_r=head_name != "bare")
+    spec = {"squad": SQUAD, **HEADS}.get(head_name)
+    network = build_network(config)
+    head = None if spec is None else build_head(spec, network)
+    for prefix in ("transformer.", ""):
+        built = {binding.name: binding.shape
+                 for binding in model_bindings(network, head, prefix, lm_head=head_name is None)}
+        assert expected_shapes(config, spec, prefix, lm_head=head_name is None) == built
+
+
 # ------------------------------------------------------------------------ inference unless asked
 def test_a_loaded_network_is_for_inference_with_bi_data_off_whatever_the_pretraining_block_says(exported):
     network, directory = exported
