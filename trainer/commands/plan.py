@@ -52,6 +52,16 @@ def needs_tensorflow(args: argparse.Namespace) -> bool:
     return (args.device or "").strip().lower() == CPU or bool(args.init_checkpoint)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The configurations resolved before TensorFlow loads (xlnet_cli.py; a plan for ``--device cpu``
+    imports it to time this machine), so that a bad setting is refused at once. Not with
+    --init-checkpoint, whose architecture the settings apply to."""
+    from trainer.commands.flag_checks import is_local_path
+
+    if args.init_checkpoint is None and (args.config is None or is_local_path(args.config)):
+        resolve(args)
+
+
 def run(args: argparse.Namespace) -> int:
     """Prints the plan; 0, or a UsageError (exit 2) on bad input or when nothing fits (after the plan,
     which shows the numbers)."""

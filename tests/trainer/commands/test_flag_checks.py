@@ -44,6 +44,8 @@ CASES = {
     "import-checkpoint, a missing --huggingface": (["import-checkpoint", "--huggingface", "{dir}/missing",
                                                     "--output", "{dir}/model"],
                                                    "--huggingface '{dir}/missing' does not exist"),
+    "plan for this CPU, an unknown --set key": (["plan", "--device", "cpu", "--set", "bogus=1"],
+                                                "--set bogus: no such field in ModelConfig or TrainConfig"),
     "plan, a missing --init-checkpoint": (["plan", "--init-checkpoint", "{dir}/missing"],
                                           "--init-checkpoint '{dir}/missing' does not exist"),
     "score, a missing --input": (["score", "--model-dir", "{dir}", "--input", "{dir}/missing.txt"],
