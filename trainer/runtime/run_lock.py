@@ -145,7 +145,7 @@ class RunLock:
         if self._beating is not None:
             self._beating.join()
         try:
-            for path in (self.heartbeat_path, self.path):  # the heartbeat first: a lock is never left without it
+            for path in (self.heartbeat_path, self.path):  # a heartbeat file left behind: a run that did not end
                 if self._is_ours(path):
                     tf.io.gfile.remove(path)
         except (tf.errors.OpError, StorageError, StorageUnreachableError) as error:
