@@ -77,6 +77,15 @@ def test_the_heartbeat_is_refreshed_while_the_lock_is_held(tmp_path):
             time.sleep(0.02)
 
 
+def test_the_heartbeat_file_holds_the_locks_record_until_the_run_releases_it(tmp_path):
+    directory = ModelDirectory(str(tmp_path))
+    with RunLock(directory, heartbeat_seconds=60) as lock:  # no beat during the test: the record stays as written
+        assert json.loads((tmp_path / RunLock.HEARTBEAT_FILE).read_text()) == lock.record
+        (tmp_path / RunLock.FILE).unlink()  # removed by hand: the heartbeat file stays for the next run
+        assert (tmp_path / RunLock.HEARTBEAT_FILE).exists()
+    assert not (tmp_path / RunLock.HEARTBEAT_FILE).exists()
+
+
 def test_on_gcs_a_second_lock_is_refused_too(gcs_prefix):
     directory = ModelDirectory(gcs_prefix + "model")
     with RunLock(directory):
