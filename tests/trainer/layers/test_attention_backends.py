@@ -13,6 +13,9 @@ import pytest
 
 from support.backends import module_level_imports, run_on_backend
 
+# One xdist worker runs the module's tests, so that its module fixtures (a JAX child process) are built once
+pytestmark = pytest.mark.xdist_group("attention_backends")
+
 LAYERS = Path(__file__).resolve().parents[3] / "trainer" / "layers"
 PORTABLE = ("attention", "transformer_block", "remat")
 

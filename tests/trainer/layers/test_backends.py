@@ -14,6 +14,9 @@ import pytest
 
 from support.backends import module_level_imports, run_on_backend
 
+# One xdist worker runs the module's tests, so that its module fixtures (a JAX child process) are built once
+pytestmark = pytest.mark.xdist_group("layer_backends")
+
 LAYERS = Path(__file__).resolve().parents[3] / "trainer" / "layers"
 PORTABLE = ("counter_hash", "dropout", "relative_position", "attention_biases", "feed_forward", "sequence_summary",
             "answer_span")

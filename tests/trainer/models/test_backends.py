@@ -19,6 +19,10 @@ import pytest
 from support.backends import run_on_backend
 from support.bundled_data import REPO
 
+# One xdist worker runs the module's tests, so that its module fixture (both backends' runs, about
+# two minutes) is built once
+pytestmark = pytest.mark.xdist_group("model_backends")
+
 # The modules issue 37 makes portable: trainer/layers/ and the network, objective and heads.
 PORTABLE_MODULES = (
     "trainer.layers", "trainer.layers.answer_span", "trainer.layers.attention", "trainer.layers.attention_biases",

@@ -35,6 +35,9 @@ from trainer.serving.text_encoder import XLNetTextEncoder
 from support.bundled_data import WIKI_QA
 from support.processes import start, stopped
 
+# One xdist worker runs the module's tests, so that its module fixtures (an export) are built once
+pytestmark = pytest.mark.xdist_group("answer_export")
+
 
 SETTINGS = dict(max_seq_length=64, doc_stride=32, max_query_length=16)
 FINETUNE = FinetuneConfig(task="squad", max_answer_length=12, n_best=5, start_n_top=4, end_n_top=3, **SETTINGS)

@@ -23,6 +23,9 @@ from trainer.serving.text_encoder import XLNetTextEncoder
 
 from support.bundled_data import corpus_lines
 
+# One xdist worker runs the module's tests, so that its module fixtures (exports) are built once
+pytestmark = pytest.mark.xdist_group("pretrained_export")
+
 
 MAX_LENGTH = 32
 TOP_K = 4

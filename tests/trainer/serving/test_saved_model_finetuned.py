@@ -21,7 +21,8 @@ from support.served_signatures import served_in_a_fresh_process
 
 # Slow as a whole: its three fine-tuned exports (classification, regression, multiple choice, each
 # with the scoring and generation signatures) take about 100 s to build, a sixth of the default suite.
-pytestmark = pytest.mark.slow
+# One xdist worker runs the module's tests, so that its module fixtures (three exports) are built once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("finetuned_exports")]
 
 MAX_SEQ_LENGTH = 24  # two length buckets: 16 and 24
 LABELS = ("fresh", "rotten", "mixed")

@@ -20,7 +20,8 @@ from support.finetuned_dirs import write_finetuned_dir
 from support.processes import output_of, start
 from support.served_signatures import served_in_a_fresh_process
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the module's tests, so that its module fixtures (fine-tuned runs and exports) are built once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("finetuned_segments_exports")]
 
 MAX_SEQ_LENGTH, SEGMENTS, MEM_LEN = 16, 3, 24
 

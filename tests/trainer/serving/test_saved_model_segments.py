@@ -20,6 +20,9 @@ from trainer.serving.text_encoder import XLNetTextEncoder
 
 from support.bundled_data import corpus_lines
 
+# One xdist worker runs the module's tests, so that its module fixtures (an export) are built once
+pytestmark = pytest.mark.xdist_group("segments_export")
+
 MAX_LENGTH = 16
 SEGMENTS = 3
 MEM_LEN = 24  # a segment and a half: the memory spans segment boundaries

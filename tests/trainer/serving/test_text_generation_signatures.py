@@ -22,7 +22,9 @@ from trainer.serving.saved_model import ExportConfig, export_saved_model
 from trainer.serving.text_encoder import XLNetTextEncoder
 from trainer.serving.text_generation_signatures import left_padded
 
-pytestmark = pytest.mark.slow  # one whole export (about 30 s) shared by the module
+# One xdist worker runs the module's tests, so that its module fixtures (an export) are built once
+# (slow: one whole export, about 30 s, shared by the module)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("generation_export")]
 
 PRETRAINED = str(REPO / "tests" / "fixtures" / "legacy" / "pretrained")
 MAX_LENGTH = 32
