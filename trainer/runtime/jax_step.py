@@ -142,6 +142,7 @@ class PretrainingStep:
         return StepState(*values, mems)
 
     def __call__(self, state: StepState, batch: Mapping[str, Any]) -> tuple[StepState, dict]:
+        """One step on ``batch`` (the state given is donated: use the one given back)."""
         self._check_batch(state, batch)
         return self._step(state, {name: self._split_by_rows(batch[name]) for name in FEATURES})
 
@@ -160,7 +161,7 @@ class PretrainingStep:
         from trainer.planning.plan import Workload, refuse_beyond_memory
 
         model, config = self.pretrainer.model_config, self.config
-        replicas = 1 if self._distribution is None else len(self._jax.devices())
+        replicas = 1 if self._distribution is None else self._distribution.device_mesh.devices.size
         rows = max(1, batch_size // replicas)
 
         def needed(mem_len: int) -> int:
@@ -182,7 +183,8 @@ class PretrainingStep:
             raise UsageError(f"the batch lacks {', '.join(missing)}; the step takes {', '.join(FEATURES)}")
         seq_len, rows = self.pretrainer.seq_len, np.shape(batch["input_ids"])[0]
         for name in FEATURES:
-            shape, dtype = tuple(np.shape(batch[name])), np.dtype(batch[name].dtype)
+            value = batch[name] if hasattr(batch[name], "dtype") else np.asarray(batch[name])  # a list
+            shape, dtype = tuple(np.shape(value)), np.dtype(value.dtype)
             expected = (rows, 2) if name == "perm_seed" else (rows, seq_len)
             if shape != expected:
                 raise UsageError(f"batch {name} has shape {list(shape)}, the step takes {list(expected)} "
