@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 import tensorflow as tf
 
 from trainer.conversion.huggingface_tokenizer import tokenizer_json
+from trainer.conversion.safetensors_files import checked_file
 from trainer.conversion.huggingface_weights import (  # noqa: F401  (the names the commands and tests import here)
     CONFIG,
     TASK_ARCHITECTURES,
@@ -75,6 +76,7 @@ def read_huggingface_directory(directory: str, **overrides: Any) -> HuggingFaceM
             raise HuggingFaceFormatError(
                 f"{directory} lacks {VOCAB}, the SentencePiece model (transformers v5's tokenizer save_pretrained "
                 f"writes only tokenizer.json: copy {VOCAB} from the model's Hub repository or original release)")
+        checked_file(join(VOCAB), directory, directory)
         vocab = parse_vocab(read_bytes(join(VOCAB)), join(VOCAB), source=join(VOCAB))
         if vocab.vocab_size != config.vocab_size:
             raise HuggingFaceFormatError(f"{join(VOCAB)} has {vocab.vocab_size} pieces but {source} has vocab_size "
@@ -83,6 +85,7 @@ def read_huggingface_directory(directory: str, **overrides: Any) -> HuggingFaceM
     weights = read_huggingface_weights(directory, "--huggingface", check=same_vocabulary, **overrides)
     uncased = None
     if exists(join(TOKENIZER_CONFIG)):
+        checked_file(join(TOKENIZER_CONFIG), directory, directory)
         tokenizer = read_json(join(TOKENIZER_CONFIG))
         if isinstance(tokenizer, dict) and isinstance(tokenizer.get("do_lower_case"), bool):
             uncased = tokenizer["do_lower_case"]

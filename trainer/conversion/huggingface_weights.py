@@ -50,7 +50,7 @@ from trainer.conversion.safetensors_files import (
     TensorHeader,
     WeightsFile,
     WeightsFileError,
-    checked_weights_file,
+    checked_file,
     index_shard_names,
     numpy_dtype_problem,
     read_header,
@@ -557,15 +557,16 @@ def read_directory_headers(directory: str) -> tuple[list[WeightsFile], dict[str,
     and nothing else read. A pytorch_model.bin alone is refused with the way out."""
     join = joiner(directory)
     if exists(join(WEIGHTS)):
-        return headers_of([checked_weights_file(join(WEIGHTS), directory, directory)])
+        return headers_of([checked_file(join(WEIGHTS), directory, directory)])
     if exists(join(WEIGHTS_INDEX)):
         index_path = join(WEIGHTS_INDEX)
+        checked_file(index_path, directory, directory)
         weight_map = index_shard_names(load_json(read_bytes(index_path), index_path, WeightsFileError), index_path)
         files = []
         for shard in sorted(set(weight_map.values())):
             if not exists(join(shard)):
                 raise HuggingFaceFormatError(f"{index_path} names shard {shard}, which {directory} lacks")
-            files.append(checked_weights_file(join(shard), directory, index_path))
+            files.append(checked_file(join(shard), directory, index_path))
         files, headers = headers_of(files)
         unlisted = sorted(set(weight_map) - set(headers))
         if unlisted:
@@ -630,6 +631,8 @@ def read_huggingface_weights(directory: str, flag: Optional[str] = None,
     if not is_directory(directory):
         raise HuggingFaceFormatError(f"{flag + ' ' if flag else ''}{directory!r} is not a directory")
     try:
+        if exists(join(CONFIG)):
+            checked_file(join(CONFIG), directory, directory)
         values = read_json(join(CONFIG))
     except StorageError as error:
         raise HuggingFaceFormatError(f"{error} (a Hugging Face model directory has {CONFIG})") from None

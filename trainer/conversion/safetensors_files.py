@@ -8,7 +8,7 @@ byte of tensor data is read:
 * the index is a JSON object whose ``weight_map`` maps tensor names to plain file names of the directory (no
   '/', '\\', '..', absolute path or scheme; the manifest's rule for shard names, tfrecords/manifest.py, and no
   subdirectory);
-* every weights file is a regular file (not a device, a FIFO or a directory), and a symbolic link is followed only
+* every weights file, and every other file read from the directory, is a regular file (not a device, a FIFO or a directory), and a symbolic link is followed only
   to a file inside the directory, or, for a Hugging Face cache snapshot (``.../snapshots/REVISION/``), inside
   that cache's ``blobs/`` (where the Hub's client keeps the files its snapshots link to);
 * each file's header (at most :data:`MAX_HEADER_BYTES`, read alone) is checked against the file's size: every
@@ -95,9 +95,10 @@ def shard_file_problem(name: Any) -> str | None:
 
 
 # ---------------------------------------------------------------------------- the files
-def checked_weights_file(path: str, directory: str, named_by: str) -> WeightsFile:
-    """``path`` when it is a regular file the directory may name (see the module's docstring), with its size;
-    WeightsFileError names it and ``named_by`` (the index, or the directory)."""
+def checked_file(path: str, directory: str, named_by: str) -> WeightsFile:
+    """``path`` when it is a regular file the directory may hold (see the module's docstring), with its size;
+    WeightsFileError names it and ``named_by`` (the index, or the directory). For the weights, and before any other
+    file of the directory is read whole (config.json, the index, spiece.model): a link to /dev/zero is never read."""
     if "://" in path:
         import tensorflow as tf  # a path with a scheme: its file system is TensorFlow's (trainer/runtime/storage.py)
 

@@ -271,3 +271,18 @@ def test_a_config_field_of_the_wrong_json_type_is_named_with_what_it_holds(copy_
 def test_a_config_json_that_is_not_an_object_is_named(copy_of, tmp_path, capsys):
     (copy_of / "config.json").write_text("[1, 2]")
     assert f"{copy_of / 'config.json'}: expected a JSON object" in import_error(copy_of, tmp_path, capsys, status=2)
+
+
+@pytest.mark.parametrize("name", ["config.json", "spiece.model", "tokenizer_config.json"])
+def test_any_file_of_the_directory_linked_to_dev_zero_exits_3_without_reading_it(copy_of, tmp_path, capsys, name):
+    (copy_of / name).unlink(missing_ok=True)
+    (copy_of / name).symlink_to("/dev/zero")
+    assert import_error(copy_of, tmp_path, capsys, status=3) == (
+        f"xlnet import-checkpoint: error: {copy_of}: {copy_of / name} is a symbolic link to /dev/zero, outside "
+        f"{copy_of}\n")
+
+
+def test_a_spiece_model_that_is_a_fifo_exits_3_without_waiting_for_a_writer(copy_of, tmp_path, capsys):
+    (copy_of / "spiece.model").unlink()
+    os.mkfifo(copy_of / "spiece.model")
+    assert f"{copy_of / 'spiece.model'} is not a regular file" in import_error(copy_of, tmp_path, capsys, status=3)
