@@ -42,19 +42,20 @@ def paragraphs(documents: Sequence[Sequence[str]], sentences: int) -> list[list[
 
 # The short cloze of the learnability test (tests/support/test_squad_cloze.py) and of
 # `benchmarks/finetune.py --task squad`: one or two blanked words, five words each side of the
-# blank, in paragraphs of two sentences, so that question and paragraph fit a 96-piece window.
+# blank. In paragraphs of two sentences (the benchmark's) question and paragraph fit a 96-piece
+# window; in paragraphs of one sentence (the test's) they fit a 64-piece one.
 SHORT_CLOZE = dict(max_span_words=2, question_words=5)
 
 
 def held_out_cloze(documents: Sequence[Sequence[str]], held_out_from: int, train_paragraphs: int,
-                   eval_paragraphs: int) -> tuple[dict, dict]:
-    """(training set, eval set) of SHORT_CLOZE questions, one per paragraph of two sentences: the
-    first ``train_paragraphs`` paragraphs of ``documents[:held_out_from]`` and the first
-    ``eval_paragraphs`` of ``documents[held_out_from:]``, which training never sees."""
-    train = cloze_squad(paragraphs(documents[:held_out_from], 2)[:train_paragraphs], seed=0, id_prefix="train",
-                        **SHORT_CLOZE)
-    held_out = cloze_squad(paragraphs(documents[held_out_from:], 2)[:eval_paragraphs], seed=1, id_prefix="dev",
-                           **SHORT_CLOZE)
+                   eval_paragraphs: int, sentences: int = 2) -> tuple[dict, dict]:
+    """(training set, eval set) of SHORT_CLOZE questions, one per paragraph of ``sentences``
+    sentences: the first ``train_paragraphs`` paragraphs of ``documents[:held_out_from]`` and the
+    first ``eval_paragraphs`` of ``documents[held_out_from:]``, which training never sees."""
+    train = cloze_squad(paragraphs(documents[:held_out_from], sentences)[:train_paragraphs], seed=0,
+                        id_prefix="train", **SHORT_CLOZE)
+    held_out = cloze_squad(paragraphs(documents[held_out_from:], sentences)[:eval_paragraphs], seed=1,
+                           id_prefix="dev", **SHORT_CLOZE)
     return train, held_out
 
 
