@@ -47,6 +47,12 @@ from trainer.runtime import checkpoint_history, event_files, goodput
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
 from trainer.runtime.throughput import CLOCK_FIELDS
 
+# Step-log fields the machine measures rather than the computation defines: the clock's (throughput, MFU)
+# and the allocator's peak, which moves by an allocation's rounding with, say, the length of the model
+# directory's path (two deterministic runs in one process, one in "clean-model" and one in
+# "faulty-model": 31,434,240 and 31,434,496 bytes).
+MEASURED_FIELDS = CLOCK_FIELDS | {"peak_memory_bytes"}
+
 
 class ModelDirectoryError(StorageError):
     """A model directory that cannot be used as asked; the message names the directory or file."""
@@ -237,9 +243,10 @@ class ModelDirectory:
             return [json.loads(line) for line in handle.read().splitlines() if line.strip()]
 
     def reproducible_step_rows(self) -> list[dict[str, Any]]:
-        """The rows of train_steps.jsonl without the fields a clock measures (``CLOCK_FIELDS``): what
-        two runs with the same data, configuration, seed and ``deterministic=true`` write identically."""
-        return [{name: value for name, value in row.items() if name not in CLOCK_FIELDS} for row in self.step_rows()]
+        """The rows of train_steps.jsonl without the fields the machine measures (``MEASURED_FIELDS``):
+        what two runs with the same data, configuration, seed and ``deterministic=true`` write identically."""
+        return [{name: value for name, value in row.items() if name not in MEASURED_FIELDS}
+                for row in self.step_rows()]
 
     def step_losses(self) -> dict[int, float]:
         """step -> loss from train_steps.jsonl (a step logged twice keeps its last value)."""
