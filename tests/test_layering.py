@@ -47,7 +47,7 @@ ALLOWED = {
     "layers": set(),
     "models": {"layers"},
     "configs": {"models"},
-    "runtime": {"configs", "models", "layers"},
+    "runtime": {"planning", "configs", "models", "layers"},  # the JAX step bounds mem_len by the memory model
     "evaluation": {"inputs", "configs"},
     "inputs": {"configs", "serving"},
     "serving": {"runtime", "configs", "models", "layers"},
