@@ -43,6 +43,7 @@ import time
 from typing import Any, Callable, Iterator, Mapping, Protocol
 
 from tfrecords.errors import DataError
+from tfrecords.json_documents import load_json
 from tfrecords.lock_owner import owner_time
 from trainer.runtime.storage import exists, read_bytes
 
@@ -202,10 +203,8 @@ def read_goodput(directory: str) -> dict[str, Any] | None:
     path = posixpath.join(directory, FILE)
     if not exists(path):
         return None
-    try:
-        values = json.loads(read_bytes(path).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise GoodputFileError(path, f"not JSON ({error})") from None
+    values = load_json(read_bytes(path), path, lambda message: GoodputFileError(path, message.removeprefix(f"{path} is ")),
+                       what="JSON")  # deep nesting included: one line, as for every JSON file we read
     problems = record_problems(values)
     if problems:
         raise GoodputFileError(path, "; ".join(problems))

@@ -189,8 +189,15 @@ def test_the_fields_inside_seconds_and_unsaved_are_checked_too(tmp_path, changes
 
 def test_a_file_that_is_not_json_is_named_with_what_to_do(tmp_path):
     (tmp_path / ModelDirectory.GOODPUT).write_text('{"goodput": 0.5, "ru')
-    with pytest.raises(GoodputFileError, match=r"goodput.json is not a goodput record: not JSON .*remove it, or let "
+    with pytest.raises(GoodputFileError, match=r"goodput.json is not a goodput record: not JSON: .*remove it, or let "
                                                r"the next `xlnet train` or `xlnet finetune` set it aside"):
+        read_goodput(str(tmp_path))
+
+
+def test_a_deeply_nested_file_is_named_in_one_sentence_not_a_recursion_error(tmp_path):
+    (tmp_path / ModelDirectory.GOODPUT).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(GoodputFileError, match=r"goodput.json is not a goodput record: not JSON: it nests arrays or "
+                                               r"objects deeper than 64 levels"):
         read_goodput(str(tmp_path))
 
 
