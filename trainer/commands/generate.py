@@ -57,6 +57,11 @@ def generate_config(args: argparse.Namespace):
     return GenerateConfig.from_dict({name: getattr(args, name) for name in FLAGS}, origins=FLAGS)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The generation settings checked before TensorFlow loads (xlnet_cli.py)."""
+    generate_config(args)
+
+
 def read_prompts(args: argparse.Namespace) -> list[str]:
     """The prompts of --prompt or --prompts (its non-blank lines); bad input is a UsageError naming the flag."""
     import tensorflow as tf

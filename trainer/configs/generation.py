@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trainer.models.config import InvalidConfigError, JsonConfig
+from trainer.models.config import MAX_NEW_TOKENS_CAP, InvalidConfigError, JsonConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,8 +35,6 @@ class GenerateConfig(JsonConfig):
     CONFIG_KIND = "generation"
 
     def __post_init__(self) -> None:
-        from trainer.models.generation import MAX_NEW_TOKENS_CAP
-
         self.check_field_types()
         problems = []
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS_CAP:

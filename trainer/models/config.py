@@ -12,6 +12,9 @@ from typing import Any, Mapping
 from tfrecords.errors import UsageError
 
 FF_ACTIVATIONS = ("gelu", "gelu_exact", "relu")  # trainer/layers/feed_forward.py ACTIVATIONS
+# The largest max_new_tokens the generate signature and `xlnet generate` accept (trainer/models/generation.py),
+# here so that the generation settings are checked without TensorFlow (before `xlnet generate` loads it).
+MAX_NEW_TOKENS_CAP = 4096
 
 
 class InvalidConfigError(UsageError):

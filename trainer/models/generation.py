@@ -55,13 +55,12 @@ from typing import Mapping, NamedTuple, Sequence
 import tensorflow as tf
 
 from trainer.layers.counter_hash import GOLDEN_32, mix32
+from trainer.models.config import MAX_NEW_TOKENS_CAP
 from trainer.models.inference_network import check_inference_network
 from trainer.models.natural_order import natural_order_mask
 from trainer.models.network import XLNetNetwork
 from trainer.models.scoring import token_log_probs
 
-# The largest max_new_tokens the generate signature and `xlnet generate` accept.
-MAX_NEW_TOKENS_CAP = 4096
 # The width of a generation cache's recent part (GenerationCache): it is merged every this many tokens.
 RECENT_COLUMNS = 16
 # The longest segment `read_prompt` reads a prompt in (``prompt_segment_len``): XLNet's pretraining

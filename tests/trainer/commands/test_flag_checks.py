@@ -54,6 +54,8 @@ CASES = {
                              "batch_size must be positive, got 0 (set by --batch-size)"),
     "generate, a missing --model-dir": (["generate", "--model-dir", "{dir}/missing", "--prompt", "hi"],
                                         "--model-dir '{dir}/missing' does not exist"),
+    "generate, a bad setting": (["generate", "--model-dir", "{dir}", "--prompt", "hi", "--max-new-tokens", "0"],
+                                "max_new_tokens must be in 1..4096, got 0 (set by --max-new-tokens)"),
     "inspect, a directory without manifest": (["inspect", "{dir}"], "DATA_DIR {dir}: {dir}/manifest.json not found"),
     "inspect, --set without --permutation": (["inspect", "{dir}", "--set", "seq_len=64"],
                                              "--config and --set give the training settings of --permutation"),
