@@ -86,6 +86,7 @@ def bucket_run(gcs, tmp_path_factory, corpus_sample, spm_model):
             "seconds": time.time() - began}
 
 
+@pytest.mark.xdist_group("bucket_run")  # its module fixture (preprocess, train, export: ~70 s) built once
 def test_preprocessing_from_and_to_the_bucket_gives_the_local_bytes(bucket_run, tiny_data_dir):
     remote, local = bucket_run["manifest"], load_manifest(tiny_data_dir)
     assert remote.directory == posixpath.join(bucket_run["root"], "data")
@@ -96,6 +97,7 @@ def test_preprocessing_from_and_to_the_bucket_gives_the_local_bytes(bucket_run, 
     assert all(remote_shards[name] == local_shards[name] for name in local_shards)
 
 
+@pytest.mark.xdist_group("bucket_run")  # its module fixture (preprocess, train, export: ~70 s) built once
 def test_training_keeps_its_whole_model_directory_in_the_bucket(bucket_run):
     model_dir = bucket_run["model_dir"]
     for name in ("model_config.json", "train_config.json", "spiece.model", "special_ids.json",
@@ -108,6 +110,7 @@ def test_training_keeps_its_whole_model_directory_in_the_bucket(bucket_run):
     assert no_local_gs_directory()
 
 
+@pytest.mark.xdist_group("bucket_run")  # its module fixture (preprocess, train, export: ~70 s) built once
 def test_training_on_bucket_data_has_the_losses_of_training_on_local_data(bucket_run, tiny_data_dir, tmp_path):
     assert xlnet_cli.main(train_args(tiny_data_dir, str(tmp_path / "local"), *RUN)) == 0
     local = ModelDirectory(str(tmp_path / "local")).step_losses()
@@ -116,6 +119,7 @@ def test_training_on_bucket_data_has_the_losses_of_training_on_local_data(bucket
 
 
 @pytest.mark.slow  # about 55 s: an export to the bucket and a fresh process serving it
+@pytest.mark.xdist_group("bucket_run")  # its module fixture (preprocess, train, export: ~70 s) built once
 def test_the_saved_model_exported_to_the_bucket_serves_from_the_bucket(bucket_run, tmp_path):
     serving = bucket_run["serving"]
     assert [name.rstrip("/") for name in tf.io.gfile.listdir(serving)] == ["1"]  # no staging left behind
@@ -131,6 +135,7 @@ def test_the_saved_model_exported_to_the_bucket_serves_from_the_bucket(bucket_ru
                                rtol=1e-6)
 
 
+@pytest.mark.xdist_group("bucket_run")  # its module fixture (preprocess, train, export: ~70 s) built once
 def test_init_checkpoint_from_the_bucket_initialises_the_weights(bucket_run, tiny_data_dir, tmp_path):
     from trainer.configs.overrides import resolve_configs
     from trainer.models.network import build_network
@@ -147,6 +152,7 @@ def test_init_checkpoint_from_the_bucket_initialises_the_weights(bucket_run, tin
         np.testing.assert_array_equal(got.numpy(), want.numpy())
 
 
+@pytest.mark.xdist_group("bucket_run")  # its module fixture (preprocess, train, export: ~70 s) built once
 def test_train_command_takes_its_init_checkpoint_from_the_bucket(bucket_run, tiny_data_dir, tmp_path, capsys):
     source = bucket_run["model_dir"]
     args = train_args(tiny_data_dir, str(tmp_path / "fine"), "train_steps=2", "eval_every=0")

@@ -111,6 +111,7 @@ def classifier(tmp_path_factory, spm_model) -> tuple[Path, dict]:
     return model_dir, last_json_line(completed.stdout)
 
 
+@pytest.mark.xdist_group("classifier")  # its module fixture (a 100-step finetune) built once
 def test_a_short_finetune_beats_the_majority_class_on_dev(classifier):
     model_dir, summary = classifier
     results = json.loads((model_dir / "eval_results.json").read_text())
@@ -122,6 +123,7 @@ def test_a_short_finetune_beats_the_majority_class_on_dev(classifier):
 
 
 @pytest.mark.slow  # about 14 s: a second finetune run
+@pytest.mark.xdist_group("classifier")  # its module fixture (a 100-step finetune) built once
 def test_rerunning_a_finished_finetune_evaluates_again_without_a_step(classifier, spm_model, tmp_path):
     model_dir, summary = classifier
     again = tmp_path / "again"
@@ -137,6 +139,7 @@ def test_rerunning_a_finished_finetune_evaluates_again_without_a_step(classifier
     assert ModelDirectory(again).step_losses() == ModelDirectory(model_dir).step_losses()
 
 
+@pytest.mark.xdist_group("classifier")  # its module fixture (a 100-step finetune) built once
 def test_the_model_directory_holds_what_export_and_resume_need(classifier):
     model_dir, _ = classifier
     directory = ModelDirectory(str(model_dir))
@@ -148,6 +151,7 @@ def test_the_model_directory_holds_what_export_and_resume_need(classifier):
             "train_steps.jsonl", "checkpoints", "tensorboard"} <= set(os.listdir(model_dir))
 
 
+@pytest.mark.xdist_group("classifier")  # its module fixture (a 100-step finetune) built once
 def test_eval_results_are_the_metrics_of_the_predictions(classifier):
     model_dir, summary = classifier
     rows = [json.loads(line) for line in (model_dir / "predictions.jsonl").read_text().splitlines()]
@@ -162,6 +166,7 @@ def test_eval_results_are_the_metrics_of_the_predictions(classifier):
         assert summary["test"][name] == pytest.approx(expected[name], abs=1e-9)
 
 
+@pytest.mark.xdist_group("classifier")  # its module fixture (a 100-step finetune) built once
 def test_eval_metrics_go_to_tensorboard_at_every_eval(classifier):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -172,6 +177,7 @@ def test_eval_metrics_go_to_tensorboard_at_every_eval(classifier):
         assert [event.step for event in events.Tensors(name)] == [50, 100]
 
 
+@pytest.mark.xdist_group("classifier")  # its module fixture (a 100-step finetune) built once
 def test_truncated_examples_are_counted_in_the_summary(classifier):
     _, summary = classifier
     examples = sequence_examples.read_text_examples(str(ROTTEN / "dev.tsv"))
@@ -182,6 +188,7 @@ def test_truncated_examples_are_counted_in_the_summary(classifier):
     assert summary["truncated"]["eval"] == sequence_examples.count_truncated(examples, encoder) > 0
 
 
+@pytest.mark.xdist_group("classifier")  # its module fixture (a 100-step finetune) built once
 def test_init_checkpoint_starts_from_the_pretrained_network(classifier, tmp_path):
     source, _ = classifier
     parser = __import__("argparse").ArgumentParser()
@@ -226,6 +233,7 @@ def test_sigkill_then_restart_gives_the_same_per_step_losses(spm_model, tmp_path
     assert [row["step"] for row in killed.step_rows()] == list(range(1, 13))
 
 
+@pytest.mark.xdist_group("classifier")  # its module fixture (a 100-step finetune) built once
 def test_resuming_with_another_task_is_refused(classifier, spm_model, capsys):
     model_dir, _ = classifier
     code = xlnet_cli.main(finetune_args(model_dir, spm_model, task="regression",
@@ -314,6 +322,7 @@ def test_two_mirrored_replicas_compute_the_gradients_of_one_device(spm_model, tm
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.xdist_group("classifier")  # its module fixture (a 100-step finetune) built once
 def test_finetuning_into_a_pretrained_model_directory_is_refused(classifier, spm_model, tmp_path, capsys):
     model_dir, _ = classifier
     pretrained = tmp_path / "pretrained"
