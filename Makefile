@@ -17,13 +17,13 @@ $(STAMP): setup.py
 # Fast default suite (slow tests are marked and run by test-slow / test-all), on two processes
 # (pytest-xdist): most tests keep one core busy, so two halve the time on a 2-core machine.
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadgroup --durations=15 tests
+	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadgroup --durations=15 -rs tests
 
 # The slow tests (training runs, benchmark smoke tests, measured memory) on two processes as well;
 # CI runs them after the default suite so that none rots unseen. The 40 slowest are listed at the end
 # (CI's whole run must stay under an hour: the list says where the time goes).
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow -n 2 --dist loadgroup --durations=40 tests
+	$(PY) -m pytest -q -m slow -n 2 --dist loadgroup --durations=40 -rs tests
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q tests

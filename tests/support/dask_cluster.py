@@ -87,12 +87,35 @@ def dask_cluster(workers: int, env: dict[str, str] | None = None) -> Iterator[Da
         yield cluster
 
 
+class HeldFifo:
+    """A FIFO whose reader is blocked in its read: ``pid`` is that reader, ``feed`` lets it go."""
+
+    def __init__(self, path: str, writer: int, pid: int):
+        self.path, self.pid, self._writer = path, pid, writer
+
+    def feed(self, data: bytes) -> None:
+        """Writes ``data`` and closes the writer end: the reader gets the bytes, then an end of file."""
+        if self._writer < 0:
+            raise AssertionError(f"{self.path} was fed already")
+        os.set_blocking(self._writer, True)
+        try:
+            os.write(self._writer, data)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._writer >= 0:
+            os.close(self._writer)
+            self._writer = -1
+
+
 @contextlib.contextmanager
-def blocked_reader(path: str, pids: list[int], timeout: float = 60.0) -> Iterator[int]:
-    """The PID among ``pids`` that opened the FIFO at ``path`` for reading: waits (bounded) until a
-    reader blocks in it, then finds which process holds it. The writer end stays open, with nothing
-    written, for the block: the reader stays blocked in its read (closing the writer would hand it
-    an end of file)."""
+def blocked_reader(path: str, pids: list[int], timeout: float = 60.0) -> Iterator[HeldFifo]:
+    """The FIFO at ``path`` held with its reader blocked: waits (bounded) until one of ``pids`` has it
+    open for reading, then yields a HeldFifo naming that process. The writer end stays open, with
+    nothing written, until the block ends or ``feed`` is called: the reader stays blocked in its read
+    (closing the writer would hand it an end of file). A reader that is not among ``pids`` makes it
+    fail, naming who holds the FIFO."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -100,20 +123,28 @@ def blocked_reader(path: str, pids: list[int], timeout: float = 60.0) -> Iterato
         except OSError:
             time.sleep(0.05)
             continue
+        held = None
         try:
             while time.time() < deadline:
-                found = [pid for pid in pids if _holds(pid, path)]
+                found = [pid for pid in pids if holds_open(pid, path)]
                 if found:
-                    yield found[0]
+                    held = HeldFifo(path, writer, found[0])
+                    yield held
                     return
                 time.sleep(0.05)
         finally:
-            os.close(writer)
+            if held is not None:
+                held.close()
+            else:
+                os.close(writer)
+        raise AssertionError(f"none of {pids} opened {path} within {timeout:.0f} s; held by {holders(path)}")
     raise AssertionError(f"no process opened {path} within {timeout:.0f} s")
 
 
 def feed_fifo(path: str, data: bytes, timeout: float = 60.0) -> None:
-    """Writes ``data`` into the FIFO once a reader opens it (bounded), then closes it (EOF)."""
+    """Writes ``data`` into the FIFO once a reader opens it (bounded), closes it (an end of file), and
+    waits until no process has it open any more: a reader still draining the pipe must not meet the
+    next writer (it would wait for that writer's end of file, not its own)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -126,13 +157,27 @@ def feed_fifo(path: str, data: bytes, timeout: float = 60.0) -> None:
             os.write(writer, data)
         finally:
             os.close(writer)
+        while holders(path):
+            if time.time() >= deadline:
+                raise AssertionError(f"{path}: still open by {holders(path)} {timeout:.0f} s after it was fed")
+            time.sleep(0.05)
         return
     raise AssertionError(f"no process opened {path} within {timeout:.0f} s")
 
 
-def _holds(pid: int, path: str) -> bool:
+def holders(path: str) -> list[int]:
+    """The processes that have ``path`` open."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and holds_open(int(name), path)]
+
+
+def holds_open(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open (its file descriptors change as we look)."""
     try:
-        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd"))
+        descriptors = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return False
-
+    for descriptor in descriptors:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{descriptor}") == path:
+                return True
+    return False
