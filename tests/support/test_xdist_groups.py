@@ -56,3 +56,32 @@ def test_a_groups_tests_run_on_one_worker_which_builds_their_module_fixture_once
     assert len(grouped) == 8 and len(set(grouped)) == 1, run.stdout
     assert set(grouped + workers["test_other"]) == {"[gw0]", "[gw1]"}, run.stdout  # both workers had work
     assert (tmp_path / "built.txt").read_text().split() == [grouped[0].strip("[]")]
+
+
+# An unmarked module whose module fixture is shared by its tests, beside one with nothing shared.
+SHARED = """
+import os, time, pytest
+
+@pytest.fixture(scope="module")
+def built():
+    with open("built.txt", "a") as log:
+        log.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+@pytest.mark.parametrize("n", range(8))
+def test_sharing(built, n):
+    time.sleep(0.1)
+"""
+
+
+def test_unmarked_tests_sharing_a_module_fixture_run_on_one_worker_which_builds_it_once(tmp_path):
+    for name, text in (("conftest.py", CONFTEST), ("test_shared.py", SHARED), ("test_others.py", OTHERS)):
+        (tmp_path / name).write_text(text)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-n", "2", "--dist",
+                          "loadgroup", "--rootdir", str(tmp_path), str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    sharing = [line.split()[0] for line in run.stdout.splitlines() if "::test_sharing[" in line and "PASSED" in line]
+    others = [line.split()[0] for line in run.stdout.splitlines() if "::test_other[" in line and "PASSED" in line]
+    assert len(sharing) == 8 and len(set(sharing)) == 1, run.stdout
+    assert set(sharing + others) == {"[gw0]", "[gw1]"}, run.stdout  # both workers had work
+    assert (tmp_path / "built.txt").read_text().split() == [sharing[0].strip("[]")]
