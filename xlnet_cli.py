@@ -58,7 +58,7 @@ TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "i
 INPUT_FLAGS: dict[str, tuple[str, ...]] = {
     "train": ("--init-checkpoint",),
     "finetune": ("--train", "--eval", "--test", "--init-checkpoint", "--vocab"),
-    "import-checkpoint": ("--huggingface",),
+    "import-checkpoint": ("--huggingface", "--config", "--spm"),
     "export": ("--model-dir",),
     "plan": ("--init-checkpoint",),
     "score": ("--model-dir", "--input"),

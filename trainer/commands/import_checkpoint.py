@@ -50,11 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"else {DEFAULTS.dropatt})")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Imports and prints where the model directory went; bad input raises a UsageError (exit 2)."""
-    from trainer.conversion.format_import import import_huggingface_to_model_dir, import_to_model_dir
-    from trainer.runtime.model_dir import ModelDirectory
-
+def check_flags(args: argparse.Namespace) -> None:
+    """One source, whole: --huggingface alone, or all of --checkpoint, --config and --spm; checked
+    before TensorFlow loads (xlnet_cli.py) and again by the import."""
     original = {"--checkpoint": args.checkpoint, "--config": args.config, "--spm": args.spm}
     given = [flag for flag, value in original.items() if value is not None]
     if args.huggingface is not None and given:
@@ -62,6 +60,14 @@ def run(args: argparse.Namespace) -> int:
     if args.huggingface is None and len(given) < len(original):
         missing = [flag for flag in original if flag not in given]
         raise UsageError(f"an original release needs {', '.join(missing)} as well (or pass --huggingface DIR)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Imports and prints where the model directory went; bad input raises a UsageError (exit 2)."""
+    from trainer.conversion.format_import import import_huggingface_to_model_dir, import_to_model_dir
+    from trainer.runtime.model_dir import ModelDirectory
+
+    check_flags(args)
     flags = dict(mem_len=args.mem_len, reuse_len=args.reuse_len, bi_data=args.bi_data, clamp_len=args.clamp_len,
                  dropout=args.dropout, dropatt=args.dropatt)
     if args.huggingface is not None:

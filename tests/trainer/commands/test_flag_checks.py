@@ -44,6 +44,15 @@ CASES = {
     "import-checkpoint, a missing --huggingface": (["import-checkpoint", "--huggingface", "{dir}/missing",
                                                     "--output", "{dir}/model"],
                                                    "--huggingface '{dir}/missing' does not exist"),
+    "import-checkpoint, --huggingface beside a release's flags": (
+        ["import-checkpoint", "--huggingface", "{dir}", "--spm", "{file}", "--output", "{dir}/model"],
+        "--huggingface reads one directory; drop --spm"),
+    "import-checkpoint, a release without --spm": (
+        ["import-checkpoint", "--checkpoint", "{dir}/model.ckpt", "--config", "{file}", "--output", "{dir}/model"],
+        "an original release needs --spm as well (or pass --huggingface DIR)"),
+    "import-checkpoint, a missing --config": (
+        ["import-checkpoint", "--checkpoint", "{dir}/model.ckpt", "--config", "{dir}/missing.json", "--spm", "{file}",
+         "--output", "{dir}/model"], "--config '{dir}/missing.json' does not exist"),
     "plan for this CPU, an unknown --set key": (["plan", "--device", "cpu", "--set", "bogus=1"],
                                                 "--set bogus: no such field in ModelConfig or TrainConfig"),
     "plan, a missing --init-checkpoint": (["plan", "--init-checkpoint", "{dir}/missing"],
