@@ -20,7 +20,7 @@ import textwrap
 
 import numpy as np
 
-from tfrecords.reader import ManifestMismatchError, slot_start, validate_manifest
+from tfrecords.stream_layout import ManifestMismatchError, slot_start, validate_manifest
 from trainer.configs.training import TrainConfig
 from trainer.inspection.records import (
     CLOSE_MARK,
