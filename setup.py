@@ -27,8 +27,10 @@ PIPELINE_REQUIRES = ["apache-beam[gcp,tfrecord]==2.77.0"]
 DASK_REQUIRES = ["dask[distributed]>=2024.4.2"]
 # The network on JAX (issue 37: the same network and pretraining step under KERAS_BACKEND=jax); the
 # CPU build here, the GPU machines carry their own jax with CUDA. The test extra holds it for the
-# backend tests.
-JAX_REQUIRES = ["jax[cpu]>=0.10"]
+# backend tests. google-crc32c: the TensorFlow-free reader of the records (tfrecords/numpy_reader.py) checks
+# every TFRecord's CRCs with it, on hosts that run JAX without TensorFlow. orbax-checkpoint: the JAX
+# engine's checkpoints (trainer/runtime/orbax_checkpoints.py), Orbax's CheckpointManager as MaxText's.
+JAX_REQUIRES = ["jax[cpu]>=0.10", "google-crc32c>=1.5", "orbax-checkpoint>=0.12.8"]
 TEST_REQUIRES = [
     "pytest>=8",
     # `make test` runs the default suite on two processes (-n 2): most tests hold one core.
