@@ -142,6 +142,9 @@ class ReadAhead(Generic[Item]):
         while not self._queue.empty():
             self._queue.get_nowait()
 
+    def __del__(self) -> None:
+        self._stop.set()  # a reader dropped without close(): its thread ends at its next item
+
     def __enter__(self) -> "ReadAhead[Item]":
         return self
 
