@@ -38,7 +38,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfrecords.errors import DataError
 from tfrecords.reader import stream_ended_early
 from tfrecords.tensorflow_errors import error_text
 from trainer.configs.training import LoopConfig
@@ -55,39 +54,20 @@ from trainer.runtime.resume_agreement import agreed_history, check_same_step
 from trainer.runtime.run_clock import command_start_time
 from trainer.runtime.run_lock import taken_over_from
 from trainer.runtime.summaries import SummaryManager
+from trainer.runtime.training_stops import (  # noqa: F401 (the loop's errors, raised and re-exported here)
+    CheckpointSaveError,
+    TrainingDataError,
+    TrainingDivergedError,
+    TrainingStopped,
+    UnreadableCheckpointError,
+    WorkerLostError,
+)
 from trainer.runtime.task_protocol import Task
 from trainer.runtime.throughput import StepFlops
 
 # Called unconverted from AutoGraph-converted code: functions that branch only on Python values, whose
 # conversion from source at every start would cost time and change nothing.
 _unconverted = tf.autograph.experimental.do_not_convert
-
-
-class TrainingStopped(DataError):
-    """A run that cannot go on because of its data or its state (the commands exit with status 3);
-    the checkpoints saved so far are kept."""
-
-
-class TrainingDivergedError(TrainingStopped):
-    """The loss became NaN or Inf; training stopped without saving over the last good checkpoint."""
-
-
-class UnreadableCheckpointError(TrainingStopped):
-    """No checkpoint of the model directory can be read (each was set aside to checkpoints/damaged/)."""
-
-
-class TrainingDataError(TrainingStopped):
-    """The training input could not be read (a damaged or vanished file)."""
-
-
-class WorkerLostError(TrainingStopped):
-    """A worker of a multi-worker run is gone (killed, its machine or network down): the others
-    cannot go on without it, and a restart of all of them resumes from the last checkpoint."""
-
-
-class CheckpointSaveError(TrainingStopped):
-    """A checkpoint could not be written (a full disk); its temporary files are removed and the run
-    resumes from the checkpoint before it."""
 
 
 def warn_on_stderr(line: str) -> None:
