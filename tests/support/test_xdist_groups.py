@@ -43,18 +43,24 @@ def test_other(n):
 """
 
 
-def test_a_groups_tests_run_on_one_worker_which_builds_their_module_fixture_once(tmp_path):
-    for name, text in (("conftest.py", CONFTEST), ("test_grouped.py", GROUPED), ("test_others.py", OTHERS)):
+def workers_of(tmp_path, modules: dict[str, str], names: tuple[str, ...]) -> dict[str, list[str]]:
+    """Runs ``modules`` (file name -> text, beside the conftest) under ``-n 2 --dist loadgroup``; for each
+    test function of ``names``, the workers ("[gw0]", "[gw1]") its passed cases ran on."""
+    for name, text in {"conftest.py": CONFTEST, **modules}.items():
         (tmp_path / name).write_text(text)
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-n", "2", "--dist",
                           "loadgroup", "--rootdir", str(tmp_path), str(tmp_path)],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    workers = {name: [line.split()[0] for line in run.stdout.splitlines() if f"::{name}[" in line and "PASSED" in line]
-               for name in ("test_grouped", "test_other")}
+    return {name: [line.split()[0] for line in run.stdout.splitlines() if f"::{name}[" in line and "PASSED" in line]
+            for name in names}
+
+
+def test_a_groups_tests_run_on_one_worker_which_builds_their_module_fixture_once(tmp_path):
+    workers = workers_of(tmp_path, {"test_grouped.py": GROUPED, "test_others.py": OTHERS}, ("test_grouped", "test_other"))
     grouped = workers["test_grouped"]
-    assert len(grouped) == 8 and len(set(grouped)) == 1, run.stdout
-    assert set(grouped + workers["test_other"]) == {"[gw0]", "[gw1]"}, run.stdout  # both workers had work
+    assert len(grouped) == 8 and len(set(grouped)) == 1, workers
+    assert set(grouped + workers["test_other"]) == {"[gw0]", "[gw1]"}, workers  # both workers had work
     assert (tmp_path / "built.txt").read_text().split() == [grouped[0].strip("[]")]
 
 
@@ -74,14 +80,8 @@ def test_sharing(built, n):
 
 
 def test_unmarked_tests_sharing_a_module_fixture_run_on_one_worker_which_builds_it_once(tmp_path):
-    for name, text in (("conftest.py", CONFTEST), ("test_shared.py", SHARED), ("test_others.py", OTHERS)):
-        (tmp_path / name).write_text(text)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-n", "2", "--dist",
-                          "loadgroup", "--rootdir", str(tmp_path), str(tmp_path)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    sharing = [line.split()[0] for line in run.stdout.splitlines() if "::test_sharing[" in line and "PASSED" in line]
-    others = [line.split()[0] for line in run.stdout.splitlines() if "::test_other[" in line and "PASSED" in line]
-    assert len(sharing) == 8 and len(set(sharing)) == 1, run.stdout
-    assert set(sharing + others) == {"[gw0]", "[gw1]"}, run.stdout  # both workers had work
+    workers = workers_of(tmp_path, {"test_shared.py": SHARED, "test_others.py": OTHERS}, ("test_sharing", "test_other"))
+    sharing = workers["test_sharing"]
+    assert len(sharing) == 8 and len(set(sharing)) == 1, workers
+    assert set(sharing + workers["test_other"]) == {"[gw0]", "[gw1]"}, workers  # both workers had work
     assert (tmp_path / "built.txt").read_text().split() == [sharing[0].strip("[]")]
