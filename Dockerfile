@@ -22,7 +22,7 @@ COPY tfrecords ./tfrecords
 COPY trainer ./trainer
 # Same pins as setup.py (Beam 2.77.0 is already in the base image and stays as is).
 # The dask extra too, so that the same image runs Dask workers: docker run --entrypoint dask IMAGE worker ADDRESS
-RUN pip install --no-cache-dir "/opt/xlnet[pipeline,dask]" \
+RUN pip install --no-cache-dir "/opt/xlnet[tensorflow,pipeline,dask]" \
     && python -c "import apache_beam, sentencepiece, pipeline.beam_pipeline; assert apache_beam.__version__ == '2.77.0'"
 
 # The SDK harness boot program of the base image starts the worker.

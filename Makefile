@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[pipeline,test,plot]"
+	$(PY) -m pip install -q -e ".[tensorflow,pipeline,test,plot]"
 	touch $(STAMP)
 
 # Fast default suite (slow tests are marked and run by test-slow / test-all), on two processes
@@ -40,7 +40,7 @@ $(INTEROP_STAMP): setup.py
 	test -x $(INTEROP_PY) || $(PYTHON) -m venv $(INTEROP_VENV)
 	$(INTEROP_PY) -m pip install -q --upgrade pip
 	$(INTEROP_PY) -m pip install -q "torch==2.13.0+cpu"
-	$(INTEROP_PY) -m pip install -q -e ".[pipeline,test,interop]"
+	$(INTEROP_PY) -m pip install -q -e ".[tensorflow,pipeline,test,interop]"
 	touch $(INTEROP_STAMP)
 
 test-interop: $(INTEROP_STAMP)

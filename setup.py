@@ -1,25 +1,30 @@
-"""Packaging for the XLNet system: Beam preprocessing, TF training, import and export.
+"""Packaging for the XLNet system: Beam preprocessing, training on TensorFlow or JAX, import and export.
 
-The base install is what training and serving need (TensorFlow, Keras, SentencePiece): a TPU
-VM or a serving image carries no Apache Beam. `xlnet vocab` and `xlnet preprocess` need the
-``pipeline`` extra: ``pip install "xlnet-pretrain[pipeline]"``; running it on a Dask cluster, the
-``dask`` extra (on the launcher and on every worker). The ``interop`` extra adds PyTorch
-and Hugging Face transformers, only for the interop tests (import and export need neither); the
-``jax`` extra, JAX for running the network under ``KERAS_BACKEND=jax``.
+The base install is what every part shares (Keras, SentencePiece, NumPy, safetensors) and no
+framework: the ``tensorflow`` extra adds TensorFlow for the TensorFlow trainer, fine-tuning,
+SavedModel export and serving (``pip install "xlnet-pretrain[tensorflow]"``); the ``jax`` extra,
+JAX with the JAX engine's reader (CRC checks) and Orbax checkpoints, without TensorFlow, for a GPU
+machine or TPU VM that runs JAX only. `xlnet vocab` and `xlnet preprocess` need the ``pipeline``
+extra (Apache Beam; no TensorFlow); running it on a Dask cluster, the ``dask`` extra (on the
+launcher and on every worker). The ``interop`` extra adds PyTorch and Hugging Face transformers, only
+for the interop tests (import and export need neither).
 """
 from setuptools import find_packages, setup
 
 # Pinned so that preprocessing and training produce identical bytes and losses across
 # machines; the Dataflow worker image (Dockerfile) installs the same set.
 INSTALL_REQUIRES = [
-    "tensorflow==2.21.0",
-    "tensorflow-text==2.21.1",
-    "tensorboard==2.21.0",  # tf.summary writers of the training loop
     "keras>=3.12,<4",
     "sentencepiece==0.2.3",
     "numpy>=1.26",
     # Hugging Face checkpoints (model.safetensors) read and written with its NumPy API, no torch.
     "safetensors>=0.4.3",
+]
+# The TensorFlow trainer, fine-tuning, SavedModel export and serving.
+TENSORFLOW_REQUIRES = [
+    "tensorflow==2.21.0",
+    "tensorflow-text==2.21.1",
+    "tensorboard==2.21.0",  # tf.summary writers of the training loop
 ]
 PIPELINE_REQUIRES = ["apache-beam[gcp,tfrecord]==2.77.0"]
 # `xlnet preprocess --runner dask`: Dask's distributed scheduler, at the versions apache-beam 2.77's own
@@ -53,8 +58,8 @@ setup(
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require={"pipeline": PIPELINE_REQUIRES, "dask": PIPELINE_REQUIRES + DASK_REQUIRES,
-                    "test": PIPELINE_REQUIRES + DASK_REQUIRES + JAX_REQUIRES + TEST_REQUIRES,
-                    "jax": JAX_REQUIRES,
+                    "test": TENSORFLOW_REQUIRES + PIPELINE_REQUIRES + DASK_REQUIRES + JAX_REQUIRES + TEST_REQUIRES,
+                    "tensorflow": TENSORFLOW_REQUIRES, "jax": JAX_REQUIRES,
                     "plot": ["matplotlib>=3.8"], "interop": INTEROP_REQUIRES},
     entry_points={"console_scripts": ["xlnet=xlnet_cli:main"]},
 )

@@ -49,6 +49,9 @@ EXIT_STATUS = (f"exit status: {EXIT_OK} done (or preempted: re-running resumes);
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
 # Subcommands that run TensorFlow: imported without its C++ start-up noise (trainer/commands/tensorflow_startup.py),
 # after the flags parse, unless the module's needs_tensorflow(args) says this run does without.
+# What the tensorflow extra installs (setup.py): a command that imports one of them where it is missing says
+# which extra to install.
+TENSORFLOW_MODULES = ("tensorflow", "tensorflow_text", "tensorboard")
 TENSORFLOW_SUBCOMMANDS = ("train", "finetune", "import-checkpoint", "export", "inspect", "plan", "score", "generate")
 # The flags of each TensorFlow subcommand that name a file or directory it reads (DATA_FLAGS: a data
 # directory, which must hold its manifest): a local one that is not there is a usage error before TensorFlow
@@ -294,10 +297,15 @@ def _run_subcommand(name: str, argv: list[str], prog: str | None) -> int:
     try:
         return _parsed_and_run(name, argv, prog)
     except ModuleNotFoundError as error:
-        if (error.name or "").split(".")[0] != "apache_beam":
-            raise
-        raise UsageError("needs Apache Beam, which this installation lacks; install the pipeline extra: "
-                         "pip install \"xlnet-pretrain[pipeline]\" (training, import and export do not need it)") from None
+        missing = (error.name or "").split(".")[0]
+        if missing == "apache_beam":
+            raise UsageError("needs Apache Beam, which this installation lacks; install the pipeline extra: "
+                             "pip install \"xlnet-pretrain[pipeline]\" (training, import and export do not need it)"
+                             ) from None
+        if missing in TENSORFLOW_MODULES:
+            raise UsageError(f"needs TensorFlow ({missing} is not installed); install the tensorflow extra: "
+                             "pip install \"xlnet-pretrain[tensorflow]\" (preprocessing does not need it)") from None
+        raise
 
 
 def _parsed_and_run(name: str, argv: list[str], prog: str | None) -> int:
