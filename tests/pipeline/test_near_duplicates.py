@@ -1,0 +1,132 @@
+"""pipeline/near_duplicates.py: exact keys, MinHash signatures and LSH bands, clusters and the copy kept, on planted
+duplicates of real text: near duplicates at Jaccard >= 0.85 caught, pairs below 0.5 never taken for duplicates,
+the kept copy decided by a seeded hash."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.near_duplicates import (
+    Clusters,
+    MinHashSettings,
+    band_keys,
+    dedup_text,
+    estimated_jaccard,
+    exact_key,
+    kept_and_removed,
+    shingle_hashes,
+    signature,
+    true_jaccard,
+)
+from support.bundled_data import WIKI_SUMMARIES, read_corpus_documents
+from tfrecords.record_config import ConfigError
+
+SETTINGS = MinHashSettings()
+
+
+@pytest.fixture(scope="module")
+def documents() -> list[str]:
+    """Bundled Wikipedia summaries of at least 120 words."""
+    texts = [" ".join(lines) for lines in read_corpus_documents(WIKI_SUMMARIES, 1200)]
+    return [text for text in texts if len(text.split()) >= 120][:120]
+
+
+def edited(text: str, fraction: float, rng: np.random.Generator) -> str:
+    """``text`` with about ``fraction`` of its words replaced by made-up ones."""
+    words = text.split()
+    for index in rng.choice(len(words), int(round(fraction * len(words))), replace=False):
+        words[index] = f"zq{rng.integers(10 ** 9)}"
+    return " ".join(words)
+
+
+def candidates(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(set(band_keys(a, SETTINGS)) & set(band_keys(b, SETTINGS)))
+
+
+def duplicates(a: str, b: str) -> bool:
+    """What the stage decides of a pair: a shared band, then the estimate at least min_jaccard."""
+    x, y = signature(a, SETTINGS), signature(b, SETTINGS)
+    return candidates(x, y) and estimated_jaccard(x, y) >= SETTINGS.min_jaccard
+
+
+def test_dedup_text_folds_case_width_punctuation_and_spaces():
+    assert dedup_text("  The  ＣＡＴ,  sat!\n\nOn the mat...  ") == "the cat sat on the mat"
+
+
+def test_exact_keys_are_equal_for_texts_equal_once_simplified_and_differ_by_seed():
+    assert exact_key("The cat sat.") == exact_key("the CAT   sat") != exact_key("the dog sat")
+    assert exact_key("The cat sat.", seed=1) != exact_key("The cat sat.")
+
+
+def test_a_signature_is_a_function_of_the_text_and_the_seed(documents):
+    first = signature(documents[0], SETTINGS)
+    assert first.dtype == np.uint64 and first.shape == (112,)
+    assert np.array_equal(first, signature(documents[0], MinHashSettings()))
+    assert not np.array_equal(first, signature(documents[0], MinHashSettings(seed=1)))
+
+
+def test_shingles_are_five_word_runs_in_order():
+    assert shingle_hashes("a b c d e f", SETTINGS).size == 2
+    assert shingle_hashes("a b c d e f", SETTINGS).tolist() != shingle_hashes("f e d c b a", SETTINGS).tolist()
+    assert shingle_hashes("a b", SETTINGS).size == 1 and shingle_hashes("", SETTINGS).size == 0
+
+
+def test_the_estimate_is_within_a_few_points_of_the_true_jaccard(documents):
+    rng = np.random.default_rng(0)
+    errors = []
+    for text in documents[:40]:
+        other = edited(text, 0.05, rng)
+        errors.append(estimated_jaccard(signature(text, SETTINGS), signature(other, SETTINGS))
+                      - true_jaccard(text, other, SETTINGS))
+    assert abs(np.mean(errors)) < 0.03 and np.max(np.abs(errors)) < 0.15
+
+
+def test_near_duplicates_at_jaccard_0_85_or_more_are_caught_95_percent_of_the_time(documents):
+    rng = np.random.default_rng(1)
+    pairs = [(text, edited(text, 0.01, rng)) for text in documents]
+    similar = [(a, b) for a, b in pairs if true_jaccard(a, b, SETTINGS) >= 0.85]
+    assert len(similar) >= 100
+    assert sum(duplicates(a, b) for a, b in similar) / len(similar) >= 0.95
+
+
+def test_pairs_below_jaccard_0_5_are_never_taken_for_duplicates(documents):
+    rng = np.random.default_rng(2)
+    pairs = [(text, edited(text, 0.25, rng)) for text in documents] + list(zip(documents, documents[1:]))
+    dissimilar = [(a, b) for a, b in pairs if true_jaccard(a, b, SETTINGS) < 0.5]
+    assert len(dissimilar) >= 200
+    assert not any(duplicates(a, b) for a, b in dissimilar)
+
+
+def test_bands_of_different_index_never_collide():
+    values = np.zeros(112, np.uint64)  # every band equal in value
+    keys = band_keys(values, SETTINGS)
+    assert len(set(keys)) == 14 and all(len(key) == 2 + 8 * 8 for key in keys)
+
+
+def test_clusters_are_the_connected_components_of_the_pairs():
+    clusters = Clusters()
+    for a, b in [("d", "e"), ("a", "b"), ("b", "c"), ("x", "y"), ("c", "a")]:
+        clusters.add_pair(a, b)
+    assert sorted(clusters.groups().values()) == [["a", "b", "c"], ["d", "e"], ["x", "y"]]
+
+
+def test_the_kept_copy_is_chosen_by_a_seeded_hash_not_by_order():
+    group = ["doc-1", "doc-2", "doc-3", "doc-4"]
+    removed = kept_and_removed([group])
+    assert removed == kept_and_removed([list(reversed(group))])
+    (kept,) = set(removed.values())
+    assert set(removed) == set(group) - {kept}
+    assert {next(iter(kept_and_removed([group], seed=s).values())) for s in range(20)} != {kept}
+
+
+@pytest.mark.parametrize("field, value", [("bands", 0), ("rows", 0), ("shingle_words", 0), ("min_jaccard", 1.5)])
+def test_impossible_settings_are_refused_naming_the_field(field, value):
+    with pytest.raises(ConfigError, match=f"dedup {field} must be"):
+        MinHashSettings(**{field: value})
+
+
+def test_a_long_document_is_signed_in_bounded_chunks():
+    rng = np.random.default_rng(3)
+    text = " ".join(f"w{value}" for value in rng.integers(0, 50_000, 20_000))
+    whole = signature(text, SETTINGS)
+    assert whole.shape == (112,) and np.all(whole < np.uint64(2 ** 64 - 1))
