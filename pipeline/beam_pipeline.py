@@ -59,6 +59,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
+from pipeline.cleaning import clean_document, removal_counters
 from pipeline.corpus import CorpusError, InputFile, read_documents
 from pipeline.data_directory import (OutputWriteError, create_in_run, open_staging, remove_staged_shards, report_path,
                                      save_report, shard_sizes, stage_manifest, staging_directory)
@@ -197,6 +198,13 @@ class ReadDocuments(beam.DoFn):
         try:
             documents = read_documents(input_file.path, c.input_format, c.text_field, c.max_line_bytes, stats)
             for index, lines in enumerate(documents):
+                if c.filters:
+                    removed, kept_lines = clean_document(lines, c.filters)
+                    if removed is not None:  # counted by stage; its key's index stays used (same keys as unfiltered)
+                        stats[f"removed_documents_{removed[0]}"] += 1
+                        stats[f"removed_bytes_{removed[0]}"] += len("\n".join(lines).encode("utf-8"))
+                        continue
+                    lines = kept_lines
                 place = place_document(f"{input_file.key}:{index}", c.seed, c.valid_fraction, c.num_streams)
                 shard = (place.split, shard_of_stream(place.stream, c.num_shards_of(place.split)))
                 buffers[shard].add(index, place.stream, place.order, lines)
@@ -214,7 +222,8 @@ class ReadDocuments(beam.DoFn):
         stats["files"] += 1
         stats["documents_read"] += index + 1
         report = {"kind": "read", "file": input_file.path, "worker": worker_name(),
-                  **{name: stats[name] for name in READ_STATS}, "seconds": round(time.time() - start, 3)}
+                  **{name: stats[name] for name in READ_STATS + removal_counters(c.filters)},
+                  "seconds": round(time.time() - start, 3)}
         for name in READ_STATS:
             self._counters.add(name, report[name])
         _LOG.info(read_line(report))
@@ -449,7 +458,7 @@ class RunReport:
         problems += _delivered_once("shard", [r["file"] for r in shards],
                                     [config.shard_name(s.split, s.shard) for s in every_shard(config)])
         written = [s for s in shards if not s.get("write_error")]
-        counters = {key: sum(r[key] for r in reads) for key in READ_STATS}
+        counters = {key: sum(r[key] for r in reads) for key in READ_STATS + removal_counters(config.filters)}
         counters.update({key: sum(s[key] for s in written)
                          for key in ("documents", "tokens", "records", "masked_tokens", *SHARD_STATS)})
         return cls(counters=counters, shards=sorted(written, key=lambda s: (s["split"], s["shard"])),

@@ -27,6 +27,7 @@ import time
 
 from pipeline.dask_cluster import (DASK_RUNNER, DaskCluster, check_options, connection_timeout, dask_cluster,
                                    is_dask, option_value, scheduler_option, wait_for_run)
+from pipeline.cleaning import FILTERS, parse_filters
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from tfrecords.errors import DataError, UsageError
@@ -55,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="replace shards and manifest in a non-empty --output")
     io.add_argument("--compression", choices=COMPRESSIONS, default=d.compression, help="gzip the shard files")
     io.add_argument("--max-line-bytes", type=int, default=d.max_line_bytes, help="longer lines are skipped (counted)")
+    io.add_argument("--filters", default=None, metavar="NAMES",
+                    help="quality and repetition filters applied to each document as it is read, comma-separated: "
+                         f"{', '.join(FILTERS)} (docs/preprocessing.md, \"Cleaning\"); each removal counted by stage "
+                         "in the manifest (default: none, the documents as they are)")
     rec = parser.add_argument_group("records")
     rec.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per record")
     rec.add_argument("--reuse-len", type=int, default=d.reuse_len,
@@ -107,7 +112,8 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         subword_spans=args.subword_spans, bi_data=args.bi_data, use_eod=args.use_eod, uncased=args.uncased,
         num_streams=args.num_streams, num_shards=args.num_shards, valid_shards=args.valid_shards,
         valid_fraction=args.valid_fraction, seed=args.seed, compression=args.compression,
-        input_format=args.input_format, text_field=args.text_field, max_line_bytes=args.max_line_bytes)
+        input_format=args.input_format, text_field=args.text_field, max_line_bytes=args.max_line_bytes,
+        filters=parse_filters(args.filters) if args.filters is not None else ())
 
 
 def beam_runner(runner: str) -> str:
@@ -188,6 +194,9 @@ class NoTrainingRecordsError(DataError):
 def counter_lines(metrics: dict[str, int]) -> list[str]:
     """The counters line of the end-of-run report, and a warning line when input was skipped."""
     lines = ["  counters: " + ", ".join(f"{k}={metrics.get(k, 0)}" for k in COUNTER_KEYS)]
+    removed = {key: metrics[key] for key in sorted(metrics) if key.startswith("removed_")}
+    if removed:
+        lines.append("  cleaning (--filters): " + ", ".join(f"{key}={value}" for key, value in removed.items()))
     skipped = {k: metrics.get(k, 0) for k in SKIPPED_KEYS}
     if any(skipped.values()):
         lines.append("  WARNING: skipped input: " + ", ".join(f"{k}={v}" for k, v in skipped.items() if v)
@@ -213,6 +222,11 @@ def no_records_message(config: PreprocessConfig, metrics: dict[str, int]) -> str
     count = {key: metrics.get(key, 0) for key in COUNTER_KEYS}
     read = f"read {count['files']} file(s) from --input: {count['lines']} lines, {count['documents']} documents"
     nothing_written = f"Nothing was written as data (no {MANIFEST_NAME}, no shard files)."
+    removed = {stage: metrics.get(f"removed_documents_{stage}", 0) for stage in config.filters}
+    if count["documents"] == 0 and any(removed.values()):
+        stages = ", ".join(f"{stage} {number}" for stage, number in removed.items() if number)
+        return (f"--filters removed every document ({stages} of {metrics.get('documents_read', 0)} read; the first stage "
+                f"that removed one is named); loosen or drop --filters {','.join(config.filters)}. {nothing_written}")
     if count["documents"] == 0:
         return f"{_no_documents_headline(count)}: {read}; {_skipped_input(count)}. {nothing_written}"
     return (f"no training records: the corpus is too short for --seq-len {config.seq_len} in "

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from pipeline.cleaning import check_filters
 from pipeline.corpus import INPUT_FORMATS
 from tfrecords.record_config import ConfigError, RecordConfig
 
@@ -33,6 +34,9 @@ class PreprocessConfig(RecordConfig):
     input_format: str = "auto"
     text_field: str = "text"
     max_line_bytes: int = 1 << 20
+    # --filters (pipeline/cleaning.py), in their running order; empty: no cleaning, and the manifest
+    # does not name the field, so that a run without it writes the bytes it always did.
+    filters: tuple[str, ...] = ()
 
     def record_config(self) -> RecordConfig:
         """The record and mask fields alone."""
@@ -60,6 +64,7 @@ class PreprocessConfig(RecordConfig):
             raise ConfigError(f"--input-format must be one of {', '.join(INPUT_FORMATS)}")
         if self.max_line_bytes < 1:
             raise ConfigError(f"--max-line-bytes must be positive, got {self.max_line_bytes}")
+        check_filters(self.filters)
 
     @property
     def file_suffix(self) -> str:
@@ -69,4 +74,7 @@ class PreprocessConfig(RecordConfig):
         return f"{split}-{shard:05d}-of-{self.num_shards_of(split):05d}{self.file_suffix}"
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), "inputs": list(self.inputs)}
+        values = {**super().to_dict(), "inputs": list(self.inputs), "filters": list(self.filters)}
+        if not self.filters:
+            del values["filters"]
+        return values

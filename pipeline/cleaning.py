@@ -1,0 +1,64 @@
+"""`xlnet preprocess --filters`: the quality and repetition filters applied to each document as it is read.
+
+A document is its lines joined by newlines (paragraphs, as the corpus formats give them). The filters
+named run in the order FineWeb's recipe runs them, whatever the order given: Gopher (repetition, then
+quality), C4 (which also drops the lines it does not keep), FineWeb. A document's removal reason is
+the first rule that removed it, named ``stage:rule`` (``gopher:gopher_short_doc``); the counters the
+manifest records are per stage (``removed_documents_gopher``, ``removed_bytes_gopher``: the UTF-8
+bytes of the removed documents' text). The rules themselves: pipeline/quality_filters.py.
+
+Off by default: without ``--filters`` nothing here runs and the output is byte for byte what it was.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from pipeline import quality_filters as rules
+from tfrecords.record_config import ConfigError
+
+# In the order they run.
+FILTERS = ("gopher", "c4", "fineweb")
+
+
+def parse_filters(text: str) -> tuple[str, ...]:
+    """``--filters`` (comma-separated names) as the filters to run, in their running order."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in FILTERS]
+    if unknown or not names:
+        raise ConfigError(f"--filters {text!r}: {'unknown filter ' + repr(unknown[0]) if unknown else 'no filter named'}"
+                          f"; the filters are {', '.join(FILTERS)}")
+    return tuple(name for name in FILTERS if name in names)
+
+
+def check_filters(filters: tuple[str, ...]) -> None:
+    """ConfigError naming --filters for a name that is not a filter."""
+    unknown = [name for name in filters if name not in FILTERS]
+    if unknown:
+        raise ConfigError(f"--filters: unknown filter {unknown[0]!r}; the filters are {', '.join(FILTERS)}")
+
+
+def _gopher(text: str) -> tuple[Optional[str], str]:
+    return rules.gopher_repetition(text) or rules.gopher_quality(text), text
+
+
+def _fineweb(text: str) -> tuple[Optional[str], str]:
+    return rules.fineweb_quality(text), text
+
+
+STAGES: dict[str, Callable[[str], tuple[Optional[str], str]]] = {"gopher": _gopher, "c4": rules.c4_clean,
+                                                                   "fineweb": _fineweb}
+
+
+def clean_document(lines: list[str], filters: tuple[str, ...]) -> tuple[Optional[tuple[str, str]], list[str]]:
+    """(the stage and rule that removed the document, or None; its lines as kept)."""
+    text = "\n".join(lines)
+    for stage in (stage for stage in FILTERS if stage in filters):  # their running order, whatever the given one
+        reason, text = STAGES[stage](text)
+        if reason is not None:
+            return (stage, reason), []
+    return None, text.split("\n") if text != "\n".join(lines) else lines
+
+
+def removal_counters(filters: tuple[str, ...]) -> tuple[str, ...]:
+    """The counters a run with ``filters`` adds to its read reports and its manifest."""
+    return tuple(f"removed_{kind}_{stage}" for stage in filters for kind in ("documents", "bytes"))

@@ -1,0 +1,103 @@
+"""`xlnet preprocess --filters` (pipeline/cleaning.py): each document filtered as it is read, every removal counted
+by stage in the manifest and the summary; without the flag, the manifest does not name it (the bytes written
+stay what they were); a run whose every document is removed names the filters and writes nothing."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import xlnet_cli
+from pipeline.cleaning import clean_document, parse_filters
+from pipeline.preprocess_command import NoTrainingRecordsError, preprocess, summary
+from pipeline.preprocess_config import PreprocessConfig
+from support.bundled_data import TINY_DATA, WIKI_SUMMARIES, read_corpus_documents
+from tfrecords.record_config import ConfigError
+
+JUNK = [["Home", "About", "Contact", "Login"],
+        ["buy now " * 40],
+        ["# # # # # # # #"]]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[str, int]:
+    """Long Wikipedia summaries, each a paragraph, with the junk documents between them; and how many
+    summaries there are."""
+    summaries = [[" ".join(lines)] for lines in read_corpus_documents(WIKI_SUMMARIES, 600)
+                 if len(" ".join(lines).split()) >= 80][:60]
+    documents = [document for pair in zip(summaries, JUNK * 20) for document in pair]
+    path = tmp_path_factory.mktemp("cleaning") / "corpus.txt"
+    path.write_text("\n\n".join("\n".join(document) for document in documents) + "\n", encoding="utf-8")
+    return str(path), len(summaries)
+
+
+def run(tmp_path: Path, corpus_path: str, spm_model: str, name: str, **changes):
+    settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1, **changes}
+    config = PreprocessConfig(inputs=(corpus_path,), output=str(tmp_path / name), vocab=spm_model, **settings)
+    return preprocess(config, workers=1, runner_options=["--direct_running_mode=in_memory"])
+
+
+def test_the_filters_run_in_their_order_whatever_the_order_given():
+    assert parse_filters("fineweb, gopher") == ("gopher", "fineweb")
+
+
+@pytest.mark.parametrize("text", ["bogus", "gopher,bogus", " , "])
+def test_an_unknown_or_empty_filter_list_is_a_usage_error_naming_the_filters(text):
+    with pytest.raises(ConfigError, match=r"--filters .*; the filters are gopher, c4, fineweb"):
+        parse_filters(text)
+
+
+def test_the_first_stage_that_removes_a_document_is_its_reason():
+    prose = [" ".join(lines) for lines in read_corpus_documents(WIKI_SUMMARIES, 50)
+             if len(" ".join(lines).split()) >= 80][0]
+    assert clean_document([prose.rstrip(".") + " and"], ("c4", "gopher")) == (("c4", "c4_too_few_sentences"), [])
+    assert clean_document(["Home", "About"], ("c4", "gopher")) == (("gopher", "gopher_top_2_gram"), [])
+
+
+def test_c4_keeps_only_its_lines_of_a_document_it_keeps():
+    lines = ["This first line has enough words in it.", "menu", "The second line also has enough words.",
+             "And a third line ends the page well."]
+    assert clean_document(lines, ("c4",)) == (None, [lines[0], lines[2], lines[3]])
+
+
+def test_without_filters_the_manifest_does_not_name_them(tmp_path, corpus, spm_model):
+    manifest, _ = run(tmp_path, corpus[0], spm_model, "plain")
+    written = json.loads((tmp_path / "plain" / "manifest.json").read_text())
+    assert "filters" not in written["config"] and not [k for k in written["counters"] if k.startswith("removed_")]
+
+
+def test_filters_remove_the_junk_and_count_it_by_stage_in_the_manifest_and_the_summary(tmp_path, corpus, spm_model):
+    path, summaries = corpus
+    manifest, counters = run(tmp_path, path, spm_model, "clean", filters=("gopher", "fineweb"))
+    written = json.loads((tmp_path / "clean" / "manifest.json").read_text())
+    assert written["config"]["filters"] == ["gopher", "fineweb"]
+    removed = {k: v for k, v in written["counters"].items() if k.startswith("removed_")}
+    assert removed["removed_documents_gopher"] >= len(JUNK) * 20 - 1
+    assert removed["removed_documents_gopher"] + removed["removed_documents_fineweb"] <= len(JUNK) * 20 + summaries // 10
+    assert removed["removed_bytes_gopher"] > 0
+    assert written["counters"]["documents_read"] == summaries + len(JUNK) * 20
+    assert "  cleaning (--filters): removed_bytes_fineweb=" in summary(manifest, counters, 1.0)
+
+
+def test_filtered_runs_write_the_same_bytes_every_time(tmp_path, corpus, spm_model):
+    run(tmp_path, corpus[0], spm_model, "a", filters=("gopher",))
+    run(tmp_path, corpus[0], spm_model, "b", filters=("gopher",))
+    for shard in sorted((tmp_path / "a").glob("*.tfrecord")):
+        assert shard.read_bytes() == (tmp_path / "b" / shard.name).read_bytes()
+
+
+def test_a_run_whose_every_document_is_removed_names_the_filters_and_writes_nothing(tmp_path, spm_model):
+    junk = tmp_path / "junk.txt"
+    junk.write_text("\n\n".join("\n".join(document) for document in JUNK * 5) + "\n", encoding="utf-8")
+    with pytest.raises(NoTrainingRecordsError, match=r"--filters removed every document \(gopher 15 of 15 read"):
+        run(tmp_path, str(junk), spm_model, "none", filters=("gopher",))
+    assert not (tmp_path / "none" / "manifest.json").exists()
+
+
+def test_the_filters_flag_is_refused_in_one_line_before_any_work(tmp_path, corpus, spm_model, capsys):
+    code = xlnet_cli.main(["preprocess", "--input", corpus[0], "--output", str(tmp_path / "x"), "--vocab", spm_model,
+                           "--filters", "gopher,bogus"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == ("xlnet preprocess: error: --filters 'gopher,bogus': unknown filter 'bogus'; "
+                                         "the filters are gopher, c4, fineweb")
