@@ -101,3 +101,18 @@ def test_the_filters_flag_is_refused_in_one_line_before_any_work(tmp_path, corpu
     err = capsys.readouterr().err
     assert code == 2 and err.strip() == ("xlnet preprocess: error: --filters 'gopher,bogus': unknown filter 'bogus'; "
                                          "the filters are gopher, c4, fineweb")
+
+
+@pytest.mark.slow  # two runs with worker processes (about 40 s)
+def test_filtered_runs_write_the_same_bytes_with_one_or_two_worker_processes(tmp_path, corpus, spm_model):
+    outputs = []
+    for workers in (1, 2):
+        settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1}
+        output = tmp_path / f"workers{workers}"
+        config = PreprocessConfig(inputs=(corpus[0],), output=str(output), vocab=spm_model, filters=("gopher", "c4"),
+                                  **settings)
+        preprocess(config, workers=workers)
+        outputs.append({p.name: p.read_bytes() for p in sorted(output.glob("*.tfrecord"))})
+        manifest = json.loads((output / "manifest.json").read_text())
+        outputs[-1]["counters"] = json.dumps(manifest["counters"], sort_keys=True).encode()
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 4
