@@ -9,7 +9,9 @@ SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
            ((split, shard), RawDocuments) batches, then the file's read report on shard
            train-0's key (REPORT_CARRIER); a marker seeds its shard with None so that empty
            shards get their (empty) file too
-        -> GroupByKey: the only shuffle
+        (--dedup exact: ReadDocuments also gives each document's exact key; GroupByText groups
+           the copies of a text, ExactDuplicates names every copy but the kept one to its shard)
+        -> GroupByKey: the only shuffle of the text
         -> WriteShard: normalise + tokenise the shard's documents, per stream concatenate
            them in hash order, build records (forward, then reversed with bi_data), write the
            shard file; emits the shard's report (and passes the read reports on)
@@ -60,6 +62,7 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from pipeline.cleaning import clean_document, removal_counters
+from pipeline.near_duplicates import exact_key, keep_rank
 from pipeline.corpus import CorpusError, InputFile, read_documents
 from pipeline.data_directory import (OutputWriteError, create_in_run, open_staging, remove_staged_shards, report_path,
                                      save_report, shard_sizes, stage_manifest, staging_directory)
@@ -155,6 +158,28 @@ class EveryShard(NamedTuple):
     shard: int
 
 
+# ReadDocuments' second output under --dedup exact: (exact key, DuplicateCandidate) for every document kept
+# by the filters.
+DUPLICATE_KEYS = "duplicate_keys"
+
+
+class DuplicateCandidate(NamedTuple):
+    """A document as the exact-duplicate stage groups it: its key, where it goes, its size."""
+
+    key: str
+    split: str
+    shard: int
+    bytes: int
+
+
+class DuplicateRemoved(NamedTuple):
+    """A document of a shard that another copy replaces (``kept``, the copy kept): WriteShard drops it."""
+
+    key: str
+    kept: str
+    bytes: int
+
+
 def every_shard(config: PreprocessConfig) -> list[EveryShard]:
     """The markers of every shard of both splits."""
     return [EveryShard(split, shard) for split in SPLITS for shard in range(config.num_shards_of(split))]
@@ -208,6 +233,10 @@ class ReadDocuments(beam.DoFn):
                 place = place_document(f"{input_file.key}:{index}", c.seed, c.valid_fraction, c.num_streams)
                 shard = (place.split, shard_of_stream(place.stream, c.num_shards_of(place.split)))
                 buffers[shard].add(index, place.stream, place.order, lines)
+                if "exact" in c.dedup:
+                    text = "\n".join(lines)
+                    yield beam.pvalue.TaggedOutput(DUPLICATE_KEYS, (exact_key(text, c.seed), DuplicateCandidate(
+                        f"{input_file.key}:{index}", *shard, len(text.encode("utf-8")))))
                 buffered_chars += sum(map(len, lines))
                 if buffered_chars >= READ_BUFFER_CHARS:
                     yield from self._flush(input_file.key, buffers)
@@ -253,6 +282,26 @@ def written_line(report: dict, output: str) -> str:
             f"{report['documents']} documents ({report['tokens']} tokens) in {report['seconds']:.1f} s")
 
 
+class ExactDuplicates(beam.DoFn):
+    """(exact key, its documents) -> ((split, shard), DuplicateRemoved) for every copy but the one kept:
+    the least ``keep_rank`` of its key, whatever order the copies arrived in. A worker holds the copies of
+    one text at a time: its memory grows with the duplicates it groups, not with the corpus."""
+
+    def __init__(self, seed: int):
+        self._seed = seed
+
+    def process(self, element: tuple[bytes, Iterable[DuplicateCandidate]]) -> Iterator[tuple[tuple[str, int],
+                                                                                          DuplicateRemoved]]:
+        _, copies = element
+        copies = list(copies)
+        if len(copies) < 2:
+            return
+        kept = min(copies, key=lambda copy: (keep_rank(copy.key, self._seed), copy.key))
+        for copy in copies:
+            if copy is not kept:
+                yield (copy.split, copy.shard), DuplicateRemoved(copy.key, kept.key, copy.bytes)
+
+
 class WriteShard(beam.DoFn):
     """((split, shard), documents) -> the shard file on disk, and its report (a dict with kind "shard":
     its statistics and worker, or the lasting error that kept it from being written).
@@ -280,15 +329,20 @@ class WriteShard(beam.DoFn):
         (split, shard), values = element
         c = self._config
         arrival = time.time()
-        raw, read_reports = [], []
+        raw, read_reports, duplicates = [], [], {}
         for value in values:  # None: the empty seed every shard gets
             if isinstance(value, RawDocuments):
                 raw.append(value)
+            elif isinstance(value, DuplicateRemoved):
+                duplicates[value.key] = value
             elif value is not None:
                 read_reports.append(value)
         stats: Counter = Counter()
+        for removed in duplicates.values():
+            stats["removed_documents_exact"] += 1
+            stats["removed_bytes_exact"] += removed.bytes
         by_stream: dict[int, list[TokenizedDocument]] = defaultdict(list)
-        for document in self._tokenize(raw, stats):
+        for document in self._tokenize(raw, stats, set(duplicates)):
             by_stream[document.stream].append(document)
         start = time.time()
         _LOG.info("tokenised %d documents for %s in %.1f s", sum(len(d) for d in by_stream.values()),
@@ -316,18 +370,21 @@ class WriteShard(beam.DoFn):
         documents = sum(len(docs) for docs in by_stream.values())
         tokens = sum(d.num_tokens for docs in by_stream.values() for d in docs)
         report.update(records=totals["records"], tokens=tokens, masked_tokens=totals["masked_tokens"],
-                      documents=documents, streams=streams, **{name: stats[name] for name in SHARD_STATS})
+                      documents=documents, streams=streams,
+                      **{name: stats[name] for name in SHARD_STATS + removal_counters(c.dedup)})
         for name in ("records", "tokens", "masked_tokens", "documents", *SHARD_STATS):
             self._counters.add(name, report[name])
         report["seconds"] = round(time.time() - start, 3)
         _LOG.info(written_line(report, c.output))
         return report
 
-    def _tokenize(self, batches: list[RawDocuments], stats: Counter) -> Iterator[TokenizedDocument]:
-        """Normalises and tokenises the documents (one SentencePiece call per batch); drops empty ones."""
+    def _tokenize(self, batches: list[RawDocuments], stats: Counter,
+                  removed: set[str] = frozenset()) -> Iterator[TokenizedDocument]:
+        """Normalises and tokenises the documents (one SentencePiece call per batch) but the ``removed``
+        keys (duplicates); drops empty ones."""
         c = self._config
         for batch in batches:
-            documents = list(batch.documents())
+            documents = [document for document in batch.documents() if document[0] not in removed]
             texts = [[text for text in (normalize_text(line, c.uncased) for line in lines) if text]
                      for _, _, _, lines in documents]
             flat = list(itertools.chain.from_iterable(texts))
@@ -459,8 +516,9 @@ class RunReport:
                                     [config.shard_name(s.split, s.shard) for s in every_shard(config)])
         written = [s for s in shards if not s.get("write_error")]
         counters = {key: sum(r[key] for r in reads) for key in READ_STATS + removal_counters(config.filters)}
-        counters.update({key: sum(s[key] for s in written)
-                         for key in ("documents", "tokens", "records", "masked_tokens", *SHARD_STATS)})
+        counters.update({key: sum(s[key] for s in written) for key in
+                         ("documents", "tokens", "records", "masked_tokens", *SHARD_STATS,
+                          *removal_counters(config.dedup))})
         return cls(counters=counters, shards=sorted(written, key=lambda s: (s["split"], s["shard"])),
                    reads=dict(sorted(Counter(r["worker"] for r in reads).items())),
                    writes=dict(sorted(Counter(s["worker"] for s in shards).items())),
@@ -533,10 +591,17 @@ def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Voc
     staging = staging_directory(config.output, run_id)
     open_staging(staging)
     path = report_path(config.output, run_id)
+    matched = pipeline | "MatchedFiles" >> beam.Create(interleaved(files, every_shard(config)))  # Create spreads them
+    if config.dedup:
+        read = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config)).with_outputs(DUPLICATE_KEYS,
+                                                                                            main="documents")
+        removed = (read[DUPLICATE_KEYS] | "GroupByText" >> beam.GroupByKey()
+                   | "ExactDuplicates" >> beam.ParDo(ExactDuplicates(config.seed)))
+        documents = (read.documents, removed) | "WithDuplicates" >> beam.Flatten()
+    else:
+        documents = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
     _ = (
-        pipeline
-        | "MatchedFiles" >> beam.Create(interleaved(files, every_shard(config)))  # Create redistributes them
-        | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
+        documents
         | "GroupByShard" >> beam.GroupByKey()
         | "WriteShards" >> beam.ParDo(WriteShard(config, vocab.sha256, staging))
         | "AllReports" >> beam.combiners.ToList()

@@ -7,7 +7,12 @@ the first rule that removed it, named ``stage:rule`` (``gopher:gopher_short_doc`
 manifest records are per stage (``removed_documents_gopher``, ``removed_bytes_gopher``: the UTF-8
 bytes of the removed documents' text). The rules themselves: pipeline/quality_filters.py.
 
-Off by default: without ``--filters`` nothing here runs and the output is byte for byte what it was.
+``--dedup exact`` then removes exact duplicates (pipeline/near_duplicates.py's ``exact_key``: the text with
+case, width, punctuation and spacing simplified): every copy but the one with the least seeded hash of
+its key (``keep_rank``), whatever order the copies arrive in, counted as ``removed_documents_exact``.
+
+Off by default: without ``--filters`` and ``--dedup`` nothing here runs and the output is byte for byte
+what it was.
 """
 from __future__ import annotations
 
@@ -18,6 +23,9 @@ from tfrecords.record_config import ConfigError
 
 # In the order they run.
 FILTERS = ("gopher", "c4", "fineweb")
+# `--dedup`: the duplicate removals, after the filters (near-duplicate removal: pipeline/near_duplicates.py's
+# rules, not yet a stage).
+DEDUP = ("exact",)
 
 
 def parse_filters(text: str) -> tuple[str, ...]:
@@ -28,6 +36,23 @@ def parse_filters(text: str) -> tuple[str, ...]:
         raise ConfigError(f"--filters {text!r}: {'unknown filter ' + repr(unknown[0]) if unknown else 'no filter named'}"
                           f"; the filters are {', '.join(FILTERS)}")
     return tuple(name for name in FILTERS if name in names)
+
+
+def parse_dedup(text: str) -> tuple[str, ...]:
+    """``--dedup`` (comma-separated) as the removals to run."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in DEDUP]
+    if unknown or not names:
+        raise ConfigError(f"--dedup {text!r}: {'unknown kind ' + repr(unknown[0]) if unknown else 'no kind named'}; "
+                          f"the kinds are {', '.join(DEDUP)}")
+    return tuple(name for name in DEDUP if name in names)
+
+
+def check_dedup(dedup: tuple[str, ...]) -> None:
+    """ConfigError naming --dedup for a name that is not a kind of duplicate removal."""
+    unknown = [name for name in dedup if name not in DEDUP]
+    if unknown:
+        raise ConfigError(f"--dedup: unknown kind {unknown[0]!r}; the kinds are {', '.join(DEDUP)}")
 
 
 def check_filters(filters: tuple[str, ...]) -> None:
@@ -59,6 +84,7 @@ def clean_document(lines: list[str], filters: tuple[str, ...]) -> tuple[Optional
     return None, text.split("\n") if text != "\n".join(lines) else lines
 
 
-def removal_counters(filters: tuple[str, ...]) -> tuple[str, ...]:
-    """The counters a run with ``filters`` adds to its read reports and its manifest."""
-    return tuple(f"removed_{kind}_{stage}" for stage in filters for kind in ("documents", "bytes"))
+def removal_counters(stages: tuple[str, ...]) -> tuple[str, ...]:
+    """The counters a run with these filters (its read reports) or dedup kinds (its shard reports) adds to
+    its manifest."""
+    return tuple(f"removed_{kind}_{stage}" for stage in stages for kind in ("documents", "bytes"))

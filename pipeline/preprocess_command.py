@@ -27,7 +27,7 @@ import time
 
 from pipeline.dask_cluster import (DASK_RUNNER, DaskCluster, check_options, connection_timeout, dask_cluster,
                                    is_dask, option_value, scheduler_option, wait_for_run)
-from pipeline.cleaning import FILTERS, parse_filters
+from pipeline.cleaning import DEDUP, FILTERS, parse_dedup, parse_filters
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from tfrecords.errors import DataError, UsageError
@@ -60,6 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="quality and repetition filters applied to each document as it is read, comma-separated: "
                          f"{', '.join(FILTERS)} (docs/preprocessing.md, \"Cleaning\"); each removal counted by stage "
                          "in the manifest (default: none, the documents as they are)")
+    io.add_argument("--dedup", default=None, metavar="KINDS",
+                    help=f"duplicate removal after the filters: {', '.join(DEDUP)} (documents equal once case, "
+                         "punctuation and spacing are set aside; the copy kept chosen by a seeded hash), counted "
+                         "in the manifest (default: none)")
     rec = parser.add_argument_group("records")
     rec.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per record")
     rec.add_argument("--reuse-len", type=int, default=d.reuse_len,
@@ -113,7 +117,8 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         num_streams=args.num_streams, num_shards=args.num_shards, valid_shards=args.valid_shards,
         valid_fraction=args.valid_fraction, seed=args.seed, compression=args.compression,
         input_format=args.input_format, text_field=args.text_field, max_line_bytes=args.max_line_bytes,
-        filters=parse_filters(args.filters) if args.filters is not None else ())
+        filters=parse_filters(args.filters) if args.filters is not None else (),
+        dedup=parse_dedup(args.dedup) if args.dedup is not None else ())
 
 
 def beam_runner(runner: str) -> str:
@@ -196,7 +201,7 @@ def counter_lines(metrics: dict[str, int]) -> list[str]:
     lines = ["  counters: " + ", ".join(f"{k}={metrics.get(k, 0)}" for k in COUNTER_KEYS)]
     removed = {key: metrics[key] for key in sorted(metrics) if key.startswith("removed_")}
     if removed:
-        lines.append("  cleaning (--filters): " + ", ".join(f"{key}={value}" for key, value in removed.items()))
+        lines.append("  cleaning: " + ", ".join(f"{key}={value}" for key, value in removed.items()))
     skipped = {k: metrics.get(k, 0) for k in SKIPPED_KEYS}
     if any(skipped.values()):
         lines.append("  WARNING: skipped input: " + ", ".join(f"{k}={v}" for k, v in skipped.items() if v)
@@ -222,7 +227,7 @@ def no_records_message(config: PreprocessConfig, metrics: dict[str, int]) -> str
     count = {key: metrics.get(key, 0) for key in COUNTER_KEYS}
     read = f"read {count['files']} file(s) from --input: {count['lines']} lines, {count['documents']} documents"
     nothing_written = f"Nothing was written as data (no {MANIFEST_NAME}, no shard files)."
-    removed = {stage: metrics.get(f"removed_documents_{stage}", 0) for stage in config.filters}
+    removed = {stage: metrics.get(f"removed_documents_{stage}", 0) for stage in config.filters + config.dedup}
     if count["documents"] == 0 and any(removed.values()):
         stages = ", ".join(f"{stage} {number}" for stage, number in removed.items() if number)
         return (f"--filters removed every document ({stages} of {metrics.get('documents_read', 0)} read; the first stage "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from pipeline.cleaning import check_filters
+from pipeline.cleaning import check_dedup, check_filters
 from pipeline.corpus import INPUT_FORMATS
 from tfrecords.record_config import ConfigError, RecordConfig
 
@@ -37,6 +37,8 @@ class PreprocessConfig(RecordConfig):
     # --filters (pipeline/cleaning.py), in their running order; empty: no cleaning, and the manifest
     # does not name the field, so that a run without it writes the bytes it always did.
     filters: tuple[str, ...] = ()
+    # --dedup (pipeline/cleaning.py), likewise left out of the manifest when empty.
+    dedup: tuple[str, ...] = ()
 
     def record_config(self) -> RecordConfig:
         """The record and mask fields alone."""
@@ -65,6 +67,7 @@ class PreprocessConfig(RecordConfig):
         if self.max_line_bytes < 1:
             raise ConfigError(f"--max-line-bytes must be positive, got {self.max_line_bytes}")
         check_filters(self.filters)
+        check_dedup(self.dedup)
 
     @property
     def file_suffix(self) -> str:
@@ -74,7 +77,9 @@ class PreprocessConfig(RecordConfig):
         return f"{split}-{shard:05d}-of-{self.num_shards_of(split):05d}{self.file_suffix}"
 
     def to_dict(self) -> dict:
-        values = {**super().to_dict(), "inputs": list(self.inputs), "filters": list(self.filters)}
-        if not self.filters:
-            del values["filters"]
+        values = {**super().to_dict(), "inputs": list(self.inputs), "filters": list(self.filters),
+                  "dedup": list(self.dedup)}
+        for name in ("filters", "dedup"):
+            if not values[name]:
+                del values[name]
         return values

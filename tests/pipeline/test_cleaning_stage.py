@@ -77,7 +77,7 @@ def test_filters_remove_the_junk_and_count_it_by_stage_in_the_manifest_and_the_s
     assert removed["removed_documents_gopher"] + removed["removed_documents_fineweb"] <= len(JUNK) * 20 + summaries // 10
     assert removed["removed_bytes_gopher"] > 0
     assert written["counters"]["documents_read"] == summaries + len(JUNK) * 20
-    assert "  cleaning (--filters): removed_bytes_fineweb=" in summary(manifest, counters, 1.0)
+    assert "  cleaning: removed_bytes_fineweb=" in summary(manifest, counters, 1.0)
 
 
 def test_filtered_runs_write_the_same_bytes_every_time(tmp_path, corpus, spm_model):
@@ -116,3 +116,68 @@ def test_filtered_runs_write_the_same_bytes_with_one_or_two_worker_processes(tmp
         manifest = json.loads((output / "manifest.json").read_text())
         outputs[-1]["counters"] = json.dumps(manifest["counters"], sort_keys=True).encode()
     assert outputs[0] == outputs[1] and len(outputs[0]) == 4
+
+
+# ------------------------------------------------------------------------------------------ --dedup exact
+@pytest.fixture(scope="module")
+def copied_corpus(tmp_path_factory) -> tuple[list[str], int]:
+    """Two files of long summaries; 12 of them copied into the other file as well (case and spacing changed
+    for half of them): the corpus's files, and how many copies there are."""
+    summaries = [" ".join(lines) for lines in read_corpus_documents(WIKI_SUMMARIES, 400)
+                 if len(" ".join(lines).split()) >= 40][:60]
+    directory = tmp_path_factory.mktemp("copies")
+    first, second = summaries[:30], summaries[30:]
+    copies = [text.upper() if i % 2 else "  ".join(text.split()) for i, text in enumerate(first[:12])]
+    paths = []
+    for name, texts in (("a.txt", first), ("b.txt", second + copies)):
+        (directory / name).write_text("\n\n".join(texts) + "\n", encoding="utf-8")
+        paths.append(str(directory / name))
+    return paths, len(copies)
+
+
+def dedup_run(tmp_path: Path, inputs: list[str], spm_model: str, name: str, **changes):
+    settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1, **changes}
+    config = PreprocessConfig(inputs=tuple(inputs), output=str(tmp_path / name), vocab=spm_model, **settings)
+    return preprocess(config, workers=1, runner_options=["--direct_running_mode=in_memory"])
+
+
+def test_exact_duplicates_are_removed_but_one_copy_and_counted(tmp_path, copied_corpus, spm_model):
+    paths, copies = copied_corpus
+    plain, _ = dedup_run(tmp_path, paths, spm_model, "plain")
+    deduped, counters = dedup_run(tmp_path, paths, spm_model, "dedup", dedup=("exact",))
+    written = json.loads((tmp_path / "dedup" / "manifest.json").read_text())
+    assert written["config"]["dedup"] == ["exact"] and written["counters"]["removed_documents_exact"] == copies
+    assert written["counters"]["removed_bytes_exact"] > 0
+    documents = lambda manifest: sum(split.totals["documents"] for split in manifest.splits.values())
+    assert documents(plain) - documents(deduped) == copies
+    assert "removed_documents_exact=12" in summary(deduped, counters, 1.0)
+
+
+def test_the_copy_kept_does_not_depend_on_the_order_of_the_inputs(tmp_path, copied_corpus, spm_model):
+    paths, _ = copied_corpus
+    dedup_run(tmp_path, paths, spm_model, "ab", dedup=("exact",))
+    dedup_run(tmp_path, list(reversed(paths)), spm_model, "ba", dedup=("exact",))
+    for shard in sorted((tmp_path / "ab").glob("*.tfrecord")):
+        assert shard.read_bytes() == (tmp_path / "ba" / shard.name).read_bytes()
+
+
+def test_an_unknown_dedup_kind_is_refused_in_one_line(tmp_path, copied_corpus, spm_model, capsys):
+    code = xlnet_cli.main(["preprocess", "--input", copied_corpus[0][0], "--output", str(tmp_path / "x"), "--vocab",
+                           spm_model, "--dedup", "near"])
+    assert code == 2 and capsys.readouterr().err.strip() == (
+        "xlnet preprocess: error: --dedup 'near': unknown kind 'near'; the kinds are exact")
+
+
+@pytest.mark.slow  # two runs with worker processes (about 40 s)
+def test_deduplicated_runs_write_the_same_bytes_with_one_or_two_worker_processes(tmp_path, copied_corpus, spm_model):
+    outputs = []
+    for workers in (1, 2):
+        settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1}
+        output = tmp_path / f"workers{workers}"
+        config = PreprocessConfig(inputs=tuple(copied_corpus[0]), output=str(output), vocab=spm_model,
+                                  filters=("c4",), dedup=("exact",), **settings)
+        preprocess(config, workers=workers)
+        manifest = json.loads((output / "manifest.json").read_text())
+        outputs.append({**{p.name: p.read_bytes() for p in sorted(output.glob("*.tfrecord"))},
+                        "counters": json.dumps(manifest["counters"], sort_keys=True).encode()})
+    assert outputs[0] == outputs[1]
