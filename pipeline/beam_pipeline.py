@@ -9,8 +9,9 @@ SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
            ((split, shard), RawDocuments) batches, then the file's read report on shard
            train-0's key (REPORT_CARRIER); a marker seeds its shard with None so that empty
            shards get their (empty) file too
-        (--dedup exact: ReadDocuments also gives each document's exact key; GroupByText groups
-           the copies of a text, ExactDuplicates names every copy but the kept one to its shard)
+        (--dedup exact: ReadDocuments also gives each document's exact key, a KeyedCandidate;
+           GroupByText groups the copies of a text, ExactDuplicates names every copy but the kept
+           one to its shard)
         -> GroupByKey: the only shuffle of the text
         -> WriteShard: normalise + tokenise the shard's documents, per stream concatenate
            them in hash order, build records (forward, then reversed with bi_data), write the
@@ -158,9 +159,6 @@ class EveryShard(NamedTuple):
     shard: int
 
 
-# ReadDocuments' second output under --dedup exact: (exact key, DuplicateCandidate) for every document kept
-# by the filters.
-DUPLICATE_KEYS = "duplicate_keys"
 
 
 class DuplicateCandidate(NamedTuple):
@@ -170,6 +168,23 @@ class DuplicateCandidate(NamedTuple):
     split: str
     shard: int
     bytes: int
+
+
+class KeyedCandidate(NamedTuple):
+    """What ReadDocuments also yields under --dedup exact, beside the shards' documents, for each document the
+    filters kept: its exact key and its DuplicateCandidate. In the same output (split off by the next two
+    stages), not a tagged one: the Dask runner mixes a ParDo's tagged outputs with its main one."""
+
+    key: bytes
+    candidate: DuplicateCandidate
+
+
+def is_candidate(element) -> bool:
+    return isinstance(element, KeyedCandidate)
+
+
+def is_shard_element(element) -> bool:
+    return not isinstance(element, KeyedCandidate)
 
 
 class DuplicateRemoved(NamedTuple):
@@ -203,7 +218,8 @@ class ReadDocuments(beam.DoFn):
     """InputFile -> ((split, shard), RawDocuments): each document placed by its key, batched per shard,
     then (REPORT_CARRIER, the file's read report: a dict with kind "read").
 
-    EveryShard -> ((split, shard), None) for its shard."""
+    EveryShard -> ((split, shard), None) for its shard. Under --dedup exact, also a KeyedCandidate for every
+    document the filters kept."""
 
     def __init__(self, config: PreprocessConfig):
         self._config = config
@@ -235,8 +251,8 @@ class ReadDocuments(beam.DoFn):
                 buffers[shard].add(index, place.stream, place.order, lines)
                 if "exact" in c.dedup:
                     text = "\n".join(lines)
-                    yield beam.pvalue.TaggedOutput(DUPLICATE_KEYS, (exact_key(text, c.seed), DuplicateCandidate(
-                        f"{input_file.key}:{index}", *shard, len(text.encode("utf-8")))))
+                    yield KeyedCandidate(exact_key(text, c.seed), DuplicateCandidate(
+                        f"{input_file.key}:{index}", *shard, len(text.encode("utf-8"))))
                 buffered_chars += sum(map(len, lines))
                 if buffered_chars >= READ_BUFFER_CHARS:
                     yield from self._flush(input_file.key, buffers)
@@ -593,11 +609,13 @@ def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Voc
     path = report_path(config.output, run_id)
     matched = pipeline | "MatchedFiles" >> beam.Create(interleaved(files, every_shard(config)))  # Create spreads them
     if config.dedup:
-        read = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config)).with_outputs(DUPLICATE_KEYS,
-                                                                                            main="documents")
-        removed = (read[DUPLICATE_KEYS] | "GroupByText" >> beam.GroupByKey()
+        read = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
+        removed = (read | "Candidates" >> beam.Filter(is_candidate)
+                   | "ByExactKey" >> beam.Map(lambda element: (element.key, element.candidate))
+                   | "GroupByText" >> beam.GroupByKey()
                    | "ExactDuplicates" >> beam.ParDo(ExactDuplicates(config.seed)))
-        documents = (read.documents, removed) | "WithDuplicates" >> beam.Flatten()
+        shard_elements = read | "ShardElements" >> beam.Filter(is_shard_element)
+        documents = (shard_elements, removed) | "WithDuplicates" >> beam.Flatten()
     else:
         documents = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
     _ = (

@@ -181,3 +181,23 @@ def test_deduplicated_runs_write_the_same_bytes_with_one_or_two_worker_processes
         outputs.append({**{p.name: p.read_bytes() for p in sorted(output.glob("*.tfrecord"))},
                         "counters": json.dumps(manifest["counters"], sort_keys=True).encode()})
     assert outputs[0] == outputs[1]
+
+
+@pytest.mark.slow  # a Dask cluster of two workers, and the same run on FnApiRunner (about 40 s)
+def test_cleaned_runs_on_a_dask_cluster_write_fnapirunners_bytes_and_counters(tmp_path, copied_corpus, spm_model):
+    from support.dask_cluster import DaskTestCluster
+
+    settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1}
+    outputs = []
+    for name in ("fnapi", "dask"):
+        config = PreprocessConfig(inputs=tuple(copied_corpus[0]), output=str(tmp_path / name), vocab=spm_model,
+                                  filters=("c4",), dedup=("exact",), **settings)
+        if name == "dask":
+            with DaskTestCluster(2) as cluster:
+                preprocess(config, runner="dask", workers=2, dask_scheduler=cluster.address)
+        else:
+            preprocess(config, workers=1, runner_options=["--direct_running_mode=in_memory"])
+        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+        outputs.append(({p.name: p.read_bytes() for p in sorted((tmp_path / name).glob("*.tfrecord"))},
+                        manifest["counters"]))
+    assert outputs[0] == outputs[1] and outputs[0][1]["removed_documents_exact"] > 0
