@@ -28,38 +28,28 @@ FILTERS = ("gopher", "c4", "fineweb")
 DEDUP = ("exact",)
 
 
-def parse_filters(text: str) -> tuple[str, ...]:
-    """``--filters`` (comma-separated names) as the filters to run, in their running order."""
+# Each flag's known names, in their running order, and what one of them is called in an error.
+CHOICES = {"--filters": (FILTERS, "filter"), "--dedup": (DEDUP, "kind")}
+
+
+def parse_names(flag: str, text: str) -> tuple[str, ...]:
+    """``flag``'s value (comma-separated names) as the names to run, in their running order; a
+    ConfigError naming the flag for an unknown name or none."""
+    known, noun = CHOICES[flag]
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in FILTERS]
+    unknown = [name for name in names if name not in known]
     if unknown or not names:
-        raise ConfigError(f"--filters {text!r}: {'unknown filter ' + repr(unknown[0]) if unknown else 'no filter named'}"
-                          f"; the filters are {', '.join(FILTERS)}")
-    return tuple(name for name in FILTERS if name in names)
+        raise ConfigError(f"{flag} {text!r}: {f'unknown {noun} {unknown[0]!r}' if unknown else f'no {noun} named'}; "
+                          f"the {noun}s are {', '.join(known)}")
+    return tuple(name for name in known if name in names)
 
 
-def parse_dedup(text: str) -> tuple[str, ...]:
-    """``--dedup`` (comma-separated) as the removals to run."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in DEDUP]
-    if unknown or not names:
-        raise ConfigError(f"--dedup {text!r}: {'unknown kind ' + repr(unknown[0]) if unknown else 'no kind named'}; "
-                          f"the kinds are {', '.join(DEDUP)}")
-    return tuple(name for name in DEDUP if name in names)
-
-
-def check_dedup(dedup: tuple[str, ...]) -> None:
-    """ConfigError naming --dedup for a name that is not a kind of duplicate removal."""
-    unknown = [name for name in dedup if name not in DEDUP]
+def check_names(flag: str, names: tuple[str, ...]) -> None:
+    """ConfigError naming ``flag`` for a name of a configuration that it does not know."""
+    known, noun = CHOICES[flag]
+    unknown = [name for name in names if name not in known]
     if unknown:
-        raise ConfigError(f"--dedup: unknown kind {unknown[0]!r}; the kinds are {', '.join(DEDUP)}")
-
-
-def check_filters(filters: tuple[str, ...]) -> None:
-    """ConfigError naming --filters for a name that is not a filter."""
-    unknown = [name for name in filters if name not in FILTERS]
-    if unknown:
-        raise ConfigError(f"--filters: unknown filter {unknown[0]!r}; the filters are {', '.join(FILTERS)}")
+        raise ConfigError(f"{flag}: unknown {noun} {unknown[0]!r}; the {noun}s are {', '.join(known)}")
 
 
 def _gopher(text: str) -> tuple[Optional[str], str]:

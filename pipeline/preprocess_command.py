@@ -27,7 +27,7 @@ import time
 
 from pipeline.dask_cluster import (DASK_RUNNER, DaskCluster, check_options, connection_timeout, dask_cluster,
                                    is_dask, option_value, scheduler_option, wait_for_run)
-from pipeline.cleaning import DEDUP, FILTERS, parse_dedup, parse_filters
+from pipeline.cleaning import DEDUP, FILTERS, parse_names
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from tfrecords.errors import DataError, UsageError
@@ -117,8 +117,8 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         num_streams=args.num_streams, num_shards=args.num_shards, valid_shards=args.valid_shards,
         valid_fraction=args.valid_fraction, seed=args.seed, compression=args.compression,
         input_format=args.input_format, text_field=args.text_field, max_line_bytes=args.max_line_bytes,
-        filters=parse_filters(args.filters) if args.filters is not None else (),
-        dedup=parse_dedup(args.dedup) if args.dedup is not None else ())
+        filters=parse_names("--filters", args.filters) if args.filters is not None else (),
+        dedup=parse_names("--dedup", args.dedup) if args.dedup is not None else ())
 
 
 def beam_runner(runner: str) -> str:

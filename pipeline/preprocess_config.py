@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from pipeline.cleaning import check_dedup, check_filters
+from pipeline.cleaning import check_names
 from pipeline.corpus import INPUT_FORMATS
 from tfrecords.record_config import ConfigError, RecordConfig
 
@@ -66,8 +66,8 @@ class PreprocessConfig(RecordConfig):
             raise ConfigError(f"--input-format must be one of {', '.join(INPUT_FORMATS)}")
         if self.max_line_bytes < 1:
             raise ConfigError(f"--max-line-bytes must be positive, got {self.max_line_bytes}")
-        check_filters(self.filters)
-        check_dedup(self.dedup)
+        check_names("--filters", self.filters)
+        check_names("--dedup", self.dedup)
 
     @property
     def file_suffix(self) -> str:

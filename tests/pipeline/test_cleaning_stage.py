@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import xlnet_cli
-from pipeline.cleaning import clean_document, parse_filters
+from pipeline.cleaning import clean_document, parse_names
 from pipeline.preprocess_command import NoTrainingRecordsError, preprocess, summary
 from pipeline.preprocess_config import PreprocessConfig
 from support.bundled_data import TINY_DATA, WIKI_SUMMARIES, read_corpus_documents
@@ -39,13 +39,13 @@ def run(tmp_path: Path, corpus_path: str, spm_model: str, name: str, **changes):
 
 
 def test_the_filters_run_in_their_order_whatever_the_order_given():
-    assert parse_filters("fineweb, gopher") == ("gopher", "fineweb")
+    assert parse_names("--filters", "fineweb, gopher") == ("gopher", "fineweb")
 
 
 @pytest.mark.parametrize("text", ["bogus", "gopher,bogus", " , "])
 def test_an_unknown_or_empty_filter_list_is_a_usage_error_naming_the_filters(text):
     with pytest.raises(ConfigError, match=r"--filters .*; the filters are gopher, c4, fineweb"):
-        parse_filters(text)
+        parse_names("--filters", text)
 
 
 def test_the_first_stage_that_removes_a_document_is_its_reason():
@@ -103,20 +103,22 @@ def test_the_filters_flag_is_refused_in_one_line_before_any_work(tmp_path, corpu
                                          "the filters are gopher, c4, fineweb")
 
 
+def written_with_workers(tmp_path: Path, inputs: list[str], spm_model: str, workers: int, **cleaning) -> dict:
+    """The shard files and the manifest's counters of a run with ``workers`` worker processes."""
+    settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1}
+    output = tmp_path / f"workers{workers}"
+    config = PreprocessConfig(inputs=tuple(inputs), output=str(output), vocab=spm_model, **cleaning, **settings)
+    preprocess(config, workers=workers)
+    manifest = json.loads((output / "manifest.json").read_text())
+    return {**{p.name: p.read_bytes() for p in sorted(output.glob("*.tfrecord"))},
+            "counters": json.dumps(manifest["counters"], sort_keys=True).encode()}
+
+
 @pytest.mark.slow  # two runs with worker processes (about 40 s)
 def test_filtered_runs_write_the_same_bytes_with_one_or_two_worker_processes(tmp_path, corpus, spm_model):
-    outputs = []
-    for workers in (1, 2):
-        settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1}
-        output = tmp_path / f"workers{workers}"
-        config = PreprocessConfig(inputs=(corpus[0],), output=str(output), vocab=spm_model, filters=("gopher", "c4"),
-                                  **settings)
-        preprocess(config, workers=workers)
-        outputs.append({p.name: p.read_bytes() for p in sorted(output.glob("*.tfrecord"))})
-        manifest = json.loads((output / "manifest.json").read_text())
-        outputs[-1]["counters"] = json.dumps(manifest["counters"], sort_keys=True).encode()
+    outputs = [written_with_workers(tmp_path, [corpus[0]], spm_model, workers, filters=("gopher", "c4"))
+               for workers in (1, 2)]
     assert outputs[0] == outputs[1] and len(outputs[0]) == 4
-
 
 # ------------------------------------------------------------------------------------------ --dedup exact
 @pytest.fixture(scope="module")
@@ -170,18 +172,9 @@ def test_an_unknown_dedup_kind_is_refused_in_one_line(tmp_path, copied_corpus, s
 
 @pytest.mark.slow  # two runs with worker processes (about 40 s)
 def test_deduplicated_runs_write_the_same_bytes_with_one_or_two_worker_processes(tmp_path, copied_corpus, spm_model):
-    outputs = []
-    for workers in (1, 2):
-        settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1}
-        output = tmp_path / f"workers{workers}"
-        config = PreprocessConfig(inputs=tuple(copied_corpus[0]), output=str(output), vocab=spm_model,
-                                  filters=("c4",), dedup=("exact",), **settings)
-        preprocess(config, workers=workers)
-        manifest = json.loads((output / "manifest.json").read_text())
-        outputs.append({**{p.name: p.read_bytes() for p in sorted(output.glob("*.tfrecord"))},
-                        "counters": json.dumps(manifest["counters"], sort_keys=True).encode()})
+    outputs = [written_with_workers(tmp_path, copied_corpus[0], spm_model, workers, filters=("c4",), dedup=("exact",))
+               for workers in (1, 2)]
     assert outputs[0] == outputs[1]
-
 
 @pytest.mark.slow  # a Dask cluster of two workers, and the same run on FnApiRunner (about 40 s)
 def test_cleaned_runs_on_a_dask_cluster_write_fnapirunners_bytes_and_counters(tmp_path, copied_corpus, spm_model):
