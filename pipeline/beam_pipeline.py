@@ -9,9 +9,13 @@ SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
            ((split, shard), RawDocuments) batches, then the file's read report on shard
            train-0's key (REPORT_CARRIER); a marker seeds its shard with None so that empty
            shards get their (empty) file too
-        (--dedup exact: ReadDocuments also gives each document's exact key, a KeyedCandidate;
-           GroupByText groups the copies of a text, ExactDuplicates names every copy but the kept
-           one to its shard)
+        (--dedup: ReadDocuments also gives each document as a KeyedCandidate (its exact key, its
+           MinHash signature); exact: GroupByText groups the copies of a text, ExactDuplicates names
+           every copy but the kept one to its shard and passes the kept one on; near: SignatureBands ->
+           GroupByBand (a worker holds one band group's members) -> NearPairs (each member with the
+           group's least-ranked one, the estimated Jaccard checked) -> AllPairs (one group of the pairs
+           found, on one worker: edges between duplicates only) -> NearClusters names every member of a
+           connected component but the kept one to its shard)
         -> GroupByKey: the only shuffle of the text
         -> WriteShard: normalise + tokenise the shard's documents, per stream concatenate
            them in hash order, build records (forward, then reversed with bi_data), write the
@@ -63,7 +67,8 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
 from pipeline.cleaning import clean_document, removal_counters
-from pipeline.near_duplicates import exact_key, keep_rank
+from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, exact_key, keep_rank, kept_and_removed,
+                                      pairs_in_band, signature)
 from pipeline.corpus import CorpusError, InputFile, read_documents
 from pipeline.data_directory import (OutputWriteError, create_in_run, open_staging, remove_staged_shards, report_path,
                                      save_report, shard_sizes, stage_manifest, staging_directory)
@@ -162,17 +167,20 @@ class EveryShard(NamedTuple):
 
 
 class DuplicateCandidate(NamedTuple):
-    """A document as the exact-duplicate stage groups it: its key, where it goes, its size."""
+    """A document as the dedup stages group it: its key, where it goes, its size; under --dedup near also its
+    MinHash signature (uint64 bytes, dropped once its band groups are formed)."""
 
     key: str
     split: str
     shard: int
     bytes: int
+    signature: bytes = b""
 
 
 class KeyedCandidate(NamedTuple):
-    """What ReadDocuments also yields under --dedup exact, beside the shards' documents, for each document the
-    filters kept: its exact key and its DuplicateCandidate. In the same output (split off by the next two
+    """What ReadDocuments also yields under --dedup, beside the shards' documents, for each document the
+    filters kept: its exact key (empty without exact dedup) and its DuplicateCandidate; ExactDuplicates yields
+    the copy it keeps as one too, for the near-duplicate stage. In the same output (split off by the next two
     stages), not a tagged one: the Dask runner mixes a ParDo's tagged outputs with its main one."""
 
     key: bytes
@@ -188,11 +196,13 @@ def is_shard_element(element) -> bool:
 
 
 class DuplicateRemoved(NamedTuple):
-    """A document of a shard that another copy replaces (``kept``, the copy kept): WriteShard drops it."""
+    """A document of a shard that another copy replaces (``kept``, the copy kept), found by the dedup ``stage``
+    ("exact" or "near"): WriteShard drops it."""
 
     key: str
     kept: str
     bytes: int
+    stage: str = "exact"
 
 
 def every_shard(config: PreprocessConfig) -> list[EveryShard]:
@@ -218,11 +228,12 @@ class ReadDocuments(beam.DoFn):
     """InputFile -> ((split, shard), RawDocuments): each document placed by its key, batched per shard,
     then (REPORT_CARRIER, the file's read report: a dict with kind "read").
 
-    EveryShard -> ((split, shard), None) for its shard. Under --dedup exact, also a KeyedCandidate for every
+    EveryShard -> ((split, shard), None) for its shard. Under --dedup, also a KeyedCandidate for every
     document the filters kept."""
 
     def __init__(self, config: PreprocessConfig):
         self._config = config
+        self._minhash = config.minhash_settings()
         self._counters = Counters(*READ_STATS)
 
     def process(self, input_file: InputFile | EveryShard) -> Iterator[tuple[tuple[str, int],
@@ -249,10 +260,8 @@ class ReadDocuments(beam.DoFn):
                 place = place_document(f"{input_file.key}:{index}", c.seed, c.valid_fraction, c.num_streams)
                 shard = (place.split, shard_of_stream(place.stream, c.num_shards_of(place.split)))
                 buffers[shard].add(index, place.stream, place.order, lines)
-                if "exact" in c.dedup:
-                    text = "\n".join(lines)
-                    yield KeyedCandidate(exact_key(text, c.seed), DuplicateCandidate(
-                        f"{input_file.key}:{index}", *shard, len(text.encode("utf-8"))))
+                if c.dedup:
+                    yield self._candidate(f"{input_file.key}:{index}", shard, "\n".join(lines))
                 buffered_chars += sum(map(len, lines))
                 if buffered_chars >= READ_BUFFER_CHARS:
                     yield from self._flush(input_file.key, buffers)
@@ -277,6 +286,13 @@ class ReadDocuments(beam.DoFn):
                          stats["invalid_lines"], stats["long_lines"])
         yield REPORT_CARRIER, report
 
+    def _candidate(self, key: str, shard: tuple[str, int], text: str) -> KeyedCandidate:
+        """The document as the dedup stages see it (its signature computed here, where its text is)."""
+        c = self._config
+        values = signature(text, self._minhash).tobytes() if "near" in c.dedup else b""
+        return KeyedCandidate(exact_key(text, c.seed) if "exact" in c.dedup else b"",
+                              DuplicateCandidate(key, *shard, len(text.encode("utf-8")), values))
+
     @staticmethod
     def _flush(file_key: str, buffers: dict) -> Iterator[tuple[tuple[str, int], RawDocuments]]:
         for shard in sorted(buffers):
@@ -300,22 +316,72 @@ def written_line(report: dict, output: str) -> str:
 
 class ExactDuplicates(beam.DoFn):
     """(exact key, its documents) -> ((split, shard), DuplicateRemoved) for every copy but the one kept:
-    the least ``keep_rank`` of its key, whatever order the copies arrived in. A worker holds the copies of
-    one text at a time: its memory grows with the duplicates it groups, not with the corpus."""
+    the least ``keep_rank`` of its key, whatever order the copies arrived in; with ``near``, the kept copy as
+    a KeyedCandidate for the near-duplicate stage (so a copy removed here is never a near candidate). A worker
+    holds the copies of one text at a time: its memory grows with the duplicates it groups, not with the
+    corpus."""
+
+    def __init__(self, seed: int, near: bool = False):
+        self._seed = seed
+        self._near = near
+
+    def process(self, element: tuple[bytes, Iterable[DuplicateCandidate]]) -> Iterator[
+            tuple[tuple[str, int], DuplicateRemoved] | KeyedCandidate]:
+        key, copies = element
+        copies = list(copies)
+        kept = min(copies, key=lambda copy: (keep_rank(copy.key, self._seed), copy.key))
+        if self._near:
+            yield KeyedCandidate(key, kept)
+        for copy in copies:
+            if copy is not kept:
+                yield (copy.split, copy.shard), DuplicateRemoved(copy.key, kept.key, copy.bytes, "exact")
+
+
+def band_members(candidate: DuplicateCandidate, settings: MinHashSettings) -> Iterator[
+        tuple[bytes, DuplicateCandidate]]:
+    """(band key, candidate) for each of the candidate's LSH bands: the near-duplicate stage's shuffle."""
+    for band in band_keys(np.frombuffer(candidate.signature, dtype=np.uint64), settings):
+        yield band, candidate
+
+
+class NearPairs(beam.DoFn):
+    """(band key, the candidates sharing it) -> (None, (a, b)) for each duplicate pair the group gives
+    (``pairs_in_band``: each member with the group's least-ranked one, the estimated Jaccard checked), the
+    candidates without their signatures. A worker holds the members of one band group at a time: its
+    memory grows with the duplicates grouped, not with the corpus."""
+
+    def __init__(self, settings: MinHashSettings):
+        self._settings = settings
+
+    def process(self, element: tuple[bytes, Iterable[DuplicateCandidate]]) -> Iterator[
+            tuple[None, tuple[DuplicateCandidate, DuplicateCandidate]]]:
+        _, members = element
+        by_key = {member.key: member for member in members}
+        if len(by_key) < 2:
+            return
+        signed = [(key, np.frombuffer(member.signature, dtype=np.uint64)) for key, member in by_key.items()]
+        for a, b in pairs_in_band(signed, self._settings.min_jaccard, self._settings.seed):
+            yield None, (by_key[a]._replace(signature=b""), by_key[b]._replace(signature=b""))
+
+
+class NearClusters(beam.DoFn):
+    """(None, every duplicate pair) -> ((split, shard), DuplicateRemoved) for every member of every cluster (the
+    pairs' connected components) but its kept copy (the least ``keep_rank``). The components are computed on
+    one worker, which holds only the pairs found (edges between near duplicates) and their documents' ids,
+    never the corpus's documents."""
 
     def __init__(self, seed: int):
         self._seed = seed
 
-    def process(self, element: tuple[bytes, Iterable[DuplicateCandidate]]) -> Iterator[tuple[tuple[str, int],
-                                                                                          DuplicateRemoved]]:
-        _, copies = element
-        copies = list(copies)
-        if len(copies) < 2:
-            return
-        kept = min(copies, key=lambda copy: (keep_rank(copy.key, self._seed), copy.key))
-        for copy in copies:
-            if copy is not kept:
-                yield (copy.split, copy.shard), DuplicateRemoved(copy.key, kept.key, copy.bytes)
+    def process(self, element: tuple[None, Iterable[tuple[DuplicateCandidate, DuplicateCandidate]]]) -> Iterator[
+            tuple[tuple[str, int], DuplicateRemoved]]:
+        clusters, members = Clusters(), {}
+        for a, b in element[1]:
+            clusters.add_pair(a.key, b.key)
+            members[a.key], members[b.key] = a, b
+        for key, kept in sorted(kept_and_removed(clusters.groups().values(), self._seed).items()):
+            member = members[key]
+            yield (member.split, member.shard), DuplicateRemoved(key, kept, member.bytes, "near")
 
 
 class WriteShard(beam.DoFn):
@@ -355,8 +421,8 @@ class WriteShard(beam.DoFn):
                 read_reports.append(value)
         stats: Counter = Counter()
         for removed in duplicates.values():
-            stats["removed_documents_exact"] += 1
-            stats["removed_bytes_exact"] += removed.bytes
+            stats[f"removed_documents_{removed.stage}"] += 1
+            stats[f"removed_bytes_{removed.stage}"] += removed.bytes
         by_stream: dict[int, list[TokenizedDocument]] = defaultdict(list)
         for document in self._tokenize(raw, stats, set(duplicates)):
             by_stream[document.stream].append(document)
@@ -596,6 +662,30 @@ def interleaved(files: list[InputFile], markers: list[EveryShard]) -> list[Input
     return [item for pair in itertools.zip_longest(files, markers) for item in pair if item is not None]
 
 
+def duplicates_removed(candidates, config: PreprocessConfig) -> list:
+    """The dedup stages from ReadDocuments' KeyedCandidates: the PCollections of ((split, shard),
+    DuplicateRemoved) to join to the shards. Exact first; the near stage takes the copies it kept (or, without
+    exact dedup, every candidate): signature bands -> GroupByKey per band -> pairs verified -> one group of
+    every pair -> clusters -> every member but the kept one."""
+    removed = []
+    if "exact" in config.dedup:
+        exact = (candidates
+                 | "ByExactKey" >> beam.Map(lambda element: (element.key, element.candidate))
+                 | "GroupByText" >> beam.GroupByKey()
+                 | "ExactDuplicates" >> beam.ParDo(ExactDuplicates(config.seed, "near" in config.dedup)))
+        removed.append(exact | "ExactRemoved" >> beam.Filter(is_shard_element))
+        candidates = exact | "ExactKept" >> beam.Filter(is_candidate)
+    if "near" in config.dedup:
+        settings = config.minhash_settings()
+        removed.append(candidates
+                       | "SignatureBands" >> beam.FlatMap(lambda element: band_members(element.candidate, settings))
+                       | "GroupByBand" >> beam.GroupByKey()
+                       | "NearPairs" >> beam.ParDo(NearPairs(settings))
+                       | "AllPairs" >> beam.GroupByKey()
+                       | "NearClusters" >> beam.ParDo(NearClusters(config.seed)))
+    return removed
+
+
 def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Vocab, files: list[InputFile],
                    lock_token: str | None = None) -> str:
     """Adds every stage of the preprocessing to ``pipeline`` and opens the run's staging place in
@@ -610,12 +700,9 @@ def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Voc
     matched = pipeline | "MatchedFiles" >> beam.Create(interleaved(files, every_shard(config)))  # Create spreads them
     if config.dedup:
         read = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
-        removed = (read | "Candidates" >> beam.Filter(is_candidate)
-                   | "ByExactKey" >> beam.Map(lambda element: (element.key, element.candidate))
-                   | "GroupByText" >> beam.GroupByKey()
-                   | "ExactDuplicates" >> beam.ParDo(ExactDuplicates(config.seed)))
-        shard_elements = read | "ShardElements" >> beam.Filter(is_shard_element)
-        documents = (shard_elements, removed) | "WithDuplicates" >> beam.Flatten()
+        documents = (read | "ShardElements" >> beam.Filter(is_shard_element),
+                     *duplicates_removed(read | "Candidates" >> beam.Filter(is_candidate), config)) \
+            | "WithDuplicates" >> beam.Flatten()
     else:
         documents = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
     _ = (

@@ -10,6 +10,8 @@ bytes of the removed documents' text). The rules themselves: pipeline/quality_fi
 ``--dedup exact`` then removes exact duplicates (pipeline/near_duplicates.py's ``exact_key``: the text with
 case, width, punctuation and spacing simplified): every copy but the one with the least seeded hash of
 its key (``keep_rank``), whatever order the copies arrive in, counted as ``removed_documents_exact``.
+``--dedup near`` removes near duplicates among the documents exact dedup kept (MinHash LSH, pipeline/near_duplicates.py;
+the Beam stages in pipeline/beam_pipeline.py), counted as ``removed_documents_near``.
 
 Off by default: without ``--filters`` and ``--dedup`` nothing here runs and the output is byte for byte
 what it was.
@@ -23,9 +25,9 @@ from tfrecords.record_config import ConfigError
 
 # In the order they run.
 FILTERS = ("gopher", "c4", "fineweb")
-# `--dedup`: the duplicate removals, after the filters (near-duplicate removal: pipeline/near_duplicates.py's
-# rules, not yet a stage).
-DEDUP = ("exact",)
+# `--dedup`: the duplicate removals, after the filters, in their running order (exact first: a document it
+# removed is no near-duplicate candidate).
+DEDUP = ("exact", "near")
 
 
 # Each flag's known names, in their running order, and what one of them is called in an error.

@@ -156,6 +156,18 @@ class Clusters:
         return out
 
 
+def pairs_in_band(members: Iterable[tuple[str, np.ndarray]], min_jaccard: float, seed: int = 0) -> list[tuple[str, str]]:
+    """The duplicate pairs one band group gives: each member paired with the group's member of least
+    ``keep_rank`` (never every pair: a group of n gives at most n - 1), kept where the two signatures'
+    estimated Jaccard is at least ``min_jaccard``. Members are (document id, signature)."""
+    ordered = sorted(members, key=lambda member: (keep_rank(member[0], seed), member[0]))
+    if len(ordered) < 2:
+        return []
+    first, first_signature = ordered[0]
+    return [(first, document) for document, values in ordered[1:]
+            if estimated_jaccard(first_signature, values) >= min_jaccard]
+
+
 def kept_and_removed(groups: Iterable[list[str]], seed: int = 0) -> Mapping[str, str]:
     """For every document of every cluster but its kept copy: the kept copy's id."""
     removed = {}

@@ -61,9 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          f"{', '.join(FILTERS)} (docs/preprocessing.md, \"Cleaning\"); each removal counted by stage "
                          "in the manifest (default: none, the documents as they are)")
     io.add_argument("--dedup", default=None, metavar="KINDS",
-                    help=f"duplicate removal after the filters: {', '.join(DEDUP)} (documents equal once case, "
-                         "punctuation and spacing are set aside; the copy kept chosen by a seeded hash), counted "
-                         "in the manifest (default: none)")
+                    help=f"duplicate removal after the filters, comma-separated: {', '.join(DEDUP)} (exact: "
+                         "documents equal once case, punctuation and spacing are set aside; near: MinHash LSH, see "
+                         "--minhash; one copy kept, chosen by a seeded hash), counted in the manifest (default: none)")
     rec = parser.add_argument_group("records")
     rec.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per record")
     rec.add_argument("--reuse-len", type=int, default=d.reuse_len,

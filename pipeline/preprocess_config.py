@@ -5,9 +5,11 @@ from dataclasses import dataclass, fields
 
 from pipeline.cleaning import check_names
 from pipeline.corpus import INPUT_FORMATS
+from pipeline.near_duplicates import MinHashSettings
 from tfrecords.record_config import ConfigError, RecordConfig
 
 COMPRESSIONS = ("none", "gzip")
+MINHASH_FIELDS = ("shingle_words", "minhash_bands", "minhash_rows", "min_jaccard")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,10 +41,20 @@ class PreprocessConfig(RecordConfig):
     filters: tuple[str, ...] = ()
     # --dedup (pipeline/cleaning.py), likewise left out of the manifest when empty.
     dedup: tuple[str, ...] = ()
+    # --minhash (near-duplicate settings, pipeline/near_duplicates.py's MinHashSettings): in the manifest only
+    # under --dedup near.
+    shingle_words: int = 5
+    minhash_bands: int = 14
+    minhash_rows: int = 8
+    min_jaccard: float = 0.7
 
     def record_config(self) -> RecordConfig:
         """The record and mask fields alone."""
         return RecordConfig(**{f.name: getattr(self, f.name) for f in fields(RecordConfig)})
+
+    def minhash_settings(self) -> MinHashSettings:
+        return MinHashSettings(shingle_words=self.shingle_words, bands=self.minhash_bands, rows=self.minhash_rows,
+                               min_jaccard=self.min_jaccard, seed=self.seed)
 
     def num_shards_of(self, split: str) -> int:
         return self.num_shards if split == "train" else self.valid_shards
@@ -81,5 +93,8 @@ class PreprocessConfig(RecordConfig):
                   "dedup": list(self.dedup)}
         for name in ("filters", "dedup"):
             if not values[name]:
+                del values[name]
+        if "near" not in self.dedup:
+            for name in MINHASH_FIELDS:
                 del values[name]
         return values

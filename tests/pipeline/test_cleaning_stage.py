@@ -124,17 +124,29 @@ def test_filtered_runs_write_the_same_bytes_with_one_or_two_worker_processes(tmp
 @pytest.fixture(scope="module")
 def copied_corpus(tmp_path_factory) -> tuple[list[str], int]:
     """Two files of long summaries; 12 of them copied into the other file as well (case and spacing changed
-    for half of them): the corpus's files, and how many copies there are."""
+    for half of them); a third file of NEAR_COPIES near-identical versions of the longest summary (one word of
+    each replaced): the corpus's files, and how many exact copies there are."""
     summaries = [" ".join(lines) for lines in read_corpus_documents(WIKI_SUMMARIES, 400)
                  if len(" ".join(lines).split()) >= 40][:60]
     directory = tmp_path_factory.mktemp("copies")
     first, second = summaries[:30], summaries[30:]
     copies = [text.upper() if i % 2 else "  ".join(text.split()) for i, text in enumerate(first[:12])]
+    longest = max(summaries, key=lambda text: len(text.split()))
     paths = []
-    for name, texts in (("a.txt", first), ("b.txt", second + copies)):
+    for name, texts in (("a.txt", first), ("b.txt", second + copies), ("c.txt", near_copies(longest, NEAR_COPIES))):
         (directory / name).write_text("\n\n".join(texts) + "\n", encoding="utf-8")
         paths.append(str(directory / name))
     return paths, len(copies)
+
+
+NEAR_COPIES = 40
+
+
+def near_copies(text: str, count: int) -> list[str]:
+    """``count`` versions of ``text``, the i-th with its word 7 * i (cyclically) replaced by a made-up one."""
+    words = text.split()
+    return [" ".join(f"zq{i}" if j == 7 * i % len(words) else word for j, word in enumerate(words))
+            for i in range(count)]
 
 
 def dedup_run(tmp_path: Path, inputs: list[str], spm_model: str, name: str, **changes):
@@ -165,16 +177,46 @@ def test_the_copy_kept_does_not_depend_on_the_order_of_the_inputs(tmp_path, copi
 
 def test_an_unknown_dedup_kind_is_refused_in_one_line(tmp_path, copied_corpus, spm_model, capsys):
     code = xlnet_cli.main(["preprocess", "--input", copied_corpus[0][0], "--output", str(tmp_path / "x"), "--vocab",
-                           spm_model, "--dedup", "near"])
+                           spm_model, "--dedup", "fuzzy"])
     assert code == 2 and capsys.readouterr().err.strip() == (
-        "xlnet preprocess: error: --dedup 'near': unknown kind 'near'; the kinds are exact")
+        "xlnet preprocess: error: --dedup 'fuzzy': unknown kind 'fuzzy'; the kinds are exact, near")
+
+
+# ------------------------------------------------------------------------------------------ --dedup near
+def test_many_near_identical_documents_are_one_cluster_of_which_one_is_kept(tmp_path, copied_corpus, spm_model):
+    paths, _ = copied_corpus
+    _, counters = dedup_run(tmp_path, paths[2:], spm_model, "near", dedup=("near",), num_streams=1, num_shards=1,
+                            valid_fraction=0.0)
+    assert counters["removed_documents_near"] == NEAR_COPIES - 1 and counters["documents"] == 1
+    written = json.loads((tmp_path / "near" / "manifest.json").read_text())
+    assert written["config"]["dedup"] == ["near"] and written["config"]["min_jaccard"] == 0.7
+
+
+def test_exact_dedup_runs_first_and_near_dedup_takes_only_the_copies_it_kept(tmp_path, copied_corpus, spm_model):
+    paths, copies = copied_corpus
+    _, counters = dedup_run(tmp_path, paths, spm_model, "both", dedup=("near", "exact"))
+    assert counters["removed_documents_exact"] == copies
+    # the near copies and the summary they were made from (the exact copies are not near ones again)
+    assert counters["removed_documents_near"] == NEAR_COPIES
+    assert counters["documents"] == 60 - counters["empty_documents"]
+
+
+def test_documents_unlike_each_other_are_not_near_duplicates(tmp_path, copied_corpus, spm_model):
+    _, counters = dedup_run(tmp_path, copied_corpus[0][:1], spm_model, "distinct", dedup=("near",))
+    assert counters["removed_documents_near"] == 0
+
+
+def test_without_near_dedup_the_manifest_does_not_name_the_minhash_settings(tmp_path, copied_corpus, spm_model):
+    dedup_run(tmp_path, copied_corpus[0][:1], spm_model, "exact", dedup=("exact",))
+    written = json.loads((tmp_path / "exact" / "manifest.json").read_text())
+    assert not {"min_jaccard", "minhash_bands", "minhash_rows", "shingle_words"} & set(written["config"])
 
 
 @pytest.mark.slow  # two runs with worker processes (about 40 s)
 def test_deduplicated_runs_write_the_same_bytes_with_one_or_two_worker_processes(tmp_path, copied_corpus, spm_model):
-    outputs = [written_with_workers(tmp_path, copied_corpus[0], spm_model, workers, filters=("c4",), dedup=("exact",))
-               for workers in (1, 2)]
-    assert outputs[0] == outputs[1]
+    outputs = [written_with_workers(tmp_path, copied_corpus[0], spm_model, workers, filters=("c4",),
+                                    dedup=("exact", "near")) for workers in (1, 2)]
+    assert outputs[0] == outputs[1] and b'"removed_documents_near": 40' in outputs[0]["counters"]
 
 @pytest.mark.slow  # a Dask cluster of two workers, and the same run on FnApiRunner (about 40 s)
 def test_cleaned_runs_on_a_dask_cluster_write_fnapirunners_bytes_and_counters(tmp_path, copied_corpus, spm_model):
@@ -184,7 +226,7 @@ def test_cleaned_runs_on_a_dask_cluster_write_fnapirunners_bytes_and_counters(tm
     outputs = []
     for name in ("fnapi", "dask"):
         config = PreprocessConfig(inputs=tuple(copied_corpus[0]), output=str(tmp_path / name), vocab=spm_model,
-                                  filters=("c4",), dedup=("exact",), **settings)
+                                  filters=("c4",), dedup=("exact", "near"), **settings)
         if name == "dask":
             with DaskTestCluster(2) as cluster:
                 preprocess(config, runner="dask", workers=2, dask_scheduler=cluster.address)
@@ -194,3 +236,4 @@ def test_cleaned_runs_on_a_dask_cluster_write_fnapirunners_bytes_and_counters(tm
         outputs.append(({p.name: p.read_bytes() for p in sorted((tmp_path / name).glob("*.tfrecord"))},
                         manifest["counters"]))
     assert outputs[0] == outputs[1] and outputs[0][1]["removed_documents_exact"] > 0
+    assert outputs[0][1]["removed_documents_near"] == NEAR_COPIES

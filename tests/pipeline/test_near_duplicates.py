@@ -14,6 +14,7 @@ from pipeline.near_duplicates import (
     estimated_jaccard,
     exact_key,
     kept_and_removed,
+    pairs_in_band,
     shingle_hashes,
     signature,
     true_jaccard,
@@ -108,6 +109,19 @@ def test_clusters_are_the_connected_components_of_the_pairs():
     for a, b in [("d", "e"), ("a", "b"), ("b", "c"), ("x", "y"), ("c", "a")]:
         clusters.add_pair(a, b)
     assert sorted(clusters.groups().values()) == [["a", "b", "c"], ["d", "e"], ["x", "y"]]
+
+
+def test_a_band_group_of_n_gives_n_minus_1_pairs_each_with_its_least_ranked_member(documents):
+    values = signature(documents[0], SETTINGS)
+    members = [(f"doc-{i}", values) for i in range(200)]
+    pairs = pairs_in_band(members, SETTINGS.min_jaccard)
+    assert len(pairs) == 199 and len({first for first, _ in pairs}) == 1
+    assert pairs == pairs_in_band(list(reversed(members)), SETTINGS.min_jaccard)
+
+
+def test_a_band_group_pairs_only_members_whose_signatures_agree_enough(documents):
+    a, b = signature(documents[0], SETTINGS), signature(documents[1], SETTINGS)
+    assert pairs_in_band([("x", a), ("y", b)], SETTINGS.min_jaccard) == []
 
 
 def test_the_kept_copy_is_chosen_by_a_seeded_hash_not_by_order():
