@@ -49,6 +49,7 @@ every ``PROGRESS_EVERY`` documents per file and for every shard tokenised and wr
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import posixpath
@@ -69,7 +70,7 @@ from apache_beam.metrics import Metrics
 from pipeline.cleaning import clean_document, removal_counters
 from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, exact_key, keep_rank, kept_and_removed,
                                       pairs_in_band, signature)
-from pipeline.corpus import CorpusError, InputFile, read_documents
+from pipeline.corpus import CorpusError, InputFile, read_documents, read_identified_documents
 from pipeline.data_directory import (OutputWriteError, create_in_run, open_staging, remove_staged_shards, report_path,
                                      save_report, shard_sizes, stage_manifest, staging_directory)
 from pipeline.output_lock import read_lock
@@ -175,6 +176,7 @@ class DuplicateCandidate(NamedTuple):
     shard: int
     bytes: int
     signature: bytes = b""
+    id: str | int = ""  # under --removed: the id a user finds the document by
 
 
 class KeyedCandidate(NamedTuple):
@@ -203,6 +205,30 @@ class DuplicateRemoved(NamedTuple):
     kept: str
     bytes: int
     stage: str = "exact"
+    id: str | int = ""  # under --removed: the ids of the document and of the copy kept
+    kept_id: str | int = ""
+
+
+class RemovedDocument(NamedTuple):
+    """A line of the --removed audit (one JSON object): the document's id, the stage and rule that removed it,
+    and for a duplicate the kept copy's id. Filter removals travel to their shard as these."""
+
+    id: str | int
+    stage: str
+    reason: str
+    kept: str | int | None = None
+
+    @classmethod
+    def of_duplicate(cls, removed: DuplicateRemoved) -> "RemovedDocument":
+        return cls(removed.id, removed.stage, removed.stage, removed.kept_id)
+
+    def line(self) -> str:
+        values = {"id": self.id, "stage": self.stage, "reason": self.reason}
+        return json.dumps(values if self.kept is None else {**values, "kept": self.kept}, ensure_ascii=False)
+
+    def order(self) -> tuple[str, str]:
+        """The audit file's order: by id (as text), then line."""
+        return str(self.id), self.line()
 
 
 def every_shard(config: PreprocessConfig) -> list[EveryShard]:
@@ -248,20 +274,24 @@ class ReadDocuments(beam.DoFn):
         buffers: dict[tuple[str, int], _ShardBuffer] = defaultdict(_ShardBuffer)
         buffered_chars = 0
         try:
-            documents = read_documents(input_file.path, c.input_format, c.text_field, c.max_line_bytes, stats)
-            for index, lines in enumerate(documents):
+            read = (read_identified_documents if c.removed else read_documents)(
+                input_file.path, c.input_format, c.text_field, c.max_line_bytes, stats)
+            for index, document in enumerate(read):
+                identity, lines = document if c.removed else ("", document)
+                place = place_document(f"{input_file.key}:{index}", c.seed, c.valid_fraction, c.num_streams)
+                shard = (place.split, shard_of_stream(place.stream, c.num_shards_of(place.split)))
                 if c.filters:
                     removed, kept_lines = clean_document(lines, c.filters)
                     if removed is not None:  # counted by stage; its key's index stays used (same keys as unfiltered)
                         stats[f"removed_documents_{removed[0]}"] += 1
                         stats[f"removed_bytes_{removed[0]}"] += len("\n".join(lines).encode("utf-8"))
+                        if c.removed:  # its audit line goes to the shard it would have gone to
+                            yield shard, RemovedDocument(identity, *removed)
                         continue
                     lines = kept_lines
-                place = place_document(f"{input_file.key}:{index}", c.seed, c.valid_fraction, c.num_streams)
-                shard = (place.split, shard_of_stream(place.stream, c.num_shards_of(place.split)))
                 buffers[shard].add(index, place.stream, place.order, lines)
                 if c.dedup:
-                    yield self._candidate(f"{input_file.key}:{index}", shard, "\n".join(lines))
+                    yield self._candidate(f"{input_file.key}:{index}", shard, "\n".join(lines), identity)
                 buffered_chars += sum(map(len, lines))
                 if buffered_chars >= READ_BUFFER_CHARS:
                     yield from self._flush(input_file.key, buffers)
@@ -286,12 +316,12 @@ class ReadDocuments(beam.DoFn):
                          stats["invalid_lines"], stats["long_lines"])
         yield REPORT_CARRIER, report
 
-    def _candidate(self, key: str, shard: tuple[str, int], text: str) -> KeyedCandidate:
+    def _candidate(self, key: str, shard: tuple[str, int], text: str, identity: str | int) -> KeyedCandidate:
         """The document as the dedup stages see it (its signature computed here, where its text is)."""
         c = self._config
         values = signature(text, self._minhash).tobytes() if "near" in c.dedup else b""
         return KeyedCandidate(exact_key(text, c.seed) if "exact" in c.dedup else b"",
-                              DuplicateCandidate(key, *shard, len(text.encode("utf-8")), values))
+                              DuplicateCandidate(key, *shard, len(text.encode("utf-8")), values, identity))
 
     @staticmethod
     def _flush(file_key: str, buffers: dict) -> Iterator[tuple[tuple[str, int], RawDocuments]]:
@@ -334,7 +364,8 @@ class ExactDuplicates(beam.DoFn):
             yield KeyedCandidate(key, kept)
         for copy in copies:
             if copy is not kept:
-                yield (copy.split, copy.shard), DuplicateRemoved(copy.key, kept.key, copy.bytes, "exact")
+                yield (copy.split, copy.shard), DuplicateRemoved(copy.key, kept.key, copy.bytes, "exact", copy.id,
+                                                                  kept.id)
 
 
 def band_members(candidate: DuplicateCandidate, settings: MinHashSettings) -> Iterator[
@@ -381,7 +412,8 @@ class NearClusters(beam.DoFn):
             members[a.key], members[b.key] = a, b
         for key, kept in sorted(kept_and_removed(clusters.groups().values(), self._seed).items()):
             member = members[key]
-            yield (member.split, member.shard), DuplicateRemoved(key, kept, member.bytes, "near")
+            yield (member.split, member.shard), DuplicateRemoved(key, kept, member.bytes, "near", member.id,
+                                                                  members[kept].id)
 
 
 class WriteShard(beam.DoFn):
@@ -411,30 +443,34 @@ class WriteShard(beam.DoFn):
         (split, shard), values = element
         c = self._config
         arrival = time.time()
-        raw, read_reports, duplicates = [], [], {}
+        raw, read_reports, duplicates, audit = [], [], {}, []
         for value in values:  # None: the empty seed every shard gets
             if isinstance(value, RawDocuments):
                 raw.append(value)
             elif isinstance(value, DuplicateRemoved):
                 duplicates[value.key] = value
+            elif isinstance(value, RemovedDocument):
+                audit.append(value)
             elif value is not None:
                 read_reports.append(value)
         stats: Counter = Counter()
         for removed in duplicates.values():
             stats[f"removed_documents_{removed.stage}"] += 1
             stats[f"removed_bytes_{removed.stage}"] += removed.bytes
+        audit += [RemovedDocument.of_duplicate(removed) for removed in duplicates.values()] if c.removed else []
         by_stream: dict[int, list[TokenizedDocument]] = defaultdict(list)
         for document in self._tokenize(raw, stats, set(duplicates)):
             by_stream[document.stream].append(document)
         start = time.time()
         _LOG.info("tokenised %d documents for %s in %.1f s", sum(len(d) for d in by_stream.values()),
                   c.shard_name(split, shard), start - arrival)
-        yield self._write(split, shard, by_stream, stats, start)
+        yield self._write(split, shard, by_stream, stats, start, sorted(audit, key=RemovedDocument.order))
         yield from read_reports
 
     def _write(self, split: str, shard: int, by_stream: dict[int, list[TokenizedDocument]], stats: Counter,
-               start: float) -> dict:
-        """Writes the shard file; returns the shard's report."""
+               start: float, audit: list[RemovedDocument]) -> dict:
+        """Writes the shard file, and under --removed its audit file (the ``audit`` lines, sorted); returns the
+        shard's report."""
         c = self._config
         path = FileSystems.join(self._staging, c.shard_name(split, shard))  # the launcher publishes it
         report = {"kind": "shard", "split": split, "shard": shard, "file": c.shard_name(split, shard),
@@ -443,6 +479,11 @@ class WriteShard(beam.DoFn):
         try:
             with create_in_run(path, self._staging, compression) as handle:
                 streams, totals = self._write_streams(handle, split, shard, by_stream, stats)
+            if c.removed:  # in the staging place too: the launcher publishes it into --removed with the shards
+                path = FileSystems.join(self._staging, c.removed_name(split, shard))
+                with create_in_run(path, self._staging) as handle:
+                    handle.write("".join(document.line() + "\n" for document in audit).encode("utf-8"))
+                report["removed_file"] = c.removed_name(split, shard)
         except OSError as error:  # a full disk, a read-only output: one sentence in the launcher
             failure = OutputWriteError.of(path, error)
             if not failure.lasting:

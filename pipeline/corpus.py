@@ -22,21 +22,25 @@ same corpus copied from local disk to Cloud Storage keeps its keys (and its spli
 """
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import re
 import zlib
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from tfrecords.corpus_text import (  # noqa: F401 (read_raw_lines: this module's readers' API)
     INPUT_FORMATS,
+    decode_line,
     decompressed,
     directory_input_problem,
     documents_of,
     format_by_name,
+    jsonl_documents,
     read_raw_lines,
+    text_documents,
 )
 from tfrecords.errors import UsageError
 
@@ -156,6 +160,22 @@ def read_documents(path: str, input_format: str = "auto", text_field: str = "tex
     truncated, raises CorpusError naming it. ``stats["bytes_read"]`` counts the stored
     (compressed) bytes read so far, so a reader can tell how much of a failed file was lost.
     """
+    for _, document in _read(path, input_format, text_field, max_line_bytes, stats, identified=False):
+        yield document
+
+
+def read_identified_documents(path: str, input_format: str = "auto", text_field: str = "text",
+                              max_line_bytes: int = 1 << 20, stats: Counter | None = None) -> Iterator[
+                                  tuple[str | int, list[str]]]:
+    """read_documents' documents with the id a user finds each by (``--removed``): a JSON line's ``id``
+    field (a string or an integer), otherwise ``"PATH:LINE"``, the file and line number (from 1, every
+    line of the file counted) of the document's first line."""
+    yield from _read(path, input_format, text_field, max_line_bytes, stats, identified=True)
+
+
+def _read(path: str, input_format: str, text_field: str, max_line_bytes: int, stats: Counter | None,
+          identified: bool) -> Iterator[tuple[str | int | None, list[str]]]:
+    """(id or None, document) of one corpus file: read_documents' rules."""
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
@@ -166,9 +186,12 @@ def read_documents(path: str, input_format: str = "auto", text_field: str = "tex
     try:
         stored = _CountingReader(FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
         with decompressed(stored, path) as handle:  # by extension (tfrecords/corpus_text.py)
-            for document in documents_of(handle, file_format, text_field, max_line_bytes, stats):
+            documents = (_identified_documents(handle, path, file_format, text_field, max_line_bytes, stats)
+                         if identified else ((None, document) for document in
+                                             documents_of(handle, file_format, text_field, max_line_bytes, stats)))
+            for identity, document in documents:
                 stats["bytes_read"] = stored.position
-                yield document
+                yield identity, document
         stats["bytes_read"] = stored.position
     except (OSError, EOFError, ValueError, zlib.error) as error:
         stats["bytes_read"] = stored.position if stored is not None else 0
@@ -177,3 +200,56 @@ def read_documents(path: str, input_format: str = "auto", text_field: str = "tex
         raise CorpusError(f"{path}: cannot read: {error}") from error
     if stats["lines"] + stats["invalid_lines"] + stats["long_lines"] == before:
         stats["empty_files"] += 1
+
+
+class _LineNumbers:
+    """The raw lines of a file passed on, remembering the number of the last one and its text once
+    decoded: the skipped over-long lines (``stats["long_lines"]``, counted before the next line is
+    passed) are counted in the numbers."""
+
+    def __init__(self, raw: Iterator[bytes], stats: Counter):
+        self._raw = raw
+        self._stats = stats
+        self._long_before = stats["long_lines"]
+        self._passed = 0
+        self.current = 0
+        self.text = ""
+
+    def valid_lines(self) -> Iterator[str]:
+        for raw in self._raw:
+            self._passed += 1
+            self.current = self._passed + self._stats["long_lines"] - self._long_before
+            line = decode_line(raw, self._stats)
+            if line is not None:
+                self.text = line
+                yield line
+
+
+def _identified_documents(handle, path: str, file_format: str, text_field: str, max_line_bytes: int,
+                          stats: Counter) -> Iterator[tuple[str | int, list[str]]]:
+    """(id, document) of a decompressed handle: documents_of's documents, read by the same rules. The
+    readers are generators that yield a document as soon as its last line (jsonl: its only line; text: the
+    blank line after it) is read, so the line numbers remembered at that moment are the document's."""
+    lines = _LineNumbers(read_raw_lines(handle, max_line_bytes, stats), stats)
+    if file_format == "jsonl":
+        for document in jsonl_documents(lines.valid_lines(), text_field, stats):
+            yield _json_id(lines.text) or f"{path}:{lines.current}", document
+        return
+    starts: deque[int] = deque()
+
+    def marked(valid: Iterator[str]) -> Iterator[str]:
+        inside = False
+        for line in valid:
+            if line.strip() and not inside:
+                starts.append(lines.current)
+            inside = bool(line.strip())
+            yield line
+
+    for document in text_documents(marked(lines.valid_lines()), stats):
+        yield f"{path}:{starts.popleft()}", document
+
+
+def _json_id(line: str) -> str | int | None:
+    """A JSON line's ``id`` field when it is a string or an integer."""
+    value = json.loads(line).get("id")
+    return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None

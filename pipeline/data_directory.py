@@ -21,6 +21,7 @@ import json
 import os
 import posixpath
 import re
+import shutil
 import uuid
 from typing import BinaryIO, Iterator
 
@@ -263,16 +264,52 @@ def remove_staged_shards(staging: str) -> None:
         FileSystems.delete(shards)
 
 
-def publish_run(staging: str, output: str, shard_files: list[str]) -> str:
+def publish_run(staging: str, output: str, shard_files: list[str],
+                removed: tuple[str, list[str]] | None = None) -> str:
     """Moves a finished run's shards, then its manifest (last: its presence means whole data), from
     its staging place into ``output``, and removes the staging place. Called by the launcher only,
-    while it holds the lock. Returns the manifest's path."""
+    while it holds the lock. ``removed``: (--removed DIR, the audit files in the staging place), copied
+    into DIR (anywhere: another filesystem, another store) before the manifest. Returns the manifest's
+    path."""
     FileSystems.rename([FileSystems.join(staging, name) for name in shard_files],
                        [FileSystems.join(output, name) for name in shard_files])
+    directory, names = removed or ("", [])
+    for name in names:
+        _copy(FileSystems.join(staging, name), FileSystems.join(directory, posixpath.basename(name)))
     target = FileSystems.join(output, MANIFEST_NAME)
     FileSystems.rename([FileSystems.join(staging, MANIFEST_NAME)], [target])
     close_staging(staging)
     return target
+
+
+def _copy(source: str, target: str) -> None:
+    """One file copied through Beam's FileSystems, whatever the two places' schemes."""
+    with FileSystems.open(source, compression_type=CompressionTypes.UNCOMPRESSED) as reader, \
+            FileSystems.create(target, compression_type=CompressionTypes.UNCOMPRESSED) as writer:
+        shutil.copyfileobj(reader, writer, REMOVED_COPY_CHUNK)
+
+
+# The audit files' names in --removed DIR, and the bytes copied at a time when they are published.
+REMOVED_PATTERN = "removed-*.jsonl"
+REMOVED_COPY_CHUNK = 1 << 22
+
+
+def prepare_removed(directory: str, overwrite: bool) -> None:
+    """--removed DIR before a run: created if need be; an earlier run's audit files there are refused
+    unless ``overwrite``, which deletes them (as an earlier run's shards in --output)."""
+    try:
+        if is_local_path(directory):
+            if os.path.exists(directory) and not os.path.isdir(directory):
+                raise OutputError(f"--removed {directory} is a file, not a directory; give the path of a directory")
+            os.makedirs(directory, exist_ok=True)
+        earlier = [m.path for m in FileSystems.match([FileSystems.join(directory, REMOVED_PATTERN)])[0].metadata_list]
+    except OSError as error:
+        raise OutputError(f"--removed {directory}: cannot create or list it ({error.strerror or error})") from None
+    if earlier and not overwrite:
+        raise OutputError(f"--removed {directory} holds an earlier run's removed documents (e.g. {earlier[0]}); "
+                          "pass --overwrite to replace them, or choose another directory")
+    if earlier:
+        FileSystems.delete(earlier)
 
 
 def abandon_run(output: str) -> None:

@@ -64,6 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help=f"duplicate removal after the filters, comma-separated: {', '.join(DEDUP)} (exact: "
                          "documents equal once case, punctuation and spacing are set aside; near: MinHash LSH, see "
                          "--minhash; one copy kept, chosen by a seeded hash), counted in the manifest (default: none)")
+    io.add_argument("--removed", default="", metavar="DIR",
+                    help="write what --filters and --dedup removed into DIR (local or gs://), one JSON line per "
+                         "document (its id, stage and reason, and for a duplicate the kept copy's id), one file per "
+                         "shard, published with the data (default: none)")
     rec = parser.add_argument_group("records")
     rec.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per record")
     rec.add_argument("--reuse-len", type=int, default=d.reuse_len,
@@ -118,7 +122,7 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         valid_fraction=args.valid_fraction, seed=args.seed, compression=args.compression,
         input_format=args.input_format, text_field=args.text_field, max_line_bytes=args.max_line_bytes,
         filters=parse_names("--filters", args.filters) if args.filters is not None else (),
-        dedup=parse_names("--dedup", args.dedup) if args.dedup is not None else ())
+        dedup=parse_names("--dedup", args.dedup) if args.dedup is not None else (), removed=args.removed.rstrip("/"))
 
 
 def beam_runner(runner: str) -> str:
@@ -296,7 +300,7 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
 
     from pipeline.beam_pipeline import RunReport
     from pipeline.corpus import expand_inputs
-    from pipeline.data_directory import make_output_directory, output_error, prepare_output
+    from pipeline.data_directory import make_output_directory, output_error, prepare_output, prepare_removed
     from pipeline.output_lock import OutputLock
     from pipeline.vocab import load_vocab
 
@@ -331,6 +335,8 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
             except OSError as error:
                 raise output_error(config.output, config.output, error.errno or 0,
                                    error.strerror or str(error)) from None
+            if config.removed:
+                prepare_removed(config.removed, overwrite)
             _LOG.info("preprocessing %d file(s) (%.1f MB) with %s, %d worker(s)", len(files),
                       sum(f.size_bytes for f in files) / 1e6, runner, local_workers(runner, workers, runner_options))
             report = RunReport.from_dict(run_pipeline(options, config, vocab, files, lock, cluster))
@@ -408,7 +414,9 @@ def judged(config: PreprocessConfig, report, lock) -> tuple:
             raise DataError(f"the run's results are incomplete: {report.problems[0]}; nothing was published")
         if not report.manifest:  # none without a training record
             raise NoTrainingRecordsError(no_records_message(config, counters), counters)
-        publish_run(staging, config.output, [shard["file"] for shard in report.shards])
+        audit = [shard["removed_file"] for shard in report.shards if "removed_file" in shard]
+        publish_run(staging, config.output, [shard["file"] for shard in report.shards],
+                    (config.removed, audit) if config.removed else None)
         if not has_manifest(config.output):
             raise DataError(f"--output {config.output}: the manifest was not found after publishing; the run is "
                             "incomplete")

@@ -47,6 +47,9 @@ class PreprocessConfig(RecordConfig):
     minhash_bands: int = 14
     minhash_rows: int = 8
     min_jaccard: float = 0.7
+    # --removed DIR: where the audit of the removed documents is published (one JSON-lines file per shard);
+    # empty: none, and the manifest does not name it.
+    removed: str = ""
 
     def record_config(self) -> RecordConfig:
         """The record and mask fields alone."""
@@ -80,6 +83,12 @@ class PreprocessConfig(RecordConfig):
             raise ConfigError(f"--max-line-bytes must be positive, got {self.max_line_bytes}")
         check_names("--filters", self.filters)
         check_names("--dedup", self.dedup)
+        if self.removed and not (self.filters or self.dedup):
+            raise ConfigError(f"--removed {self.removed}: nothing is removed without --filters or --dedup")
+
+    def removed_name(self, split: str, shard: int) -> str:
+        """The --removed file of a shard's removed documents."""
+        return f"removed-{split}-{shard:05d}-of-{self.num_shards_of(split):05d}.jsonl"
 
     @property
     def file_suffix(self) -> str:
@@ -91,7 +100,7 @@ class PreprocessConfig(RecordConfig):
     def to_dict(self) -> dict:
         values = {**super().to_dict(), "inputs": list(self.inputs), "filters": list(self.filters),
                   "dedup": list(self.dedup)}
-        for name in ("filters", "dedup"):
+        for name in ("filters", "dedup", "removed"):
             if not values[name]:
                 del values[name]
         if "near" not in self.dedup:

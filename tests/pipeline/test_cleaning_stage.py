@@ -4,6 +4,7 @@ stay what they were); a run whose every document is removed names the filters an
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from pipeline.cleaning import clean_document, parse_names
 from pipeline.preprocess_command import NoTrainingRecordsError, preprocess, summary
 from pipeline.preprocess_config import PreprocessConfig
 from support.bundled_data import TINY_DATA, WIKI_SUMMARIES, read_corpus_documents
+from tfrecords.errors import UsageError
 from tfrecords.record_config import ConfigError
 
 JUNK = [["Home", "About", "Contact", "Login"],
@@ -33,9 +35,7 @@ def corpus(tmp_path_factory) -> tuple[str, int]:
 
 
 def run(tmp_path: Path, corpus_path: str, spm_model: str, name: str, **changes):
-    settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1, **changes}
-    config = PreprocessConfig(inputs=(corpus_path,), output=str(tmp_path / name), vocab=spm_model, **settings)
-    return preprocess(config, workers=1, runner_options=["--direct_running_mode=in_memory"])
+    return dedup_run(tmp_path, [corpus_path], spm_model, name, **changes)
 
 
 def test_the_filters_run_in_their_order_whatever_the_order_given():
@@ -104,13 +104,15 @@ def test_the_filters_flag_is_refused_in_one_line_before_any_work(tmp_path, corpu
 
 
 def written_with_workers(tmp_path: Path, inputs: list[str], spm_model: str, workers: int, **cleaning) -> dict:
-    """The shard files and the manifest's counters of a run with ``workers`` worker processes."""
+    """The shard files, the manifest's counters and the --removed files of a run with ``workers`` worker
+    processes."""
     settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1}
-    output = tmp_path / f"workers{workers}"
-    config = PreprocessConfig(inputs=tuple(inputs), output=str(output), vocab=spm_model, **cleaning, **settings)
+    output, removed = tmp_path / f"workers{workers}", tmp_path / f"removed{workers}"
+    config = PreprocessConfig(inputs=tuple(inputs), output=str(output), vocab=spm_model, removed=str(removed),
+                              **cleaning, **settings)
     preprocess(config, workers=workers)
     manifest = json.loads((output / "manifest.json").read_text())
-    return {**{p.name: p.read_bytes() for p in sorted(output.glob("*.tfrecord"))},
+    return {**{p.name: p.read_bytes() for p in sorted([*output.glob("*.tfrecord"), *removed.glob("*.jsonl")])},
             "counters": json.dumps(manifest["counters"], sort_keys=True).encode()}
 
 
@@ -118,7 +120,7 @@ def written_with_workers(tmp_path: Path, inputs: list[str], spm_model: str, work
 def test_filtered_runs_write_the_same_bytes_with_one_or_two_worker_processes(tmp_path, corpus, spm_model):
     outputs = [written_with_workers(tmp_path, [corpus[0]], spm_model, workers, filters=("gopher", "c4"))
                for workers in (1, 2)]
-    assert outputs[0] == outputs[1] and len(outputs[0]) == 4
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 7
 
 # ------------------------------------------------------------------------------------------ --dedup exact
 @pytest.fixture(scope="module")
@@ -149,10 +151,10 @@ def near_copies(text: str, count: int) -> list[str]:
             for i in range(count)]
 
 
-def dedup_run(tmp_path: Path, inputs: list[str], spm_model: str, name: str, **changes):
+def dedup_run(tmp_path: Path, inputs: list[str], spm_model: str, name: str, overwrite: bool = False, **changes):
     settings = {**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1, **changes}
     config = PreprocessConfig(inputs=tuple(inputs), output=str(tmp_path / name), vocab=spm_model, **settings)
-    return preprocess(config, workers=1, runner_options=["--direct_running_mode=in_memory"])
+    return preprocess(config, workers=1, runner_options=["--direct_running_mode=in_memory"], overwrite=overwrite)
 
 
 def test_exact_duplicates_are_removed_but_one_copy_and_counted(tmp_path, copied_corpus, spm_model):
@@ -237,3 +239,68 @@ def test_cleaned_runs_on_a_dask_cluster_write_fnapirunners_bytes_and_counters(tm
                         manifest["counters"]))
     assert outputs[0] == outputs[1] and outputs[0][1]["removed_documents_exact"] > 0
     assert outputs[0][1]["removed_documents_near"] == NEAR_COPIES
+
+
+# ------------------------------------------------------------------------------------------ --removed DIR
+def audit(directory: Path) -> list[dict]:
+    return [json.loads(line) for path in sorted(directory.glob("removed-*.jsonl"))
+            for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_every_removed_document_is_listed_with_its_stage_reason_and_kept_copy(tmp_path, copied_corpus, spm_model):
+    paths, copies = copied_corpus
+    _, counters = dedup_run(tmp_path, paths, spm_model, "out", filters=("gopher",), dedup=("exact", "near"),
+                            removed=str(tmp_path / "removed"))
+    lines = audit(tmp_path / "removed")
+    by_stage = Counter(line["stage"] for line in lines)
+    assert by_stage == {stage: counters[f"removed_documents_{stage}"] for stage in ("gopher", "exact", "near")
+                        if counters[f"removed_documents_{stage}"]}
+    assert by_stage["gopher"] > 0 and by_stage["exact"] > copies // 2 and by_stage["near"] == NEAR_COPIES
+    for line in lines:
+        file, _, number = line["id"].rpartition(":")
+        assert file in paths and int(number) >= 1
+        assert (line["reason"] == line["stage"]) == ("kept" in line)
+    texts = {f"{path}:{i + 1}": text for path in paths  # one line per document, a blank line between them
+             for i, text in enumerate(Path(path).read_text(encoding="utf-8").split("\n")) if text}
+    exact = [line for line in lines if line["stage"] == "exact"]
+    assert all(" ".join(texts[line["id"]].split()).lower() == " ".join(texts[line["kept"]].split()).lower()
+               for line in exact)
+
+
+def test_the_removed_documents_of_json_lines_are_named_by_their_id_field(tmp_path, copied_corpus, spm_model):
+    texts = [" ".join(lines) for lines in read_corpus_documents(WIKI_SUMMARIES, 80)][:40]
+    corpus = tmp_path / "corpus.jsonl"
+    rows = [{"id": f"doc-{i}", "text": text} for i, text in enumerate(texts)] + [{"id": "copy", "text": texts[3]}]
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    dedup_run(tmp_path, [str(corpus)], spm_model, "out", dedup=("exact",), removed=str(tmp_path / "removed"))
+    (line,) = audit(tmp_path / "removed")
+    assert {line["id"], line["kept"]} == {"copy", "doc-3"} and line["stage"] == line["reason"] == "exact"
+
+
+def test_a_run_that_publishes_nothing_writes_nothing_into_the_removed_directory(tmp_path, spm_model):
+    junk = tmp_path / "junk.txt"
+    junk.write_text("\n\n".join("\n".join(document) for document in JUNK * 5) + "\n", encoding="utf-8")
+    with pytest.raises(NoTrainingRecordsError):
+        run(tmp_path, str(junk), spm_model, "none", filters=("gopher",), removed=str(tmp_path / "removed"))
+    assert audit(tmp_path / "removed") == [] and not list((tmp_path / "removed").iterdir())
+
+
+def test_removed_without_any_cleaning_is_refused_in_one_line(tmp_path, copied_corpus, spm_model, capsys):
+    code = xlnet_cli.main(["preprocess", "--input", copied_corpus[0][0], "--output", str(tmp_path / "x"), "--vocab",
+                           spm_model, "--removed", str(tmp_path / "r")])
+    assert code == 2 and capsys.readouterr().err.strip() == (
+        f"xlnet preprocess: error: --removed {tmp_path / 'r'}: nothing is removed without --filters or --dedup")
+
+
+def test_an_earlier_runs_removed_documents_are_replaced_only_with_overwrite(tmp_path, copied_corpus, spm_model):
+    earlier = tmp_path / "removed"
+    earlier.mkdir()
+    (earlier / "removed-train-00000-of-00009.jsonl").write_text("{}\n")
+    with pytest.raises(UsageError, match="--removed .* holds an earlier run's removed documents"):
+        dedup_run(tmp_path, copied_corpus[0][:2], spm_model, "out", dedup=("exact",), removed=str(earlier))
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    dedup_run(tmp_path, copied_corpus[0][:2], spm_model, "again", dedup=("exact",), removed=str(earlier),
+              overwrite=True)
+    assert sorted(path.name for path in earlier.iterdir()) == ["removed-train-00000-of-00002.jsonl",
+                                                                "removed-train-00001-of-00002.jsonl",
+                                                                "removed-valid-00000-of-00001.jsonl"]
