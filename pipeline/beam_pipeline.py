@@ -67,7 +67,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
-from pipeline.cleaning import clean_document, removal_counters
+from pipeline.cleaning import (clean_document, dedup_flow, dedup_input_counters, removal_counters,
+                               stage_counters)
 from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, exact_key, keep_rank, kept_and_removed,
                                       pairs_in_band, signature)
 from pipeline.corpus import CorpusError, InputFile, read_documents, read_identified_documents
@@ -246,6 +247,13 @@ REPORT_CARRIER = ("train", 0)
 # What a reader counts per file (its report's fields besides kind, file and worker).
 READ_STATS = ("files", "lines", "invalid_lines", "long_lines", "empty_files", "unreadable_files", "documents_read",
               "dropped_bytes")
+
+
+def read_counters(config: PreprocessConfig) -> tuple[str, ...]:
+    """What a read report carries: READ_STATS, the filter stages' counters, the documents entering dedup."""
+    return READ_STATS + stage_counters(config.filters) + dedup_input_counters(config.dedup)
+
+
 # What the shard stage counts per shard, besides the manifest's records, tokens, masked tokens, documents.
 SHARD_STATS = ("empty_documents", "short_streams", "uncovered_tokens")
 
@@ -281,17 +289,18 @@ class ReadDocuments(beam.DoFn):
                 place = place_document(f"{input_file.key}:{index}", c.seed, c.valid_fraction, c.num_streams)
                 shard = (place.split, shard_of_stream(place.stream, c.num_shards_of(place.split)))
                 if c.filters:
-                    removed, kept_lines = clean_document(lines, c.filters)
-                    if removed is not None:  # counted by stage; its key's index stays used (same keys as unfiltered)
-                        stats[f"removed_documents_{removed[0]}"] += 1
-                        stats[f"removed_bytes_{removed[0]}"] += len("\n".join(lines).encode("utf-8"))
+                    removed, kept_lines = clean_document(lines, c.filters, stats)  # counted by stage
+                    if removed is not None:  # its key's index stays used (the same keys as unfiltered)
                         if c.removed:  # its audit line goes to the shard it would have gone to
                             yield shard, RemovedDocument(identity, *removed)
                         continue
                     lines = kept_lines
                 buffers[shard].add(index, place.stream, place.order, lines)
                 if c.dedup:
-                    yield self._candidate(f"{input_file.key}:{index}", shard, "\n".join(lines), identity)
+                    candidate = self._candidate(f"{input_file.key}:{index}", shard, "\n".join(lines), identity)
+                    stats[f"in_documents_{c.dedup[0]}"] += 1
+                    stats[f"in_bytes_{c.dedup[0]}"] += candidate.candidate.bytes
+                    yield candidate
                 buffered_chars += sum(map(len, lines))
                 if buffered_chars >= READ_BUFFER_CHARS:
                     yield from self._flush(input_file.key, buffers)
@@ -306,7 +315,7 @@ class ReadDocuments(beam.DoFn):
         stats["files"] += 1
         stats["documents_read"] += index + 1
         report = {"kind": "read", "file": input_file.path, "worker": worker_name(),
-                  **{name: stats[name] for name in READ_STATS + removal_counters(c.filters)},
+                  **{name: stats[name] for name in read_counters(c)},
                   "seconds": round(time.time() - start, 3)}
         for name in READ_STATS:
             self._counters.add(name, report[name])
@@ -638,10 +647,11 @@ class RunReport:
         problems += _delivered_once("shard", [r["file"] for r in shards],
                                     [config.shard_name(s.split, s.shard) for s in every_shard(config)])
         written = [s for s in shards if not s.get("write_error")]
-        counters = {key: sum(r[key] for r in reads) for key in READ_STATS + removal_counters(config.filters)}
+        counters = {key: sum(r[key] for r in reads) for key in read_counters(config)}
         counters.update({key: sum(s[key] for s in written) for key in
                          ("documents", "tokens", "records", "masked_tokens", *SHARD_STATS,
                           *removal_counters(config.dedup))})
+        counters.update(dedup_flow(counters, config.dedup))
         return cls(counters=counters, shards=sorted(written, key=lambda s: (s["split"], s["shard"])),
                    reads=dict(sorted(Counter(r["worker"] for r in reads).items())),
                    writes=dict(sorted(Counter(s["worker"] for s in shards).items())),

@@ -4,8 +4,8 @@ A document is its lines joined by newlines (paragraphs, as the corpus formats gi
 named run in the order FineWeb's recipe runs them, whatever the order given: Gopher (repetition, then
 quality), C4 (which also drops the lines it does not keep), FineWeb. A document's removal reason is
 the first rule that removed it, named ``stage:rule`` (``gopher:gopher_short_doc``); the counters the
-manifest records are per stage (``removed_documents_gopher``, ``removed_bytes_gopher``: the UTF-8
-bytes of the removed documents' text). The rules themselves: pipeline/quality_filters.py.
+manifest records are per stage (``stage_counters``: ``in_``, ``removed_`` and ``kept_documents_gopher``, and
+the UTF-8 bytes of that text, ``..._bytes_gopher``). The rules themselves: pipeline/quality_filters.py.
 
 ``--dedup exact`` then removes exact duplicates (pipeline/near_duplicates.py's ``exact_key``: the text with
 case, width, punctuation and spacing simplified): every copy but the one with the least seeded hash of
@@ -18,6 +18,7 @@ what it was.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable, Optional
 
 from pipeline import quality_filters as rules
@@ -66,17 +67,56 @@ STAGES: dict[str, Callable[[str], tuple[Optional[str], str]]] = {"gopher": _goph
                                                                    "fineweb": _fineweb}
 
 
-def clean_document(lines: list[str], filters: tuple[str, ...]) -> tuple[Optional[tuple[str, str]], list[str]]:
-    """(the stage and rule that removed the document, or None; its lines as kept)."""
+def clean_document(lines: list[str], filters: tuple[str, ...],
+                   tally: Counter | None = None) -> tuple[Optional[tuple[str, str]], list[str]]:
+    """(the stage and rule that removed the document, or None; its lines as kept). ``tally`` counts, per
+    stage it reached, the document and its UTF-8 bytes in, and removed or kept (as it entered, and as it left
+    the stage: C4 drops lines of the documents it keeps)."""
     text = "\n".join(lines)
+    tally = Counter() if tally is None else tally
     for stage in (stage for stage in FILTERS if stage in filters):  # their running order, whatever the given one
-        reason, text = STAGES[stage](text)
+        size = len(text.encode("utf-8"))
+        tally[f"in_documents_{stage}"] += 1
+        tally[f"in_bytes_{stage}"] += size
+        reason, kept = STAGES[stage](text)
         if reason is not None:
+            tally[f"removed_documents_{stage}"] += 1
+            tally[f"removed_bytes_{stage}"] += size
             return (stage, reason), []
+        tally[f"kept_documents_{stage}"] += 1
+        tally[f"kept_bytes_{stage}"] += size if kept is text else len(kept.encode("utf-8"))
+        text = kept
     return None, text.split("\n") if text != "\n".join(lines) else lines
 
 
+COUNTED = ("in", "removed", "kept")
+KINDS = ("documents", "bytes")
+
+
+def stage_counters(stages: tuple[str, ...]) -> tuple[str, ...]:
+    """Every counter of these stages the manifest records: the documents and their UTF-8 bytes in, removed and
+    kept (``in_documents_gopher``, ``removed_bytes_near``, ...)."""
+    return tuple(f"{what}_{kind}_{stage}" for stage in stages for what in COUNTED for kind in KINDS)
+
+
 def removal_counters(stages: tuple[str, ...]) -> tuple[str, ...]:
-    """The counters a run with these filters (its read reports) or dedup kinds (its shard reports) adds to
-    its manifest."""
-    return tuple(f"removed_{kind}_{stage}" for stage in stages for kind in ("documents", "bytes"))
+    """The counters of what these stages removed (the dedup stages' shard reports carry these)."""
+    return tuple(f"removed_{kind}_{stage}" for stage in stages for kind in KINDS)
+
+
+def dedup_input_counters(dedup: tuple[str, ...]) -> tuple[str, ...]:
+    """What the readers count of the documents entering the first dedup stage (none without dedup)."""
+    return tuple(f"in_{kind}_{dedup[0]}" for kind in KINDS) if dedup else ()
+
+
+def dedup_flow(counters: dict[str, int], dedup: tuple[str, ...]) -> dict[str, int]:
+    """The dedup stages' in and kept counters from what the readers counted in (dedup_input_counters) and the
+    shards removed: each stage takes what the one before it kept."""
+    flow = {}
+    entering = {kind: counters.get(f"in_{kind}_{dedup[0]}", 0) for kind in KINDS} if dedup else {}
+    for stage in dedup:
+        for kind in KINDS:
+            flow[f"in_{kind}_{stage}"] = entering[kind]
+            entering[kind] -= counters.get(f"removed_{kind}_{stage}", 0)
+            flow[f"kept_{kind}_{stage}"] = entering[kind]
+    return flow

@@ -61,6 +61,15 @@ def test_c4_keeps_only_its_lines_of_a_document_it_keeps():
     assert clean_document(lines, ("c4",)) == (None, [lines[0], lines[2], lines[3]])
 
 
+def test_a_stage_counts_a_kept_document_as_it_leaves_the_stage():
+    lines = ["This first line has enough words in it.", "menu", "The second line also has enough words.",
+             "And a third line ends the page well."]
+    tally = Counter()
+    clean_document(lines, ("c4",), tally)
+    assert tally == {"in_documents_c4": 1, "in_bytes_c4": len("\n".join(lines)), "kept_documents_c4": 1,
+                     "kept_bytes_c4": len("\n".join(lines)) - len("menu\n")}
+
+
 def test_without_filters_the_manifest_does_not_name_them(tmp_path, corpus, spm_model):
     manifest, _ = run(tmp_path, corpus[0], spm_model, "plain")
     written = json.loads((tmp_path / "plain" / "manifest.json").read_text())
@@ -228,15 +237,16 @@ def test_cleaned_runs_on_a_dask_cluster_write_fnapirunners_bytes_and_counters(tm
     outputs = []
     for name in ("fnapi", "dask"):
         config = PreprocessConfig(inputs=tuple(copied_corpus[0]), output=str(tmp_path / name), vocab=spm_model,
-                                  filters=("c4",), dedup=("exact", "near"), **settings)
+                                  filters=("c4",), dedup=("exact", "near"), removed=str(tmp_path / f"{name}-removed"),
+                                  **settings)
         if name == "dask":
             with DaskTestCluster(2) as cluster:
                 preprocess(config, runner="dask", workers=2, dask_scheduler=cluster.address)
         else:
             preprocess(config, workers=1, runner_options=["--direct_running_mode=in_memory"])
         manifest = json.loads((tmp_path / name / "manifest.json").read_text())
-        outputs.append(({p.name: p.read_bytes() for p in sorted((tmp_path / name).glob("*.tfrecord"))},
-                        manifest["counters"]))
+        written = [*(tmp_path / name).glob("*.tfrecord"), *(tmp_path / f"{name}-removed").glob("*.jsonl")]
+        outputs.append(({p.name: p.read_bytes() for p in sorted(written)}, manifest["counters"]))
     assert outputs[0] == outputs[1] and outputs[0][1]["removed_documents_exact"] > 0
     assert outputs[0][1]["removed_documents_near"] == NEAR_COPIES
 
@@ -304,3 +314,20 @@ def test_an_earlier_runs_removed_documents_are_replaced_only_with_overwrite(tmp_
     assert sorted(path.name for path in earlier.iterdir()) == ["removed-train-00000-of-00002.jsonl",
                                                                 "removed-train-00001-of-00002.jsonl",
                                                                 "removed-valid-00000-of-00001.jsonl"]
+
+
+# ------------------------------------------------------------------------------------------ the manifest's table
+def test_the_manifest_counts_each_stages_documents_and_bytes_in_removed_and_kept(tmp_path, copied_corpus, spm_model):
+    stages = ("gopher", "c4", "exact", "near")
+    dedup_run(tmp_path, copied_corpus[0], spm_model, "out", filters=stages[:2], dedup=stages[2:])
+    counters = json.loads((tmp_path / "out" / "manifest.json").read_text())["counters"]
+    assert counters["in_documents_gopher"] == counters["documents_read"] == 60 + 12 + NEAR_COPIES
+    for stage, following in zip(stages, stages[1:] + (None,)):
+        assert counters[f"in_documents_{stage}"] == counters[f"removed_documents_{stage}"] + \
+            counters[f"kept_documents_{stage}"]
+        if following is not None:
+            assert counters[f"kept_documents_{stage}"] == counters[f"in_documents_{following}"]
+            assert counters[f"kept_bytes_{stage}"] == counters[f"in_bytes_{following}"]
+    assert counters["in_bytes_gopher"] == counters["removed_bytes_gopher"] + counters["kept_bytes_gopher"]
+    assert counters["in_bytes_c4"] >= counters["removed_bytes_c4"] + counters["kept_bytes_c4"]  # lines dropped
+    assert counters["kept_documents_near"] == counters["documents"] + counters["empty_documents"]
