@@ -22,6 +22,7 @@ from collections import Counter
 from typing import Callable, Optional
 
 from pipeline import quality_filters as rules
+from pipeline.near_duplicates import MinHashSettings
 from tfrecords.record_config import ConfigError
 
 # In the order they run.
@@ -53,6 +54,32 @@ def check_names(flag: str, names: tuple[str, ...]) -> None:
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ConfigError(f"{flag}: unknown {noun} {unknown[0]!r}; the {noun}s are {', '.join(known)}")
+
+
+# `--minhash KEY=VALUE,...`: each key and the PreprocessConfig field it sets (``hashes`` only checks bands x rows).
+MINHASH_KEYS = {"shingle_words": "shingle_words", "bands": "minhash_bands", "rows": "minhash_rows",
+                "min_jaccard": "min_jaccard", "hashes": None}
+
+
+def parse_minhash(text: str) -> dict[str, int | float]:
+    """``--minhash``'s value (``bands=20,rows=5,hashes=100``) as PreprocessConfig fields; a ConfigError naming the
+    flag for an unknown key, a value that is not a number, or ``hashes`` other than bands x rows."""
+    values: dict[str, int | float] = {}
+    for item in (item.strip() for item in text.split(",") if item.strip()):
+        key, _, value = (part.strip() for part in item.partition("="))
+        if key not in MINHASH_KEYS:
+            raise ConfigError(f"--minhash {text!r}: unknown key {key!r}; the keys are {', '.join(MINHASH_KEYS)}")
+        try:
+            values[key] = float(value) if key == "min_jaccard" else int(value)
+        except ValueError:
+            raise ConfigError(f"--minhash {text!r}: {key} must be a number, got {value!r}") from None
+    if not values:
+        raise ConfigError(f"--minhash {text!r}: no KEY=VALUE given; the keys are {', '.join(MINHASH_KEYS)}")
+    bands, rows = values.get("bands", MinHashSettings.bands), values.get("rows", MinHashSettings.rows)
+    if "hashes" in values and values["hashes"] != bands * rows:
+        raise ConfigError(f"--minhash {text!r}: bands x rows = {bands} x {rows} = {bands * rows} hash functions, "
+                          f"not hashes={values['hashes']}")
+    return {MINHASH_KEYS[key]: value for key, value in values.items() if MINHASH_KEYS[key]}
 
 
 def _gopher(text: str) -> tuple[Optional[str], str]:

@@ -51,9 +51,9 @@ class MinHashSettings:
     def __post_init__(self) -> None:
         for name in ("shingle_words", "bands", "rows"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"dedup {name} must be at least 1, got {getattr(self, name)}")
+                raise ConfigError(f"--minhash {name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 <= self.min_jaccard <= 1.0:
-            raise ConfigError(f"dedup min_jaccard must be in [0, 1], got {self.min_jaccard}")
+            raise ConfigError(f"--minhash min_jaccard must be in [0, 1], got {self.min_jaccard}")
 
     @property
     def hashes(self) -> int:

@@ -27,7 +27,7 @@ import time
 
 from pipeline.dask_cluster import (DASK_RUNNER, DaskCluster, check_options, connection_timeout, dask_cluster,
                                    is_dask, option_value, scheduler_option, wait_for_run)
-from pipeline.cleaning import DEDUP, FILTERS, parse_names
+from pipeline.cleaning import DEDUP, FILTERS, parse_minhash, parse_names
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from tfrecords.errors import DataError, UsageError
@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help=f"duplicate removal after the filters, comma-separated: {', '.join(DEDUP)} (exact: "
                          "documents equal once case, punctuation and spacing are set aside; near: MinHash LSH, see "
                          "--minhash; one copy kept, chosen by a seeded hash), counted in the manifest (default: none)")
+    io.add_argument("--minhash", default=None, metavar="KEY=VALUE,...",
+                    help="--dedup near's settings: shingle_words (default 5), bands (14), rows (8), min_jaccard (0.7), "
+                         "and hashes to check that bands x rows is the number of hash functions you mean")
     io.add_argument("--removed", default="", metavar="DIR",
                     help="write what --filters and --dedup removed into DIR (local or gs://), one JSON line per "
                          "document (its id, stage and reason, and for a duplicate the kept copy's id), one file per "
@@ -122,7 +125,17 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         valid_fraction=args.valid_fraction, seed=args.seed, compression=args.compression,
         input_format=args.input_format, text_field=args.text_field, max_line_bytes=args.max_line_bytes,
         filters=parse_names("--filters", args.filters) if args.filters is not None else (),
-        dedup=parse_names("--dedup", args.dedup) if args.dedup is not None else (), removed=args.removed.rstrip("/"))
+        dedup=parse_names("--dedup", args.dedup) if args.dedup is not None else (), removed=args.removed.rstrip("/"),
+        **minhash_fields(args))
+
+
+def minhash_fields(args: argparse.Namespace) -> dict:
+    """--minhash's settings as config fields; refused without --dedup near, which alone uses them."""
+    if args.minhash is None:
+        return {}
+    if "near" not in (parse_names("--dedup", args.dedup) if args.dedup is not None else ()):
+        raise ConfigError(f"--minhash {args.minhash}: only --dedup near uses it; add --dedup near (or exact,near)")
+    return parse_minhash(args.minhash)
 
 
 def beam_runner(runner: str) -> str:
@@ -330,13 +343,13 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
                 runner_options = cluster.runner_options(runner_options, elements)
                 workers = len(cluster.workers)
             options = pipeline_options(runner, workers, runner_options)
+            if config.removed:  # first: a refused DIR leaves --output as it was
+                prepare_removed(config.removed, overwrite)
             try:
                 prepare_output(config.output, overwrite)
             except OSError as error:
                 raise output_error(config.output, config.output, error.errno or 0,
                                    error.strerror or str(error)) from None
-            if config.removed:
-                prepare_removed(config.removed, overwrite)
             _LOG.info("preprocessing %d file(s) (%.1f MB) with %s, %d worker(s)", len(files),
                       sum(f.size_bytes for f in files) / 1e6, runner, local_workers(runner, workers, runner_options))
             report = RunReport.from_dict(run_pipeline(options, config, vocab, files, lock, cluster))

@@ -83,6 +83,7 @@ class PreprocessConfig(RecordConfig):
             raise ConfigError(f"--max-line-bytes must be positive, got {self.max_line_bytes}")
         check_names("--filters", self.filters)
         check_names("--dedup", self.dedup)
+        self.minhash_settings()  # its ranges, named by --minhash's keys
         if self.removed and not (self.filters or self.dedup):
             raise ConfigError(f"--removed {self.removed}: nothing is removed without --filters or --dedup")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import xlnet_cli
-from pipeline.cleaning import clean_document, parse_names
+from pipeline.cleaning import clean_document, parse_minhash, parse_names
 from pipeline.preprocess_command import NoTrainingRecordsError, preprocess, summary
 from pipeline.preprocess_config import PreprocessConfig
 from support.bundled_data import TINY_DATA, WIKI_SUMMARIES, read_corpus_documents
@@ -331,3 +331,30 @@ def test_the_manifest_counts_each_stages_documents_and_bytes_in_removed_and_kept
     assert counters["in_bytes_gopher"] == counters["removed_bytes_gopher"] + counters["kept_bytes_gopher"]
     assert counters["in_bytes_c4"] >= counters["removed_bytes_c4"] + counters["kept_bytes_c4"]  # lines dropped
     assert counters["kept_documents_near"] == counters["documents"] + counters["empty_documents"]
+
+
+# ------------------------------------------------------------------------------------------ --minhash
+def test_minhash_keys_set_the_near_duplicate_settings():
+    assert parse_minhash("bands=20, rows=5, hashes=100, min_jaccard=0.8, shingle_words=3") == {
+        "minhash_bands": 20, "minhash_rows": 5, "min_jaccard": 0.8, "shingle_words": 3}
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--dedup", "near", "--minhash", "min_jaccard=1.5"], "--minhash min_jaccard must be in [0, 1], got 1.5"),
+    (["--dedup", "near", "--minhash", "bands=20,rows=5,hashes=112"],
+     "--minhash 'bands=20,rows=5,hashes=112': bands x rows = 20 x 5 = 100 hash functions, not hashes=112"),
+    (["--dedup", "near", "--minhash", "hashes=100"],
+     "--minhash 'hashes=100': bands x rows = 14 x 8 = 112 hash functions, not hashes=100"),
+    (["--dedup", "near", "--minhash", "rows=0"], "--minhash rows must be at least 1, got 0"),
+    (["--dedup", "near", "--minhash", "sides=3"],
+     "--minhash 'sides=3': unknown key 'sides'; the keys are shingle_words, bands, rows, min_jaccard, hashes"),
+    (["--dedup", "near", "--minhash", "bands=many"], "--minhash 'bands=many': bands must be a number, got 'many'"),
+    (["--dedup", "exact", "--minhash", "bands=10"],
+     "--minhash bands=10: only --dedup near uses it; add --dedup near (or exact,near)"),
+])
+def test_impossible_minhash_settings_are_refused_in_one_line_before_any_work(tmp_path, copied_corpus, spm_model,
+                                                                              capsys, flags, message):
+    code = xlnet_cli.main(["preprocess", "--input", copied_corpus[0][0], "--output", str(tmp_path / "x"), "--vocab",
+                           spm_model, *flags])
+    assert code == 2 and capsys.readouterr().err.strip() == f"xlnet preprocess: error: {message}"
+    assert not (tmp_path / "x").exists()

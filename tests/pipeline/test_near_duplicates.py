@@ -135,7 +135,7 @@ def test_the_kept_copy_is_chosen_by_a_seeded_hash_not_by_order():
 
 @pytest.mark.parametrize("field, value", [("bands", 0), ("rows", 0), ("shingle_words", 0), ("min_jaccard", 1.5)])
 def test_impossible_settings_are_refused_naming_the_field(field, value):
-    with pytest.raises(ConfigError, match=f"dedup {field} must be"):
+    with pytest.raises(ConfigError, match=f"--minhash {field} must be"):
         MinHashSettings(**{field: value})
 
 
