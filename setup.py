@@ -19,6 +19,9 @@ INSTALL_REQUIRES = [
     "numpy>=1.26",
     # Hugging Face checkpoints (model.safetensors) read and written with its NumPy API, no torch.
     "safetensors>=0.4.3",
+    # TFRecord framing checksums: the records read without TensorFlow (tfrecords/record_files.py) and
+    # the TensorBoard event files both training engines write (trainer/runtime/event_records.py).
+    "google-crc32c>=1.5",
 ]
 # The TensorFlow trainer, fine-tuning, SavedModel export and serving.
 TENSORFLOW_REQUIRES = [
@@ -32,10 +35,9 @@ PIPELINE_REQUIRES = ["apache-beam[gcp,tfrecord]==2.77.0"]
 DASK_REQUIRES = ["dask[distributed]>=2024.4.2"]
 # The network on JAX (issue 37: the same network and pretraining step under KERAS_BACKEND=jax); the
 # CPU build here, the GPU machines carry their own jax with CUDA. The test extra holds it for the
-# backend tests. google-crc32c: the TensorFlow-free reader of the records (tfrecords/numpy_reader.py) checks
-# every TFRecord's CRCs with it, on hosts that run JAX without TensorFlow. orbax-checkpoint: the JAX
+# backend tests. orbax-checkpoint: the JAX
 # engine's checkpoints (trainer/runtime/orbax_checkpoints.py), Orbax's CheckpointManager as MaxText's.
-JAX_REQUIRES = ["jax[cpu]>=0.10", "google-crc32c>=1.5", "orbax-checkpoint>=0.12.8"]
+JAX_REQUIRES = ["jax[cpu]>=0.10", "orbax-checkpoint>=0.12.8"]
 TEST_REQUIRES = [
     "pytest>=8",
     # `make test` runs the default suite on two processes (-n 2): most tests hold one core.

@@ -56,7 +56,7 @@ ALLOWED = {
     "inspection": {"tasks", "configs", "models"},
     "planning": {"configs", "models", "layers"},  # the memory / time model of a configuration on a device
     # a run's settings resolved and its controller built, once, for every command and benchmark
-    "launch": {"planning", "tasks", "inputs", "evaluation", "runtime", "serving", "configs", "models", "layers"},
+    "launch": {"planning", "tasks", "conversion", "inputs", "evaluation", "runtime", "serving", "configs", "models", "layers"},
     "commands": {"launch", "inspection", "planning", "tasks", "inputs", "evaluation", "runtime", "serving",
                  "conversion", "configs", "models", "layers"},
 }

@@ -53,7 +53,7 @@ def test_the_base_install_and_the_jax_and_pipeline_extras_bring_no_tensorflow():
 
 def test_a_command_that_needs_tensorflow_names_the_extra_to_install(tmp_path, small_data_dir):
     result = run_without_tensorflow(tmp_path, str(REPO / "xlnet_cli.py"), "train", "--data", small_data_dir,
-                                    "--model-dir", str(tmp_path / "model"))
+                                    "--model-dir", str(tmp_path / "model"), "--backend", "tensorflow")
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip() == ('xlnet train: error: needs TensorFlow (tensorflow is not installed); install the '
                                      'tensorflow extra: pip install "xlnet-pretrain[tensorflow]" (preprocessing does '

@@ -34,6 +34,7 @@ file's size once complete; manifests written before it existed lack it, so it is
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 from dataclasses import asdict, dataclass, field
 
@@ -299,27 +300,43 @@ def missing_manifest_error(file_path: str) -> ManifestError:
 
 
 def load_manifest(path: str) -> Manifest:
-    """Loads DIR/manifest.json (``path`` is the directory or the file itself) through tf.io.gfile,
-    so any filesystem TensorFlow reads (local, gs://) works, and validates it."""
+    """Loads DIR/manifest.json (``path`` is the directory or the file itself) and validates it: a local
+    one with Python's own I/O (so that a host without TensorFlow reads it), one with a scheme (gs://)
+    through tf.io.gfile."""
+    file_path, _ = manifest_location(path)
+    if not is_file(file_path):
+        raise missing_manifest_error(file_path)
+    return parse_manifest(read_file(file_path), file_path)
+
+
+def is_file(path: str) -> bool:
+    """Whether ``path`` is a file: a local path checked by Python, one with a scheme by tf.io.gfile."""
+    if "://" not in path:
+        return os.path.isfile(path)
     import tensorflow as tf
 
-    file_path, _ = manifest_location(path)
-    if not tf.io.gfile.exists(file_path):
-        raise missing_manifest_error(file_path)
-    with tf.io.gfile.GFile(file_path, "rb") as handle:
-        return parse_manifest(handle.read(), file_path)
+    return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+
+
+def read_file(path: str) -> bytes:
+    """The bytes of ``path``: a local file read by Python, one with a scheme through tf.io.gfile."""
+    if "://" not in path:
+        with open(path, "rb") as handle:
+            return handle.read()
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        return handle.read()
 
 
 def vocabulary_path(manifest: Manifest) -> str:
     """The SentencePiece model the data was tokenised with: where the manifest says, or next to
     manifest.json (a data directory copied elsewhere, e.g. to gs://, keeps its model beside it).
     Raises ManifestError naming every place tried."""
-    import tensorflow as tf
-
     named = str(manifest.vocab.get("path", ""))
     candidates = [named, manifest.resolve(named), manifest.resolve(posixpath.basename(named) or "spiece.model")]
     for candidate in candidates:
-        if candidate and tf.io.gfile.exists(candidate) and not tf.io.gfile.isdir(candidate):
+        if candidate and is_file(candidate):
             return candidate
     raise ManifestError(f"the manifest's vocabulary {named!r} was not found (tried {', '.join(candidates)}); "
                         "put the SentencePiece model there or next to manifest.json")

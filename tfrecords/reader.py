@@ -43,14 +43,7 @@ from tfrecords.stream_layout import (  # noqa: F401  (the layout's names, import
     stream_ended_early_words,
     validate_manifest,
 )
-from tfrecords.vocabulary import vocabulary_sha256
-
-
-def file_sha256(path: str) -> str:
-    """The vocabulary checksum (tfrecords.vocabulary.vocabulary_sha256) of the SentencePiece model
-    file at ``path``, read through tf.io.gfile."""
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        return vocabulary_sha256(handle.read())
+from tfrecords.vocabulary import file_sha256, vocabulary_sha256  # noqa: F401 (file_sha256 imported from here)
 
 
 READ_BUFFER_BYTES = 256 << 10

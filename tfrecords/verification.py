@@ -22,6 +22,7 @@ functions (the rule of tfrecords/), so that importing this module stays cheap.
 from __future__ import annotations
 
 import dataclasses
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
@@ -225,9 +226,18 @@ def first_record_problem(serialized, stream: StreamEntry, manifest: Manifest) ->
 
 
 def _file_problem(manifest: Manifest, shard: ShardEntry) -> str | None:
+    path = manifest.shard_path(shard)
+    if "://" not in path:  # Python's own checks: a host without TensorFlow checks its data too
+        if not os.path.exists(path):
+            expected = f"expected {shard.bytes} bytes" if shard.bytes is not None else "listed in the manifest"
+            return f"{path}: {expected}, found no such file"
+        try:
+            size = os.path.getsize(path) if shard.bytes is not None else None
+        except OSError as error:
+            return f"{path}: cannot be checked ({error.strerror})"
+        return None if size == shard.bytes else f"{path}: expected {shard.bytes} bytes, found {size} bytes"
     import tensorflow as tf
 
-    path = manifest.shard_path(shard)
     try:
         if not tf.io.gfile.exists(path):
             expected = f"expected {shard.bytes} bytes" if shard.bytes is not None else "listed in the manifest"

@@ -72,6 +72,14 @@ def vocabulary_sha256(model_proto: bytes) -> str:
     return hashlib.sha256(model_proto).hexdigest()
 
 
+def file_sha256(path: str) -> str:
+    """The vocabulary checksum (:func:`vocabulary_sha256`) of the SentencePiece model file at ``path``
+    (local, or gs:// through tf.io.gfile)."""
+    from tfrecords.manifest import read_file
+
+    return vocabulary_sha256(read_file(path))
+
+
 def is_tokenised_with(manifest_vocab: Mapping[str, Any], sha256: str) -> bool:
     """True when the records of a manifest whose ``vocab`` entry is ``manifest_vocab`` were tokenised
     with the vocabulary of checksum ``sha256``: only then do their ids mean its pieces. A manifest

@@ -4,6 +4,10 @@ Same flags both ways (the Vertex AI custom-job convention):
   --data DIR [--data DIR2 ... --mixture-weights W1,W2,...] [--eval-data DIR ...] --model-dir DIR
   --preset tiny|base|large [--config FILE] [--set key=value ...]
   [--strategy auto|cpu|gpu|mirrored|multi-worker|tpu] [--tpu NAME] [--init-checkpoint DIR]
+  [--backend tensorflow|jax]
+
+--backend jax runs the JAX engine (trainer/runtime/jax_engine.py): no TensorFlow needed, the same
+model directory, step log, goodput and resume rules as the TensorFlow engine's.
 
 Several --data directories make a mixture (tfrecords/mixture.py): each was preprocessed on its own and
 they must agree on shapes, vocabulary and casing.
@@ -17,6 +21,35 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import sys
+
+from tfrecords.errors import UsageError
+
+BACKENDS = ("tensorflow", "jax")
+
+
+def chosen_backend(args: argparse.Namespace) -> str:
+    """The engine of the run: --backend, else KERAS_BACKEND when it names one, else TensorFlow."""
+    if args.backend:
+        return args.backend
+    named = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if named not in BACKENDS:
+        raise UsageError(f"KERAS_BACKEND={named}: `xlnet train` runs on {' or '.join(BACKENDS)} (--backend)")
+    return named
+
+
+def select_backend(backend: str) -> None:
+    """Keras's backend set to ``backend`` before Keras is imported (it reads KERAS_BACKEND once)."""
+    keras = sys.modules.get("keras")
+    if keras is not None and keras.backend.backend() != backend:
+        raise UsageError(f"--backend {backend}: Keras already runs on {keras.backend.backend()} in this process")
+    os.environ["KERAS_BACKEND"] = backend
+
+
+def needs_tensorflow(args: argparse.Namespace) -> bool:
+    """Whether the run needs TensorFlow (xlnet_cli.py imports it, quietly, only then): not on JAX."""
+    return chosen_backend(args) != "jax"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser, "train")
     add_fit_arguments(parser)
     parser.add_argument("--init-checkpoint", help="model directory (e.g. from `xlnet import-checkpoint`) whose "
-                                                  "weights initialise a new run")
+                                                  "weights initialise a new run; with --backend jax, a Hugging Face "
+                                                  "directory (config.json, model.safetensors, spiece.model)")
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
+                        help="the training engine: tensorflow (tf.distribute, the default) or jax (jit and Orbax, "
+                             "no TensorFlow needed); default: KERAS_BACKEND when it names one of them")
 
 
 def pretraining_run(args: argparse.Namespace):
@@ -52,7 +89,7 @@ def pretraining_run(args: argparse.Namespace):
                           mixture_weights=args.mixture_weights, eval_data=tuple(args.eval_data),
                           config_file=args.config, overrides=tuple(args.overrides),
                           init_checkpoint=args.init_checkpoint, strategy=args.strategy, tpu=args.tpu,
-                          device_memory=args.device_memory)
+                          device_memory=args.device_memory, backend=chosen_backend(args))
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -62,6 +99,12 @@ def check_flags(args: argparse.Namespace) -> None:
     from trainer.commands.flag_checks import is_local_path
     from trainer.launch.pretraining_run import pretraining_configs
 
+    from trainer.launch.pretraining_run import check_jax_run
+
+    backend = chosen_backend(args)
+    select_backend(backend)  # before anything imports Keras
+    if backend == "jax":
+        check_jax_run(pretraining_run(args))
     if args.init_checkpoint is None and (args.config is None or is_local_path(args.config)):
         pretraining_configs(args.preset, args.config, args.overrides)
 
@@ -71,11 +114,14 @@ def run(args: argparse.Namespace) -> int:
     divergence or damaged data (a shard missing or of another size than the manifest records) a
     DataError (exit 3)."""
     from trainer.commands.training_command import configure_logging, print_summary
-    from trainer.launch.pretraining_run import build_pretraining
+    from trainer.launch.pretraining_run import build_jax_pretraining, build_pretraining
 
     configure_logging()
+    run = pretraining_run(args)
+    select_backend(run.backend)
+    build = build_jax_pretraining if run.backend == "jax" else build_pretraining
     with contextlib.ExitStack() as held:
-        result = build_pretraining(pretraining_run(args), held).train()
+        result = build(run, held).train()
     print_summary({"step": result.step, "stopped": result.stopped, "last_loss": result.last_loss,
                    "eval": dict(result.eval_metrics)})
     return 0

@@ -36,6 +36,7 @@ class PretrainingRun:
     strategy: str = "auto"
     tpu: str | None = None
     device_memory: str | None = None  # e.g. "16GiB": the fit check's memory per replica
+    backend: str = "tensorflow"  # the engine: "tensorflow" (tf.distribute) or "jax"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +52,7 @@ class ResolvedPretraining:
 
     def mixture(self, run: PretrainingRun) -> list:
         """The MixtureSources of a mixture run; empty for one directory."""
-        from tfrecords.mixture import MixtureSource
+        from tfrecords.mixture_schedule import MixtureSource
 
         if len(run.data) == 1:
             return []
@@ -59,7 +60,7 @@ class ResolvedPretraining:
                 for data, manifest, weight in zip(run.data, self.manifests, self.weights)]
 
     def eval_sources(self, run: PretrainingRun) -> list:
-        from tfrecords.mixture import MixtureSource
+        from tfrecords.mixture_schedule import MixtureSource
 
         return [MixtureSource(data, manifest, 1.0) for data, manifest in zip(run.eval_data, self.eval_manifests)]
 
@@ -89,8 +90,9 @@ def resolve_pretraining(run: PretrainingRun) -> ResolvedPretraining:
     named once, every shard there with its recorded size, all of them compatible, and every
     manifest agreeing with the resolved configurations. Raises UsageError or DamagedDataError."""
     from tfrecords.manifest import load_manifest, manifest_location, vocabulary_path
-    from tfrecords.mixture import check_compatible, check_distinct, parse_weights
-    from tfrecords.reader import file_sha256, validate_manifest
+    from tfrecords.mixture_schedule import check_compatible, check_distinct, parse_weights
+    from tfrecords.stream_layout import validate_manifest
+    from tfrecords.vocabulary import file_sha256
     from trainer.runtime.model_dir import ModelDirectory
     from trainer.runtime.storage import failures_named
 
@@ -109,9 +111,17 @@ def resolve_pretraining(run: PretrainingRun) -> ResolvedPretraining:
         _check_shard_files(manifest, each)
     check_compatible(named)
     init = ModelDirectory(run.init_checkpoint) if run.init_checkpoint else None
-    if init is not None:
+    huggingface = init is not None and is_huggingface_directory(init)
+    if init is not None and not huggingface:
         init.require("--init-checkpoint", (ModelDirectory.MODEL_CONFIG, ModelDirectory.VOCAB))
-    base_model = init.model_config if init is not None else None
+    if huggingface:
+        if run.backend != "jax":
+            raise UsageError(f"--init-checkpoint {init.path} is a Hugging Face directory, which the JAX engine "
+                             "starts from (--backend jax); on TensorFlow, import it first: `xlnet import-checkpoint "
+                             f"--huggingface {init.path} --output DIR`, then --init-checkpoint DIR")
+        base_model = huggingface_model_config(init.path)
+    else:
+        base_model = init.model_config if init is not None else None
     model, train, explicit = pretraining_configs(run.preset, run.config_file, run.overrides, base_model)
     if len(data) > 1:
         train = train.replace(mixture=tuple(zip(data, weights)))
@@ -154,6 +164,99 @@ def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = N
                                   init_checkpoint=run.init_checkpoint, log=log, after_first_save=after_first_save,
                                   mixture=resolved.mixture(run), eval_sources=resolved.eval_sources(run),
                                   step_flops=run_step_flops(model, train, strategy))
+
+
+def is_huggingface_directory(directory) -> bool:
+    """Whether a model directory given as --init-checkpoint is a Hugging Face one (config.json and
+    model.safetensors, spiece.model beside them) rather than ours (model_config.json)."""
+    return not directory.has(directory.MODEL_CONFIG) and directory.has("config.json")
+
+
+def huggingface_model_config(path: str):
+    """The ModelConfig of a Hugging Face --init-checkpoint, config.json checked against its weights'
+    headers (nothing read beyond them)."""
+    from trainer.conversion.huggingface_weights import read_huggingface_weights
+
+    return read_huggingface_weights(path, "--init-checkpoint").config
+
+
+def huggingface_loader(path: str) -> Callable:
+    """What gives a new run's network the weights of the Hugging Face directory ``path``."""
+    from trainer.conversion.huggingface_weights import load_tensors, read_huggingface_weights
+
+    def load(network) -> str:
+        load_tensors(read_huggingface_weights(path, "--init-checkpoint"), network)
+        return f"{path} (Hugging Face weights)"
+
+    return load
+
+
+def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = None,
+                          log: Callable[[str], None] = console_log):
+    """The JAX engine of ``run`` (trainer/runtime/jax_engine.py), as :func:`build_pretraining` builds
+    the TensorFlow one: configurations resolved and checked against the data, the input layout
+    checked over the local devices, the run lock taken, the model directory prepared."""
+    import jax
+
+    from tfrecords.input_layout import BatchLayout, check_layout
+    from trainer.launch.run_setup import remove_if_empty
+    from trainer.runtime.jax_engine import JaxPretrainingEngine
+    from trainer.runtime.model_dir import ModelDirectory
+    from trainer.runtime.run_lock import RunLock
+
+    check_jax_run(run)
+    resolved = resolve_pretraining(run)
+    model, train, manifest = resolved.model, resolved.train, resolved.manifests[0]
+    check_jax_settings(train)
+    devices = len(jax.local_devices())
+    layout = BatchLayout(train.train_batch_size, devices, 1, model.bi_data, "train.train_batch_size")
+    check_layout(layout, [manifest], "train", f"--data {run.data[0]}'s train split")
+    if train.eval_every:
+        check_layout(BatchLayout(train.eval_batch_size, 1, 1, model.bi_data, "train.eval_batch_size"), [manifest],
+                     "valid", f"{run.data[0]}'s valid split (evaluated every {train.eval_every} steps; "
+                     "train.eval_every=0 turns evaluation off)")
+    model_dir = ModelDirectory(run.model_dir)
+    if held is not None:
+        if not model_dir.exists():  # the lock creates it: a run refused before writing leaves none behind
+            held.callback(remove_if_empty, model_dir.path)
+        held.enter_context(RunLock(model_dir, log=log))
+    after_first_save = _prepare_model_dir(model_dir, model, train, manifest.special_ids, resolved.vocab_path,
+                                          uncased=bool(manifest.config.get("uncased", False)), log=log)
+    init = ModelDirectory(run.init_checkpoint) if run.init_checkpoint else None
+    init_weights = huggingface_loader(init.path) if init is not None and is_huggingface_directory(init) else None
+    return JaxPretrainingEngine(model, train, manifest=manifest, model_dir=run.model_dir, init_weights=init_weights,
+                                log=log, warn=warn_line, after_first_save=after_first_save)
+
+
+def warn_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def check_jax_run(run: PretrainingRun) -> None:
+    """What the JAX engine does not do yet, refused in one line naming the way that does."""
+    if len(run.data) > 1 or run.eval_data:
+        raise UsageError("--backend jax trains on one --data directory (no mixture or --eval-data yet); "
+                         "use --backend tensorflow for a mixture")
+    if run.strategy != "auto" or run.tpu:
+        raise UsageError("--strategy and --tpu are the TensorFlow engine's (tf.distribute); --backend jax "
+                         "trains on every local device (keras.distribution's DataParallel)")
+    if run.init_checkpoint:
+        from trainer.runtime.model_dir import ModelDirectory
+
+        init = ModelDirectory(run.init_checkpoint)
+        if init.exists() and not is_huggingface_directory(init):
+            raise UsageError(f"--init-checkpoint {init.path} is a model directory; --backend jax starts from a "
+                             "Hugging Face directory (config.json, model.safetensors): write one with `xlnet export "
+                             f"--model-dir {init.path} --format huggingface --output DIR`")
+
+
+def check_jax_settings(train) -> None:
+    if train.accumulation_steps != 1:
+        raise UsageError(f"accumulation_steps {train.accumulation_steps}: --backend jax applies every batch "
+                         "(accumulation_steps 1); raise train_batch_size instead, or use --backend tensorflow")
+    if train.precision == "mixed_float16":
+        raise UsageError("precision mixed_float16 needs dynamic loss scaling, which --backend jax does not do; use "
+                         "mixed_bfloat16 (or float32), or --backend tensorflow")
 
 
 def _check_shard_files(manifest, data: str) -> None:

@@ -28,11 +28,8 @@ import re
 import time
 from typing import Callable
 
-import tensorflow as tf
-from google.protobuf import text_format
-from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
-
 from tfrecords.errors import DataError
+from trainer.runtime import file_system
 
 STATE_FILE = "checkpoint"
 DAMAGED = "damaged"
@@ -105,13 +102,16 @@ def _step(prefix: str) -> int:
 def _read_state(directory: str) -> tuple[CheckpointState | None, str | None]:
     """The parsed state file, or (None, why) when it is missing or damaged."""
     path = state_path(directory)
-    if not tf.io.gfile.exists(path):
+    if not file_system.exists(path):
         return None, f"{path} is missing"
+    from google.protobuf import text_format  # the state file is TensorFlow's: only its engine writes one
+    from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
+
     try:
-        with tf.io.gfile.GFile(path, "rb") as handle:
+        with file_system.open_file(path, "rb") as handle:
             text = handle.read().decode("utf-8")
         state = text_format.Parse(text, CheckpointState())
-    except (tf.errors.OpError, text_format.ParseError, UnicodeDecodeError) as error:
+    except (*file_system.failures(), text_format.ParseError, UnicodeDecodeError) as error:
         return None, f"{path} is damaged ({' '.join(str(error).split())[:120]})"
     if not state.model_checkpoint_path:
         return None, f"{path} names no checkpoint"
@@ -121,7 +121,7 @@ def _read_state(directory: str) -> tuple[CheckpointState | None, str | None]:
 def on_disk(directory: str) -> list[str]:
     """The prefixes of the ``ckpt-N.index`` files directly in ``directory``, by step."""
     found = []
-    for path in tf.io.gfile.glob(posixpath.join(directory, "ckpt-*.index")):
+    for path in file_system.glob(posixpath.join(directory, "ckpt-*.index")):
         match = _INDEX.match(posixpath.basename(path))
         if match:
             found.append((int(match.group(1)), posixpath.join(directory, posixpath.basename(path)[:-len(".index")])))
@@ -143,11 +143,11 @@ def read_history(directory: str) -> History:
         return History(directory, tuple(present), why if present else None)
     latest = resolve(directory, state.model_checkpoint_path)
     listed = [resolve(directory, name) for name in state.all_model_checkpoint_paths]
-    if not tf.io.gfile.exists(latest + ".index"):
+    if not file_system.exists(latest + ".index"):
         # the latest it names is gone: every checkpoint present counts
         return History(directory, tuple(present), f"{state_path(directory)} names {latest}, which is missing"
                        if present else None)
-    kept = [path for path in listed if path != latest and tf.io.gfile.exists(path + ".index")]
+    kept = [path for path in listed if path != latest and file_system.exists(path + ".index")]
     kept += [path for path in present if path not in kept and path != latest and _step(path) < _step(latest)]
     prefixes = tuple(sorted(kept, key=_step)) + (latest,)
     added = [posixpath.basename(path) for path in prefixes if path not in listed]
@@ -165,15 +165,18 @@ def write_history(history: History) -> None:
     checkpoints so stamped."""
     path = state_path(history.directory)
     if not history.prefixes:
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.remove(path)
+        if file_system.exists(path):
+            file_system.remove(path)
         return
+    from google.protobuf import text_format
+    from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
+
     now = time.time()
     stamps = []
     for prefix in history.prefixes:
         try:
-            stamp = tf.io.gfile.stat(prefix + ".index").mtime_nsec / 1e9
-        except tf.errors.OpError:
+            stamp = file_system.mtime(prefix + ".index")
+        except file_system.failures():
             stamp = now
         stamps.append(min(max(stamp, stamps[-1] if stamps else stamp), now))
     state = CheckpointState(model_checkpoint_path=posixpath.basename(history.prefixes[-1]),
@@ -181,12 +184,12 @@ def write_history(history: History) -> None:
                             all_model_checkpoint_timestamps=stamps, last_preserved_timestamp=min(stamps) - 1.0)
     data = text_format.MessageToString(state).encode("utf-8")
     if "://" in path:  # an object store publishes an object whole
-        with tf.io.gfile.GFile(path, "wb") as handle:
+        with file_system.open_file(path, "wb") as handle:
             handle.write(data)
         return
-    with tf.io.gfile.GFile(path + ".tmp", "wb") as handle:
+    with file_system.open_file(path + ".tmp", "wb") as handle:
         handle.write(data)
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    file_system.rename(path + ".tmp", path, overwrite=True)
 
 
 def set_aside(directory: str, prefix: str) -> str:
@@ -198,12 +201,12 @@ def set_aside(directory: str, prefix: str) -> str:
     prefix = posixpath.join(directory, posixpath.basename(prefix))
     name = posixpath.basename(prefix)
     damaged = damaged_directory(directory)
-    tf.io.gfile.makedirs(damaged)
-    target = _unused_name(name, lambda candidate: bool(tf.io.gfile.glob(posixpath.join(damaged, candidate + ".*"))))
-    for path in tf.io.gfile.glob(prefix + ".*"):
+    file_system.makedirs(damaged)
+    target = _unused_name(name, lambda candidate: bool(file_system.glob(posixpath.join(damaged, candidate + ".*"))))
+    for path in file_system.glob(prefix + ".*"):
         suffix = posixpath.basename(path)[len(name):]
         if suffix == ".index" or suffix.startswith(".data-"):
-            tf.io.gfile.rename(path, posixpath.join(damaged, target + suffix), overwrite=False)
+            file_system.rename(path, posixpath.join(damaged, target + suffix), overwrite=False)
     return posixpath.join(damaged, target)
 
 
@@ -212,11 +215,11 @@ def set_aside_file(directory: str, name: str) -> str:
     ``damaged/NAME``, or ``damaged/STEM_2.EXT``, ``_3``... when a file of that name was set aside
     before (the rule of :func:`set_aside`). Nothing is overwritten."""
     damaged = damaged_directory(directory)
-    tf.io.gfile.makedirs(damaged)
+    file_system.makedirs(damaged)
     stem, extension = posixpath.splitext(name)
-    target = _unused_name(stem, lambda candidate: tf.io.gfile.exists(posixpath.join(damaged, candidate + extension)))
+    target = _unused_name(stem, lambda candidate: file_system.exists(posixpath.join(damaged, candidate + extension)))
     moved = posixpath.join(damaged, target + extension)
-    tf.io.gfile.rename(posixpath.join(directory, name), moved, overwrite=False)
+    file_system.rename(posixpath.join(directory, name), moved, overwrite=False)
     return moved
 
 
@@ -234,10 +237,10 @@ def unfinished_saves(directory: str) -> list[str]:
     killed while writing): a ``ckpt-N_temp`` directory left, or ``ckpt-N.data-*`` files without
     their ``ckpt-N.index``. By step."""
     found = set()
-    for path in tf.io.gfile.glob(posixpath.join(directory, "ckpt-*")):
+    for path in file_system.glob(posixpath.join(directory, "ckpt-*")):
         name = posixpath.basename(path.rstrip("/"))
         match = _UNFINISHED.match(name)
-        if match and (match.group(2) == "_temp" or not tf.io.gfile.exists(
+        if match and (match.group(2) == "_temp" or not file_system.exists(
                 posixpath.join(directory, f"ckpt-{match.group(1)}.index"))):
             found.add(int(match.group(1)))
     return [posixpath.join(directory, f"ckpt-{step}") for step in sorted(found)]
@@ -249,14 +252,14 @@ def remove_unfinished_save(directory: str, prefix: str) -> list[str]:
     ``directory`` named after ``prefix`` are touched."""
     name = posixpath.basename(prefix)
     removed = []
-    for path in tf.io.gfile.glob(posixpath.join(directory, name + "_temp*")):
-        if tf.io.gfile.isdir(path):
-            tf.io.gfile.rmtree(path)
+    for path in file_system.glob(posixpath.join(directory, name + "_temp*")):
+        if file_system.isdir(path):
+            file_system.rmtree(path)
         else:
-            tf.io.gfile.remove(path)
+            file_system.remove(path)
         removed.append(path)
-    if not tf.io.gfile.exists(posixpath.join(directory, name + ".index")):
-        for path in tf.io.gfile.glob(posixpath.join(directory, name + ".data-*")):
-            tf.io.gfile.remove(path)
+    if not file_system.exists(posixpath.join(directory, name + ".index")):
+        for path in file_system.glob(posixpath.join(directory, name + ".data-*")):
+            file_system.remove(path)
             removed.append(path)
     return removed

@@ -1,8 +1,11 @@
-"""The distributed training loop shared by every task (pretraining, fine-tuning), as in Orbit.
+"""The TensorFlow engine of the training loop (trainer/runtime/training_loop.py), shared by every
+task (pretraining, fine-tuning), as in Orbit.
 
 A task (the protocol of trainer/runtime/task_protocol.py; trainer/tasks/pretraining.py,
 trainer/tasks/sequence.py, trainer/tasks/squad.py) says what to build, what to compute and what to
-save; the :class:`Controller` owns the loop every objective shares:
+save; the :class:`Controller` owns what every objective shares on TensorFlow, and the backend-neutral
+:class:`~trainer.runtime.training_loop.TrainingLoop` runs it (the step log, TensorBoard, progress
+lines, goodput, the NaN guard, preemption: written once for both engines):
 
 * the strategy and the process-wide policy (mixed precision, seed);
 * the optimizer: AdamW with warm-up and decay, per-variable learning-rate factors when the task
@@ -12,27 +15,18 @@ save; the :class:`Controller` owns the loop every objective shares:
   global norm, then applied; ``steps_per_loop`` steps run inside one tf.function (the TPU
   pattern) and Python only sees their per-step losses;
 * checkpoints (model, optimizer, step, dropout RNG state and whatever the task adds, such as the
-  Transformer-XL memory) with exact resume, the NaN guard, the step log, the console's progress
-  lines with the ETA, and periodic evaluation.
-
-What the loop calls upon lives beside it: SIGTERM / SIGINT preemption agreed by all workers
-(trainer/runtime/preemption.py), the TensorBoard writers (trainer/runtime/summaries.py), the
-allocator's peak memory per loop of steps (trainer/runtime/peak_memory.py), model FLOPs/s and MFU
-(trainer/runtime/throughput.py), the goodput accounting (trainer/runtime/goodput.py), the
-profiler window (trainer/runtime/profiling.py).
-
-Losses: the step log has every step's loss; TensorBoard's train ``loss`` and the console's
-progress line have the mean over the loop of steps they close (the line names those steps);
-``TrainResult.last_loss`` is the last step's.
+  Transformer-XL memory) with exact resume, and evaluation;
+* SIGTERM / SIGINT agreed by all workers through the strategy's all-reduce
+  (trainer/runtime/preemption.py), the allocator's peak memory per loop of steps
+  (trainer/runtime/peak_memory.py).
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import posixpath
 import sys
 import time
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
 import keras
 import numpy as np
@@ -44,16 +38,13 @@ from trainer.configs.training import LoopConfig
 from trainer.runtime import checkpoint_history
 from trainer.runtime.checkpoint_writer import BackgroundWrites, SaveFailed
 from trainer.runtime.distribution import is_chief, lost_worker, worker_info
-from trainer.runtime.goodput import GoodputRecorder, log_breakdown
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
 from trainer.runtime.optimization import build_optimizer, clip_by_global_norm
 from trainer.runtime.peak_memory import PeakMemory
 from trainer.runtime.preemption import Preemption
-from trainer.runtime.profiling import ProfileWindow
+from trainer.runtime.profiling import tensorflow_tracer
 from trainer.runtime.resume_agreement import agreed_history, check_same_step
 from trainer.runtime.run_clock import command_start_time
-from trainer.runtime.run_lock import taken_over_from
-from trainer.runtime.summaries import SummaryManager
 from trainer.runtime.training_stops import (  # noqa: F401 (the loop's errors, raised and re-exported here)
     CheckpointSaveError,
     TrainingDataError,
@@ -64,6 +55,7 @@ from trainer.runtime.training_stops import (  # noqa: F401 (the loop's errors, r
 )
 from trainer.runtime.task_protocol import Task
 from trainer.runtime.throughput import StepFlops
+from trainer.runtime.training_loop import LoopOutput, TrainingLoop, TrainResult  # noqa: F401 (TrainResult re-exported)
 
 # Called unconverted from AutoGraph-converted code: functions that branch only on Python values, whose
 # conversion from source at every start would cost time and change nothing.
@@ -73,20 +65,6 @@ _unconverted = tf.autograph.experimental.do_not_convert
 def warn_on_stderr(line: str) -> None:
     """A warning on standard error, flushed at once: standard output keeps the progress lines."""
     print(line, file=sys.stderr, flush=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainResult:
-    """How :meth:`Controller.train` ended.
-
-    ``last_loss`` is the loss of the last step run (not a loop's mean, which the console's
-    progress lines and TensorBoard show), None when no step ran (resumed at train_steps).
-    """
-
-    step: int
-    stopped: str  # "completed" or "preempted"
-    last_loss: float | None
-    eval_metrics: Mapping[str, float]
 
 
 class Controller:
@@ -112,7 +90,7 @@ class Controller:
                  init_checkpoint: str | None = None, log: Callable[[str], None] = print,
                  after_first_save: Callable[[int], None] | None = None,
                  warn: Callable[[str], None] = warn_on_stderr, step_flops: StepFlops | None = None):
-        self._started = command_start_time(default=time.time())  # the run's wall time counts from here
+        self.started = command_start_time(default=time.time())  # the run's wall time counts from here
         self.task, self.config, self.strategy, self.log, self.warn = task, config, strategy, log, warn
         self.step_flops = step_flops
         self._after_first_save = after_first_save
@@ -137,17 +115,22 @@ class Controller:
         rng = [v for v in task.model.non_trainable_variables if "seed_generator" in v.path]
         self.checkpoint = tf.train.Checkpoint(optimizer=self.optimizer, step=self.step, rng=rng,
                                               **task.checkpoint_items(first_replica))
-        self._restored = self._restore(init_checkpoint)
+        self.restored = self._restore(init_checkpoint)
         # The micro-steps (the task's forward and backward passes) branch only on Python values, so
         # AutoGraph is off for them: converting them and the ~40 functions they call from source took
         # about 1 s of a tiny run's 5.7 s first step (docs/benchmarks.md, "Start-up"). The loop around them
         # stays converted (its tf.range, the loss scaling's branches under mixed_float16).
         self._grad_fn = tf.function(self._micro_steps, jit_compile=config.jit_compile, autograph=False)
         self._train_loop = tf.function(self._train_loop_fn)
-        self.preemption = Preemption(strategy, self.num_workers, config.preemption_grace_seconds,
-                                     give_up=self._given_up, log=self.log)
+        self._signals_anywhere = tf.function(self._signals_anywhere_fn)
+        self.preemption = Preemption(self._any_signalled if self.num_workers > 1 else None,
+                                     config.preemption_grace_seconds, give_up=self._given_up, log=self.log)
         self._running: tuple[int, int, int] = (0, 0, 0)  # (the run's first step, the running loop's first, last)
         self.peak_memory = PeakMemory(strategy)
+        self.tracer = tensorflow_tracer
+        self.metric_names = task.metric_names
+        self.tokens_per_example = task.tokens_per_example
+        self._iterator = None
 
     @property
     def network(self) -> keras.Model:
@@ -339,87 +322,53 @@ class Controller:
                 raise
             raise TrainingDataError(self._evaluation_input_error(error)) from None
 
-    def train(self, evaluate_at_end: bool = False) -> TrainResult:
-        """Trains to ``train_steps``; checkpoints every ``checkpoint_every`` steps and at exit,
-        evaluates every ``eval_every`` steps and, with ``evaluate_at_end``, once more at the end
-        (unless the last step was just evaluated). Where the time went is added to goodput.json
-        as the run goes and logged at its end (trainer/runtime/goodput.py)."""
-        config = self.config
-        start = int(self.step.numpy())
-        iterator = iter(self.train_dataset())
-        summaries = SummaryManager(self.model_dir, enabled=self.chief)
-        goodput = GoodputRecorder(self.model_dir, self._started, enabled=self.chief)
-        profile = ProfileWindow(config.profile_window, self.model_dir.tensorboard("train"), enabled=self.chief)
-        step, last_loss, eval_metrics, evaluated_at = start, None, {}, -1
-        saved_at = start if self._restored else None  # the step of the newest checkpoint on disk
-        goodput.begin(start, taken_over_from(self.model_dir) if self.chief else None)
-        began, timed_from = time.time(), start  # the ETA leaves the first (compiling) step out
-        with self.preemption.handlers(), _stopped_at_exit(profile), self._workers_all_present():
-            while step < config.train_steps and not self.preemption.stopping():
-                # the first loop of a process is one step, so that progress shows once it is compiled
-                count = 1 if step == start else self._steps_until_event(step, profile.boundaries())
-                profile.before_loop(step)
-                self._running = (start, step + 1, step + count)
-                with goodput.timed("compile" if step == start else "productive", steps=count), \
-                        self.preemption.running_loop():  # a signal waits for it preemption_grace_seconds at most
-                    losses, metrics, norms, elapsed, peak = self._run_loop(iterator, step, count)
-                profile.after_loop(step + count)
-                rates = self._loop_rates(count, elapsed)
-                self._record_steps(step, losses, metrics, norms, peak, rates)
-                step += count
-                last_loss = float(losses[-1])
-                summaries.write("train", step, self._loop_scalars(step, losses, metrics, norms, {
-                    **rates, **({} if peak is None else {"peak_memory_bytes": float(peak)})}))
-                if step == start + count:
-                    self.log(f"step {step}/{config.train_steps} loss {last_loss:.4f} (the first step of this run: "
-                             f"{elapsed:.1f}s with tracing and compilation)")
-                    began, timed_from = time.time(), step
-                else:
-                    self._progress(step, count, losses, rates, began, timed_from)
-                if step % config.checkpoint_every == 0:
-                    with goodput.timed("checkpoint"):
-                        saved_at = self._save(step, start)
-                    goodput.saved(step)
-                if config.eval_every and step % config.eval_every == 0:
-                    with goodput.timed("evaluation"):
-                        eval_metrics, evaluated_at = self._run_eval(summaries, step), step
-                goodput.record()
-            if saved_at != step:  # the last loop may have ended on a checkpoint already
-                with goodput.timed("checkpoint"):
-                    self._save(step, start)
-                goodput.saved(step)
-            with goodput.timed("checkpoint"):
-                self._finish_saves(start)  # the last checkpoint complete before the run ends
-        stopped = "completed" if step >= config.train_steps else "preempted"
-        if stopped == "preempted":
-            self.log(f"{self.preemption.cause()}: saved checkpoint at step {step}, exiting")
-        elif evaluate_at_end and evaluated_at != step:
-            with goodput.timed("evaluation"):
-                eval_metrics = self._run_eval(summaries, step)
-        record = goodput.record()
-        if self.chief:
-            log_breakdown(record, self.model_dir.path, self.log)
-        return TrainResult(step, stopped, last_loss, eval_metrics)
+    # ------------------------------------------------------------- the loop's engine
+    def current_step(self) -> int:
+        return int(self.step.numpy())
 
-    def _run_loop(self, iterator, step: int, count: int):
-        """Runs the loop of ``count`` steps after ``step`` -> (losses, metrics, grad norms, seconds,
-        peak memory); a training input that cannot be read is a TrainingDataError, a NaN loss a
-        TrainingDivergedError."""
-        tick = time.time()
+    def train(self, evaluate_at_end: bool = False) -> TrainResult:
+        """Trains to ``train_steps`` in the backend-neutral loop (trainer/runtime/training_loop.py)."""
+        return TrainingLoop(self, self.log).train(evaluate_at_end)
+
+    def start_input(self) -> None:
+        step = self.current_step()
+        self._running = (step, step, step)
+        self._iterator = iter(self.train_dataset())
+
+    def run_steps(self, step: int, count: int) -> LoopOutput:
+        """Runs the loop of ``count`` steps after ``step`` (one tf.function call); a training input
+        that cannot be read is a TrainingDataError."""
+        self._running = (self._running[0], step + 1, step + count)
         self.peak_memory.reset()
         try:
-            losses, metrics, norms = self._train_loop(iterator, tf.constant(count))
+            losses, metrics, norms = self._train_loop(self._iterator, tf.constant(count))
         except (tf.errors.DataLossError, tf.errors.NotFoundError) as error:
             raise TrainingDataError(self._input_error(step, error)) from None
         except tf.errors.InvalidArgumentError as error:
             if not stream_ended_early(error):  # the reader's report of a short stream, else a bug
                 raise
             raise TrainingDataError(self._input_error(step, error)) from None
-        losses, norms = losses.numpy(), norms.numpy()
-        metrics = {name: values.numpy() for name, values in metrics.items()}
-        elapsed = time.time() - tick
-        self._guard_finite(step, losses)
-        return losses, metrics, norms, elapsed, self.peak_memory.peak()
+        return LoopOutput(losses.numpy(), {name: values.numpy() for name, values in metrics.items()}, norms.numpy(),
+                          self.peak_memory.peak())
+
+    def latest_checkpoint(self) -> str | None:
+        return self.manager.latest_checkpoint
+
+    def step_details(self, step: int) -> dict[str, Any]:
+        return self.task.step_details(step)
+
+    def step_summaries(self, step: int) -> dict[str, float]:
+        return self.task.step_summaries(step)
+
+    def workers_all_present(self):
+        return self._workers_all_present()
+
+    def _any_signalled(self, signalled: bool) -> bool:
+        return bool(self._signals_anywhere(tf.constant(float(signalled))).numpy() > 0)
+
+    def _signals_anywhere_fn(self, signalled: tf.Tensor) -> tf.Tensor:
+        per_replica = self.strategy.run(lambda: tf.identity(signalled))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     @contextlib.contextmanager
     def _workers_all_present(self) -> Iterator[None]:
@@ -445,7 +394,7 @@ class Controller:
         exits): the checkpoint write in flight is waited for first, then the line says what is saved."""
         start, first, last = self._running
         try:
-            self._finish_saves(start)
+            self.finish_saves(start)
             failed = ""
         except (TrainingStopped, SaveFailed) as error:
             failed = f" (the checkpoint being written failed: {error})"
@@ -456,16 +405,8 @@ class Controller:
         return (f"received signal {signum}: {steps} did not end within {self.config.preemption_grace_seconds:g} s "
                 f"(preemption_grace_seconds): stopped {saved}")
 
-    def _loop_rates(self, count: int, seconds: float) -> dict[str, float]:
-        """Tokens/s, examples/s and, when the model's FLOPs are known, model FLOPs/s and MFU of a
-        loop of ``count`` steps that took ``seconds``."""
-        examples = count * self.config.examples_per_step
-        rates = {"tokens_per_sec": examples * self.task.tokens_per_example / seconds,
-                 "examples_per_sec": examples / seconds}
-        return {**rates, **(self.step_flops.rates(count, seconds) if self.step_flops else {})}
-
     # --------------------------------------------------------------------------- helpers
-    def _save(self, step: int, start: int) -> int:
+    def save(self, step: int, start: int) -> int:
         """Saves the checkpoint of ``step`` (returned) and returns when the step loop may go on: once it
         is written or, with ``async_checkpoint``, once the write before it has finished and this one's
         snapshot is taken (trainer/runtime/checkpoint_writer.py). A full disk is a CheckpointSaveError
@@ -479,7 +420,7 @@ class Controller:
                 self._wait_for_write(start)
         return step
 
-    def _finish_saves(self, start: int) -> None:
+    def finish_saves(self, start: int) -> None:
         """Returns once every checkpoint saved is complete (with ``async_checkpoint``, the one being
         written): the run's last step. A full disk during that write is a CheckpointSaveError, as in
         :meth:`_save`."""
@@ -522,16 +463,6 @@ class Controller:
             + f"Free space under {self.work_dir.path} and run the same command again: the run resumes from "
             + (f"{kept}" if kept else "its start, no checkpoint having been saved"))
 
-    def _steps_until_event(self, step: int, also: tuple[int, ...] = ()) -> int:
-        """Steps from ``step`` to the next loop boundary: the last step, a loop's end, a checkpoint,
-        an evaluation, or any of ``also`` (the profiler window's ends) after ``step``."""
-        config = self.config
-        boundaries = [config.train_steps, _next_multiple(step, config.steps_per_loop),
-                      _next_multiple(step, config.checkpoint_every), *(b for b in also if b > step)]
-        if config.eval_every:
-            boundaries.append(_next_multiple(step, config.eval_every))
-        return min(boundaries) - step
-
     def _input_error(self, step: int, error: tf.errors.OpError) -> str:
         """What to tell when the training input cannot be read: what TensorFlow said, where the task
         finds the damage, and what is kept."""
@@ -549,76 +480,7 @@ class Controller:
                 f"`xlnet inspect DATA_DIR --verify` on the evaluation data names the damaged file. Training "
                 f"stopped; the checkpoints so far are kept (latest: {kept})")
 
-    def _guard_finite(self, step: int, losses: np.ndarray) -> None:
-        bad = np.flatnonzero(~np.isfinite(losses))
-        if bad.size:
-            last = self.manager.latest_checkpoint or "none yet"
-            raise TrainingDivergedError(
-                f"loss became {losses[bad[0]]} at step {step + int(bad[0]) + 1}; training stopped without "
-                f"saving. Last good checkpoint: {last}. Lower learning_rate or check the data.")
-
-    def _record_steps(self, step: int, losses, metrics: Mapping[str, np.ndarray], norms, peak: int | None,
-                      rates: Mapping[str, float]) -> None:
-        """The step log's rows of a loop of steps after ``step``; the peak memory, model FLOPs/s and
-        MFU are the loop's, in each of its rows. A peak no device reported is null: the row says that
-        none was measured (never 0, which would read as "used no memory")."""
-        window: dict[str, Any] = {"peak_memory_bytes": peak}
-        if self.step_flops is not None:
-            window.update(model_flops_per_sec=rates["model_flops_per_sec"], mfu=rates["mfu"],
-                          mfu_peak_source=self.step_flops.peak_source)
-        self.work_dir.append_steps(
-            {"step": step + i + 1, "loss": float(loss), **{name: float(values[i]) for name, values in metrics.items()},
-             "grad_norm": float(norm), **window, **self.task.step_details(step + i + 1)}
-            for i, (loss, norm) in enumerate(zip(losses, norms)))
-
-    def _learning_rate(self, step: int) -> float:
+    def learning_rate(self, step: int) -> float:
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         return float(optimizer._learning_rate(step)) if callable(optimizer._learning_rate) else \
             float(optimizer.learning_rate)
-
-    def _loop_scalars(self, step: int, losses, metrics: Mapping[str, np.ndarray], norms,
-                      rates: Mapping[str, float]) -> dict[str, float]:
-        """The train writer's scalars of a loop of steps ending at ``step``: loss, the task's metrics
-        and the gradient norm as the loop's means, the learning rate at ``step``, ``rates`` (tokens/s,
-        examples/s, peak memory) and the task's own scalars."""
-        return {"loss": float(np.mean(losses)),
-                **{self.task.metric_names[name]: float(np.mean(values)) for name, values in metrics.items()},
-                "learning_rate": self._learning_rate(step), "grad_norm": float(np.mean(norms)), **rates,
-                **self.task.step_summaries(step)}
-
-    def _run_eval(self, summaries: SummaryManager, step: int) -> dict[str, float]:
-        metrics = self.evaluate()
-        summaries.write("eval", step, metrics)
-        self.log(f"step {step} eval: " + " ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
-        return metrics
-
-    def _progress(self, step: int, count: int, losses, rates: Mapping[str, float], began: float, start: int) -> None:
-        """The console line of a loop of ``count`` steps ending at ``step``: its loss is the loop's
-        mean (as TensorBoard's), and the line says over which steps; a loop of one step shows that
-        step's loss."""
-        done = step - start
-        per_step = (time.time() - began) / max(done, 1)
-        eta = per_step * (self.config.train_steps - step)
-        which = f" (mean of steps {step - count + 1}-{step})" if count > 1 else ""
-        mfu = f"MFU {rates['mfu']:.1%} " if "mfu" in rates else ""
-        self.log(f"step {step}/{self.config.train_steps} loss {float(np.mean(losses)):.4f}{which} "
-                 f"lr {self._learning_rate(step):.3g} tokens/s {rates['tokens_per_sec']:.0f} {mfu}"
-                 f"ETA {_clock(eta)}")
-
-
-@contextlib.contextmanager
-def _stopped_at_exit(profile: ProfileWindow) -> Iterator[None]:
-    """A profiler still tracing when the loop ends (a preempted run, an error) is stopped."""
-    try:
-        yield
-    finally:
-        profile.stop()
-
-
-def _next_multiple(step: int, every: int) -> int:
-    return (step // every + 1) * every
-
-
-def _clock(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"

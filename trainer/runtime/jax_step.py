@@ -3,7 +3,7 @@
 What it is for: running and measuring pretraining where TensorFlow does not go (a GPU machine with
 JAX and no TensorFlow, benchmarks/accelerator_step.py), on the same network, objective, optimizer
 and schedule as the TensorFlow trainer. What it does not do: read records (tf.data), checkpoint,
-write the step log or resume; those stay with the TensorFlow controller (trainer/runtime/controller.py).
+write the step log or resume: trainer/runtime/jax_engine.py does, in the loop both engines share.
 
 The arithmetic is the controller's step:
 - the gradient of the summed cross-entropy of the batch's real targets, divided by their number
@@ -145,6 +145,10 @@ class PretrainingStep:
         """One step on ``batch`` (the state given is donated: use the one given back)."""
         self._check_batch(state, batch)
         return self._step(state, {name: self._split_by_rows(batch[name]) for name in FEATURES})
+
+    def learning_rate(self, step: int) -> float:
+        """The schedule's learning rate at optimizer step ``step`` (0 before the first update)."""
+        return float(np.asarray(self._schedule(step)))
 
     def _split_by_rows(self, value):
         """``value`` laid out over the devices of Keras's distribution by its first axis (rows), as

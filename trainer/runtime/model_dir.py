@@ -1,4 +1,5 @@
-"""The model directory: its file names and every read and write of it, through tf.io.gfile.
+"""The model directory: its file names and every read and write of it (trainer/runtime/file_system.py:
+tf.io.gfile where TensorFlow runs, Python or etils.epath where it does not).
 
 Written by `xlnet train` and `xlnet import-checkpoint`; read by `xlnet train --init-checkpoint`,
 by a resumed run and by `xlnet export`. Layout::
@@ -38,12 +39,10 @@ import os
 import posixpath
 from typing import Any, Iterable, Mapping
 
-import tensorflow as tf
-
 from tfrecords.errors import DataError
 from trainer.models.config import ModelConfig
 from trainer.models.head_spec import HeadSpec
-from trainer.runtime import checkpoint_history, event_files, goodput
+from trainer.runtime import checkpoint_history, event_files, file_system, goodput
 from trainer.runtime.storage import StorageError, read_bytes, read_json, write_bytes, write_json
 from trainer.runtime.throughput import CLOCK_FIELDS
 
@@ -51,7 +50,7 @@ from trainer.runtime.throughput import CLOCK_FIELDS
 # and the allocator's peak, which moves by an allocation's rounding with, say, the length of the model
 # directory's path (two deterministic runs in one process, one in "clean-model" and one in
 # "faulty-model": 31,434,240 and 31,434,496 bytes).
-MEASURED_FIELDS = CLOCK_FIELDS | {"peak_memory_bytes"}
+MEASURED_FIELDS = CLOCK_FIELDS | {"peak_memory_bytes", "input_wait_seconds"}
 
 
 class ModelDirectoryError(StorageError):
@@ -130,16 +129,16 @@ class ModelDirectory:
 
     # ------------------------------------------------------------------------ checks
     def exists(self) -> bool:
-        return tf.io.gfile.isdir(self.path)
+        return file_system.isdir(self.path)
 
     def has(self, name: str) -> bool:
-        return tf.io.gfile.exists(self.join(name))
+        return file_system.exists(self.join(name))
 
     def require(self, flag: str, names: Iterable[str] = REQUIRED) -> None:
         """Raises ModelDirectoryError naming ``flag`` and every missing file of ``names`` (or a file
         given for the directory)."""
         if not self.exists():
-            if tf.io.gfile.exists(self.path):
+            if file_system.exists(self.path):
                 raise ModelDirectoryError(f"{flag} {self.path!r} is a file, not a model directory (give the directory "
                                           "`xlnet train` or `xlnet import-checkpoint` wrote)")
             raise ModelDirectoryError(f"{flag} {self.path!r} does not exist")
@@ -239,7 +238,7 @@ class ModelDirectory:
         """The rows of train_steps.jsonl (step, loss, metrics, grad_norm), in the order written."""
         if not self.has(self.STEP_LOG):
             return []
-        with tf.io.gfile.GFile(self.step_log, "r") as handle:
+        with file_system.open_file(self.step_log, "r") as handle:
             return [json.loads(line) for line in handle.read().splitlines() if line.strip()]
 
     def reproducible_step_rows(self) -> list[dict[str, Any]]:
@@ -300,21 +299,21 @@ class ModelDirectory:
             write_bytes(path, data)
             return
         write_bytes(path + ".tmp", data)
-        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+        file_system.rename(path + ".tmp", path, overwrite=True)
 
     # ------------------------------------------------------------------------ writes
     def write_model_files(self, model_config: ModelConfig, special_ids: Mapping[str, int], vocab_path: str,
                           uncased: bool | None = None) -> None:
         """Writes model_config.json and special_ids.json, copies the SentencePiece model to spiece.model
         and, when ``uncased`` is known (not None), writes text_normalization.json."""
-        tf.io.gfile.makedirs(self.path)
+        file_system.makedirs(self.path)
         write_json(self.join(self.MODEL_CONFIG), model_config.to_dict())
         write_json(self.join(self.SPECIAL_IDS), dict(special_ids))
         if uncased is not None:
             write_json(self.join(self.TEXT_NORMALIZATION), {"uncased": bool(uncased)})
         target = self.join(self.VOCAB)
         if os.fspath(vocab_path) != target:
-            tf.io.gfile.copy(os.fspath(vocab_path), target, overwrite=True)
+            file_system.copy(os.fspath(vocab_path), target, overwrite=True)
         for name in ("model_config", "special_ids", "sp_model_proto", "uncased"):
             self.__dict__.pop(name, None)  # drop what was read before this write
 
@@ -339,7 +338,7 @@ class ModelDirectory:
         """Writes ``config`` as ``name`` and keeps the settings it replaces as ``name.step-N.json``,
         N the step the run with the new settings resumed at; returns where the old ones went."""
         kept = self.join(name.removesuffix(".json") + f".step-{resumed_at}.json")
-        tf.io.gfile.rename(self.join(name), kept, overwrite=True)
+        file_system.rename(self.join(name), kept, overwrite=True)
         write_json(self.join(name), config.to_dict())
         self.__dict__.pop("finetune_config", None)
         return kept
@@ -374,7 +373,7 @@ class ModelDirectory:
     def write_json_lines(self, name: str, rows: Iterable[Mapping[str, Any]]) -> None:
         """Writes one JSON-lines file of the directory (e.g. PREDICTIONS), replacing it."""
         text = "".join(json.dumps(dict(row)) + "\n" for row in rows)
-        with tf.io.gfile.GFile(self.join(name), "w") as handle:
+        with file_system.open_file(self.join(name), "w") as handle:
             handle.write(text)
 
     def append_steps(self, rows: Iterable[Mapping[str, Any]]) -> None:

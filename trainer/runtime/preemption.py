@@ -26,8 +26,6 @@ import sys
 import threading
 from typing import Callable, Iterator
 
-import tensorflow as tf
-
 from tfrecords.errors import EXIT_OK
 from trainer.runtime import run_lock
 
@@ -39,8 +37,9 @@ class Preemption:
     """The stop signals of one run's training loop.
 
     Args:
-      strategy: the run's tf.distribute strategy (its collectives carry the agreement).
-      num_workers: the run's worker count; with 1, no collective is run.
+      agree: with several workers, whether any of them was signalled, given whether this one was
+        (a collective of the engine's: an all-reduce of tf.distribute, a gather of jax.distributed);
+        None with one worker: no collective is run.
       grace_seconds: how long a signal waits for the running loop of steps to end before the run
         gives it up (``preemption_grace_seconds``).
       give_up: called on the watcher thread when it does, with the signal: waits for what must
@@ -48,12 +47,11 @@ class Preemption:
       log: where that line goes.
     """
 
-    def __init__(self, strategy: tf.distribute.Strategy, num_workers: int, grace_seconds: float = 20.0,
+    def __init__(self, agree: Callable[[bool], bool] | None = None, grace_seconds: float = 20.0,
                  give_up: Callable[[int], str] | None = None, log: Callable[[str], None] = print):
-        self.strategy, self.num_workers = strategy, num_workers
+        self._agree = agree
         self.grace_seconds, self._give_up, self._log = grace_seconds, give_up, log
         self.signal: int | None = None  # the signal this worker received, if any
-        self._signals_anywhere = tf.function(self._signals_anywhere_fn)
         self._state = threading.Condition()
         self._loops_ended = 0  # loops of steps that returned (guarded by _state)
         self._in_loop = False
@@ -99,9 +97,9 @@ class Preemption:
         """Whether to stop at this loop boundary: a signal reached this worker or, with several
         workers, any of them. Workers decide together (one all-reduce per loop of steps): a worker
         that went on alone would wait forever in the next step's collectives."""
-        if self.num_workers == 1:
+        if self._agree is None:
             return self.signal is not None
-        return bool(self._signals_anywhere(tf.constant(float(self.signal is not None))).numpy() > 0)
+        return self._agree(self.signal is not None)
 
     def cause(self) -> str:
         """Why the run stopped, for the log line."""
@@ -145,8 +143,4 @@ class Preemption:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(EXIT_GAVE_UP)  # the main thread is inside TensorFlow: nothing else can stop it
-
-    def _signals_anywhere_fn(self, signalled: tf.Tensor) -> tf.Tensor:
-        per_replica = self.strategy.run(lambda: tf.identity(signalled))
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            os._exit(EXIT_GAVE_UP)  # the main thread is inside a compiled loop: nothing else can stop it

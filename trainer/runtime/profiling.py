@@ -1,4 +1,5 @@
-"""A profiler window: training steps START..END traced with tf.profiler.experimental.
+"""A profiler window: training steps START..END traced by the engine's profiler (TensorFlow's
+tf.profiler.experimental, JAX's jax.profiler).
 
 ``--set profile_steps=START:END`` (LoopConfig.profile_steps) traces those steps, both included, into
 ``MODEL_DIR/tensorboard/train``: the trace lands in ``plugins/profile/<timestamp>/<host>.xplane.pb``
@@ -14,20 +15,42 @@ traces nothing. Only the chief traces.
 """
 from __future__ import annotations
 
-import tensorflow as tf
+from typing import Callable, NamedTuple
+
+
+class Tracer(NamedTuple):
+    """An engine's profiler: ``start(logdir)`` and ``stop()``."""
+
+    start: Callable[[str], None]
+    stop: Callable[[], None]
+
+
+def tensorflow_tracer() -> Tracer:
+    import tensorflow as tf
+
+    return Tracer(tf.profiler.experimental.start, tf.profiler.experimental.stop)
+
+
+def jax_tracer() -> Tracer:
+    import jax
+
+    return Tracer(jax.profiler.start_trace, jax.profiler.stop_trace)
 
 
 class ProfileWindow:
-    """Starts and stops TensorFlow's profiler around the loops of steps ``window`` covers.
+    """Starts and stops the engine's profiler around the loops of steps ``window`` covers.
 
     Args:
       window: (START, END), the first and last step traced (1-based), or None for none.
       logdir: where the trace goes (its ``plugins/profile/`` subdirectory).
       enabled: False off the chief: nothing is traced.
+      tracer: the profiler to start and stop (TensorFlow's by default).
     """
 
-    def __init__(self, window: tuple[int, int] | None, logdir: str, enabled: bool = True):
+    def __init__(self, window: tuple[int, int] | None, logdir: str, enabled: bool = True,
+                 tracer: Callable[[], Tracer] = tensorflow_tracer):
         self.window = window if enabled else None
+        self._tracer = tracer
         self.logdir = logdir
         self.active = False
 
@@ -38,7 +61,7 @@ class ProfileWindow:
     def before_loop(self, step: int) -> None:
         """Starts tracing when the loop after ``step`` (the last step done) runs a step of the window."""
         if self.window is not None and not self.active and self.window[0] <= step + 1 <= self.window[1]:
-            tf.profiler.experimental.start(self.logdir)
+            self._tracer().start(self.logdir)
             self.active = True
 
     def after_loop(self, step: int) -> None:
@@ -49,5 +72,5 @@ class ProfileWindow:
     def stop(self) -> None:
         """Stops tracing, writing the trace (a run that ends inside its window: preempted)."""
         if self.active:
-            tf.profiler.experimental.stop()
+            self._tracer().stop()
             self.active = False

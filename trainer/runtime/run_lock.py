@@ -47,9 +47,8 @@ import time
 import uuid
 from typing import Any, Callable
 
-import tensorflow as tf
-
 from tfrecords.lock_owner import describe, owner_time, process_alive
+from trainer.runtime import file_system
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
 from trainer.runtime.storage import StorageError, StorageUnreachableError, failures_named, read_json, write_json
 
@@ -116,7 +115,7 @@ class RunLock:
         """Takes the lock, or raises RunLockError naming the live owner (StorageError or
         StorageUnreachableError naming ``--model-dir`` when the directory cannot be written)."""
         with failures_named(self.directory.path, "written", "--model-dir"):
-            tf.io.gfile.makedirs(self.directory.path)
+            file_system.makedirs(self.directory.path)
             killed = self._read(self.heartbeat_path)  # a run killed whose lock may be gone: before ours replaces it
             if killed is not None:
                 self.record[TAKEN_OVER] = {key: killed.get(key) for key in KILLED_RUN_FIELDS}
@@ -147,8 +146,8 @@ class RunLock:
         try:
             for path in (self.heartbeat_path, self.path):  # a heartbeat file left behind: a run that did not end
                 if self._is_ours(path):
-                    tf.io.gfile.remove(path)
-        except (tf.errors.OpError, StorageError, StorageUnreachableError) as error:
+                    file_system.remove(path)
+        except (*file_system.failures(), StorageError, StorageUnreachableError) as error:
             # The run's own outcome stands; a lock left behind is taken over once it is stale.
             self.log(f"warning: could not remove {self.path}: {error}")
 
@@ -168,7 +167,7 @@ class RunLock:
                 os.remove(self.path)
                 raise
             return True
-        if tf.io.gfile.exists(self.path):
+        if file_system.exists(self.path):
             return False
         write_json(self.path, self.record)
         return True
@@ -226,8 +225,8 @@ class RunLock:
     def _modified(self) -> float | None:
         """The lock file's modification time (seconds since the epoch), or None when it is gone."""
         try:
-            return tf.io.gfile.stat(self.path).mtime_nsec / 1e9
-        except tf.errors.NotFoundError:
+            return file_system.mtime(self.path)
+        except file_system.not_found():
             return None
 
     def _beat(self) -> None:

@@ -1,13 +1,13 @@
-"""Whole-file reads and writes (bytes, JSON) through tf.io.gfile, with errors that name the file.
+"""Whole-file reads and writes (bytes, JSON), with errors that name the file.
 
-Every file the trainer, export and import read or write goes through tf.io.gfile, so any path
-may be local or gs:// (or another filesystem TensorFlow knows): small files whole through these
-helpers; listings, globs, copies, renames and record streams through tf.io.gfile and tf.data
-directly, in the module that owns them (trainer/runtime/model_dir.py for model directories,
+Every file the trainer, export and import read or write goes through trainer/runtime/file_system.py
+(tf.io.gfile where TensorFlow runs, Python or etils.epath where it does not), so any path may be
+local or gs://: small files whole through these helpers; listings, globs, copies, renames and record
+streams through file_system, tf.io.gfile and tf.data directly, in the module that owns them (trainer/runtime/model_dir.py for model directories,
 trainer/inputs/text_files.py for fine-tuning files, trainer/serving/saved_model.py for
 publishing an export). tests/test_cloud_storage.py runs those paths against a GCS API.
-TensorFlow is imported only where a path with a scheme (gs://) or a write needs it: a local file
-is read with Python's own I/O, so that a light command reading one (`xlnet goodput` on a local
+TensorFlow is imported only where a path with a scheme (gs://) needs it: a local file is read
+with Python's own I/O, so that a light command reading one (`xlnet goodput` on a local
 directory) never pays for TensorFlow's import.
 
 A filesystem that fails is a sentence naming the path (and the flag, where the caller knows it),
@@ -29,12 +29,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from typing import Any, Iterator
 
 from tfrecords.errors import DataError, UsageError
 from tfrecords.json_documents import load_json
 from tfrecords.tensorflow_errors import UNREACHABLE_ADVICE, error_text, is_unreachable
+from trainer.runtime import file_system
 
 
 class StorageError(UsageError):
@@ -52,25 +52,8 @@ class StorageUnreachableError(DataError):
     exhausted); the message names the path, and the flag when the caller knows it."""
 
 
-def _tensorflow():
-    """TensorFlow, imported where a path or an operation needs it (see the module's docstring)."""
-    import tensorflow as tf
-
-    return tf
-
-
-def _filesystem_errors() -> tuple[type[BaseException], ...]:
-    """What a filesystem raises: OSError, and tf.errors.OpError once TensorFlow is loaded (before,
-    nothing can raise one, and importing TensorFlow to name it would cost its import)."""
-    errors = getattr(sys.modules.get("tensorflow"), "errors", None)
-    op_error = getattr(errors, "OpError", None)
-    return (OSError,) if op_error is None else (op_error, OSError)
-
-
 def _not_found(error: BaseException) -> bool:
-    errors = getattr(sys.modules.get("tensorflow"), "errors", None)
-    not_found = getattr(errors, "NotFoundError", None)
-    return isinstance(error, FileNotFoundError) or (not_found is not None and isinstance(error, not_found))
+    return isinstance(error, file_system.not_found())
 
 
 def storage_failure(error: BaseException, path: str, doing: str = "read",
@@ -108,7 +91,7 @@ def failures_named(path: str | os.PathLike, doing: str = "read", flag: str | Non
     path = os.fspath(path)
     try:
         yield
-    except _filesystem_errors() as error:
+    except file_system.failures() as error:
         raise storage_failure(error, path, doing, flag) from None
     except StorageError as error:  # a helper's, naming a file in ``path``: the flag is named too
         if not flag or error.reason is None:
@@ -121,9 +104,8 @@ def check_output_directory(path: str, flag: str = "--output") -> None:
     """Before anything is written to ``path``: a StorageError naming ``flag`` when it is a file,
     StorageUnreachableError when its storage does not answer. (A read-only one is found by the
     first write, through :func:`failures_named`.)"""
-    tf = _tensorflow()
     with failures_named(path, "read", flag):
-        is_file = tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+        is_file = file_system.exists(path) and not file_system.isdir(path)
     if is_file:
         raise StorageError(f"{flag} {path} cannot be written: it is a file, not a directory")
 
@@ -133,9 +115,7 @@ def exists(path: str | os.PathLike) -> bool:
     StorageUnreachableError when its storage does not answer."""
     path = os.fspath(path)
     with failures_named(path, "read"):
-        if "://" not in path:
-            return os.path.exists(path)
-        return _tensorflow().io.gfile.exists(path)
+        return os.path.exists(path) if not file_system.has_scheme(path) else file_system.exists(path)
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
@@ -144,10 +124,10 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     TensorFlow."""
     path = os.fspath(path)
     with failures_named(path, "read"):
-        if "://" not in path:
+        if not file_system.has_scheme(path):  # Python's own I/O, whatever is loaded: the same errors everywhere
             with open(path, "rb") as handle:
                 return handle.read()
-        with _tensorflow().io.gfile.GFile(path, "rb") as handle:
+        with file_system.open_file(path, "rb") as handle:
             return handle.read()
 
 
@@ -157,7 +137,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     whose storage does not answer."""
     path = os.fspath(path)
     with failures_named(path, "written"):
-        with _tensorflow().io.gfile.GFile(path, "wb") as handle:
+        with file_system.open_file(path, "wb") as handle:
             handle.write(data)
 
 

@@ -3,15 +3,14 @@
 The chief writes ``MODEL_DIR/tensorboard/train`` (after each loop of steps: the loop's mean loss
 and metrics, learning rate, gradient norm, tokens/s, examples/s, peak memory, the task's own
 scalars) and ``MODEL_DIR/tensorboard/eval`` (each evaluation's metrics); other workers write
-nothing. Each write is flushed, so TensorBoard and a resumed run's rewrite
+nothing. The events are written without TensorFlow (event_files.EventFileWriter), by both
+engines alike. Each write is flushed, so TensorBoard and a resumed run's rewrite
 (trainer/runtime/event_files.py) see whole loops; a full disk stops the run with one sentence
 (event_files.full_disk_stops_the_run).
 """
 from __future__ import annotations
 
 from typing import Mapping
-
-import tensorflow as tf
 
 from trainer.runtime import event_files
 from trainer.runtime.model_dir import ModelDirectory
@@ -29,19 +28,16 @@ class SummaryManager:
 
     def __init__(self, model_dir: ModelDirectory, enabled: bool = True):
         self._model_dir = model_dir
-        with self._full_disk_stops_the_run(model_dir.join(model_dir.TENSORBOARD)):
-            self._writers = {name: tf.summary.create_file_writer(model_dir.tensorboard(name)) if enabled
-                             else tf.summary.create_noop_writer() for name in WRITERS}
+        self._writers = {name: event_files.EventFileWriter(model_dir.tensorboard(name)) for name in WRITERS} \
+            if enabled else None
 
     def write(self, writer: str, step: int, scalars: Mapping[str, float]) -> None:
         """Writes ``scalars`` (tag -> value, in that order) at ``step`` with writer ``writer``
-        ("train" or "eval") and flushes it."""
-        summary_writer = self._writers[writer]
+        ("train" or "eval"), flushed."""
+        if self._writers is None:
+            return
         with self._full_disk_stops_the_run(self._model_dir.tensorboard(writer)):
-            with summary_writer.as_default(step=step):
-                for tag, value in scalars.items():
-                    tf.summary.scalar(tag, value)
-            summary_writer.flush()
+            self._writers[writer].write(step, scalars)
 
     def _full_disk_stops_the_run(self, path: str):
         """A full disk while the events under ``path`` are written: a LogWriteError (exit status 3)."""

@@ -24,7 +24,7 @@ SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem
 
 
 def test_a_signal_is_noted_and_the_previous_handler_comes_back():
-    preemption = Preemption(tf.distribute.get_strategy(), num_workers=1)
+    preemption = Preemption()
     previous = signal.getsignal(signal.SIGTERM)
     with preemption.handlers():
         assert not preemption.stopping()
@@ -35,7 +35,7 @@ def test_a_signal_is_noted_and_the_previous_handler_comes_back():
 
 
 def test_without_a_signal_here_another_worker_was_signalled():
-    assert Preemption(tf.distribute.get_strategy(), num_workers=1).cause() == "another worker was signalled"
+    assert Preemption().cause() == "another worker was signalled"
 
 
 # A loop of steps that outlasts any test: after its first step (a loop of its own) a run goes on for

@@ -1,0 +1,136 @@
+"""`xlnet train --backend jax` (trainer/runtime/jax_engine.py under trainer/runtime/training_loop.py): the
+model directory the TensorFlow engine writes, written without TensorFlow; exact resume after SIGKILL; the
+flags only the other engine takes refused in one line. Every run is a process of its own on JAX (the test
+process runs Keras on TensorFlow)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.bundled_data import SMALL_DATA, SMALL_DATA_TRAINING
+from support.processes import output_of, signal_and_wait, start, wait_for
+
+SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=8",
+         "eval_batch_size=8", "warmup_steps=2", f"vocab_size={SMALL_DATA['vocab_size']}", "steps_per_loop=2",
+         "eval_steps=2"] + SMALL_DATA_TRAINING
+STEP_LOG_FIELDS = {"step", "loss", "accuracy", "grad_norm", "peak_memory_bytes", "input_wait_seconds"}
+
+
+def train_args(data: str, model_dir: Path, *settings: str, backend: str = "jax") -> list[str]:
+    sets = [arg for item in SMALL + list(settings) for arg in ("--set", item)]
+    return ["-m", "xlnet_cli", "train", "--backend", backend, "--data", data, "--model-dir", str(model_dir), *sets]
+
+
+def train(data: str, model_dir: Path, *settings: str) -> str:
+    process = start(train_args(data, model_dir, *settings), env={"KERAS_BACKEND": "jax"})
+    output = output_of(process, timeout=600)[0]
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+def step_rows(model_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (model_dir / "train_steps.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def jax_run(small_data_dir, tmp_path_factory) -> tuple[Path, str]:
+    """A JAX run of 4 steps, a checkpoint every 2, evaluated at step 4."""
+    model_dir = tmp_path_factory.mktemp("jax") / "model"
+    return model_dir, train(small_data_dir, model_dir, "train_steps=4", "checkpoint_every=2", "eval_every=4")
+
+
+def test_a_jax_run_logs_every_step_with_the_step_log_fields(jax_run):
+    model_dir, _ = jax_run
+    rows = step_rows(model_dir)
+    assert [row["step"] for row in rows] == [1, 2, 3, 4]
+    assert all(set(row) == STEP_LOG_FIELDS for row in rows)
+    assert all(row["loss"] > 0 and row["grad_norm"] > 0 and row["input_wait_seconds"] >= 0 for row in rows)
+
+
+def test_a_jax_run_keeps_orbax_checkpoints_and_the_model_files(jax_run):
+    model_dir, _ = jax_run
+    assert sorted(path.name for path in (model_dir / "checkpoints").iterdir()) == ["2", "4"]
+    for name in ("model_config.json", "train_config.json", "special_ids.json", "spiece.model", "goodput.json"):
+        assert (model_dir / name).is_file(), name
+    goodput = json.loads((model_dir / "goodput.json").read_text())
+    assert goodput["runs"] == 1 and goodput["productive_steps"] == 3  # step 1 of a run is its compilation
+
+
+def test_a_jax_run_writes_tensorboard_scalars_of_training_and_evaluation(jax_run):
+    from trainer.runtime.model_dir import ModelDirectory
+
+    model_dir = ModelDirectory(str(jax_run[0]))
+    assert sorted(model_dir.scalars("train", "loss")) == [1, 2, 4]  # per loop: step 1 alone, then loops of 2
+    assert {"loss", "plm_accuracy", "learning_rate", "grad_norm", "tokens_per_sec",
+            "input_wait_seconds"} <= model_dir.scalar_tags("train")
+    assert set(model_dir.scalars("eval", "perplexity")) == {4}
+
+
+def test_a_jax_run_prints_the_progress_lines_and_the_summary(jax_run):
+    _, output = jax_run
+    assert "step 1/4 loss " in output and "(the first step of this run:" in output
+    assert "step 4 eval: loss " in output and "goodput of " in output
+    summary = json.loads(output.strip().splitlines()[-1])
+    assert summary["step"] == 4 and summary["stopped"] == "completed" and set(summary["eval"]) == {
+        "loss", "accuracy", "perplexity"}
+
+
+@pytest.mark.slow
+def test_a_killed_jax_run_resumes_with_the_losses_of_a_run_never_stopped(small_data_dir, tmp_path):
+    settings = ("train_steps=8", "checkpoint_every=4", "eval_every=0")
+    train(small_data_dir, tmp_path / "straight", *settings)
+    killed = tmp_path / "killed"
+    process = start(train_args(small_data_dir, killed, *settings), env={"KERAS_BACKEND": "jax"})
+    log = killed / "train_steps.jsonl"
+    wait_for(lambda: (killed / "checkpoints" / "4").is_dir() and log.exists()
+             and len(log.read_text().splitlines()) >= 6, process, timeout=300, interval=0.05, what="step 6")
+    signal_and_wait(process)  # SIGKILL, after step 6: steps 5 and 6 are trained again
+    output = train(small_data_dir, killed, *settings)
+    assert "resumed from " in output and "at step 4; the 2 steps logged after it will be logged again" in output
+    straight, resumed = step_rows(tmp_path / "straight"), step_rows(killed)
+    assert [row["step"] for row in resumed] == list(range(1, 9))
+    for a, b in zip(straight, resumed):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-6, abs=1e-6), a["step"]
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-6, abs=1e-6), a["step"]
+
+
+def refused(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "xlnet_cli", "train", *args], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=Path(__file__).resolve().parents[3])
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--strategy", "mirrored"], "--strategy and --tpu are the TensorFlow engine's"),
+    (["--tpu", "local"], "--strategy and --tpu are the TensorFlow engine's"),
+    (["--mixture-weights", "1,1", "--data", "SECOND"], "no mixture or --eval-data yet"),
+])
+def test_flags_of_the_tensorflow_engine_are_refused_under_jax_in_one_line(small_data_dir, tmp_path, flags, words):
+    flags = [small_data_dir if flag == "SECOND" else flag for flag in flags]
+    result = refused("--backend", "jax", "--data", small_data_dir, "--model-dir", str(tmp_path / "m"), *flags)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().startswith("xlnet train: error: ") and words in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_unknown_backend_is_refused_naming_the_two(small_data_dir, tmp_path):
+    import os
+
+    result = refused("--data", small_data_dir, "--model-dir", str(tmp_path / "m"),
+                     env={**os.environ, "KERAS_BACKEND": "torch"})
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("xlnet train: error: KERAS_BACKEND=torch: `xlnet train` runs on tensorflow or "
+                                     "jax (--backend)")
+    result = refused("--backend", "torch", "--data", small_data_dir, "--model-dir", str(tmp_path / "m"))
+    assert result.returncode == 2 and "invalid choice: 'torch' (choose from 'tensorflow', 'jax')" in result.stderr
+
+
+def test_settings_the_jax_engine_does_not_do_are_refused_naming_the_way_that_does(small_data_dir, tmp_path):
+    result = refused("--backend", "jax", "--data", small_data_dir, "--model-dir", str(tmp_path / "m"),
+                     *[arg for item in SMALL + ["accumulation_steps=2"] for arg in ("--set", item)])
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "accumulation_steps 2: --backend jax applies every batch" in result.stderr
+    assert not (tmp_path / "m").exists()  # refused before the model directory is written

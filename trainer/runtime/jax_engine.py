@@ -1,0 +1,316 @@
+"""The JAX engine of the training loop (trainer/runtime/training_loop.py): pretraining where
+TensorFlow does not go (`xlnet train --backend jax`, ``KERAS_BACKEND=jax``).
+
+What it holds, and only that (the loop, the model directory, the step log, TensorBoard, goodput,
+the NaN guard, preemption and the progress lines are the loop's, shared with the TensorFlow engine):
+
+* the step: trainer/runtime/jax_step.py's jitted ``PretrainingStep`` (the TensorFlow controller's
+  arithmetic: loss per target, clipping, AdamW and its schedule, the Transformer-XL memory carried
+  from step to step), data parallel over the local devices through ``keras.distribution``;
+* the input: tfrecords/numpy_reader.py's reader, the tf.data reader's batches element for element,
+  read ahead in a background thread; the time a loop of steps waits for it is the
+  ``input_wait_seconds`` of its step-log rows (and of TensorBoard);
+* checkpoints: trainer/runtime/orbax_checkpoints.py (Orbax's CheckpointManager) under
+  ``checkpoints/<step>/``: the weights, the non-trainable variables (dropout's seed generators), the
+  optimizer's slots and step, the memory, and the data position (the step the reader resumes at).
+  A resumed run reads on from the record after the checkpoint's and logs the same losses as a run
+  never stopped;
+* evaluation on the valid split, memory from zero, as the TensorFlow task's;
+* the devices' peak memory as JAX's allocator reports it (``peak_bytes_in_use``: the largest since
+  the process started, JAX keeping no per-window peak), None on a CPU.
+
+One process (every local device). What it does not do yet is refused at start-up by the launcher
+(trainer/launch/pretraining_run.py): mixtures and ``--eval-data``, gradient accumulation, float16,
+several processes.
+"""
+from __future__ import annotations
+
+import contextlib
+import posixpath
+import random
+import time
+from typing import Any, Callable, Iterator
+
+import keras
+import numpy as np
+
+from tfrecords.manifest import Manifest
+from tfrecords.numpy_reader import NumpyStreamReader
+from trainer.configs.training import TrainConfig
+from trainer.models.config import ModelConfig
+from trainer.runtime.jax_step import PretrainingStep, StepState, check_ids, data_parallel, require_jax
+from trainer.runtime.model_dir import ModelDirectory
+from trainer.runtime.orbax_checkpoints import OrbaxCheckpoints
+from trainer.runtime.preemption import Preemption
+from trainer.runtime.profiling import jax_tracer
+from trainer.runtime.run_clock import command_start_time
+from trainer.runtime.throughput import StepFlops
+from trainer.runtime.training_loop import LoopOutput, TrainingLoop, TrainResult
+from trainer.runtime.training_stops import TrainingDataError, TrainingDivergedError, UnreadableCheckpointError
+
+TF_CHECKPOINT_INDEX = "ckpt-*.index"
+
+
+def seed_everything(seed: int) -> None:
+    """What ``keras.utils.set_random_seed`` does on JAX, without importing TensorFlow where it is
+    installed (Keras's function seeds TensorFlow too, importing it): Python's and NumPy's generators
+    and Keras's global seed, from which every initializer and seed generator draws."""
+    from keras.src.backend.common import global_state  # Keras's own home of the global seed
+
+    random.seed(seed)
+    np.random.seed(seed)
+    global_state.set_global_attribute("global_random_seed", seed)
+    global_state.set_global_attribute("global_seed_generator", None)
+
+
+def has_tensorflow_checkpoints(model_dir: ModelDirectory) -> bool:
+    from trainer.runtime import file_system
+
+    return bool(file_system.glob(posixpath.join(model_dir.checkpoints, TF_CHECKPOINT_INDEX)))
+
+
+class JaxPretrainingEngine:
+    """The pretraining run of ``model_config`` and ``config`` on ``manifest``'s data, on JAX.
+
+    Args:
+      model_dir: where checkpoints, summaries and the step log go (the launcher prepared it).
+      init_weights: called with the network of a new run (not a resumed one) to give it its first
+        weights (``--init-checkpoint``); returns what it loaded, for the log.
+      log, warn: where progress lines and warnings go.
+      after_first_save: called once, with the step the run started at, once its first checkpoint is
+        complete (the command saves changed settings then).
+      step_flops: the model FLOPs of a step and the devices' peak, for MFU.
+    """
+
+    metric_names = {"accuracy": "plm_accuracy"}
+    chief = True
+
+    def __init__(self, model_config: ModelConfig, config: TrainConfig, *, manifest: Manifest, model_dir: str,
+                 init_weights: Callable[[Any], str] | None = None, log: Callable[[str], None] = print,
+                 warn: Callable[[str], None] = print, after_first_save: Callable[[int], None] | None = None,
+                 step_flops: StepFlops | None = None):
+        require_jax()
+        import jax
+
+        from trainer.models.pretrainer import XLNetPretrainer
+
+        self._jax = jax
+        self.started = command_start_time(default=time.time())
+        self.config, self.model_config, self.manifest = config, model_config, manifest
+        self.log, self.warn, self.step_flops = log, warn, step_flops
+        self._after_first_save = after_first_save
+        self.model_dir = self.work_dir = ModelDirectory(model_dir)
+        self.tokens_per_example = config.seq_len
+        self.tracer = jax_tracer
+        self.preemption = Preemption(None, config.preemption_grace_seconds, give_up=self._given_up, log=log)
+        if has_tensorflow_checkpoints(self.model_dir):
+            raise UnreadableCheckpointError(
+                f"--model-dir {self.model_dir.path} holds the TensorFlow engine's checkpoints (ckpt-N under "
+                f"{self.model_dir.checkpoints}): resume it with --backend tensorflow, or start the JAX engine in a "
+                "new --model-dir (--init-checkpoint takes a Hugging Face directory: `xlnet export --format "
+                "huggingface` writes one from this directory)")
+
+        keras.mixed_precision.set_global_policy(config.precision)
+        seed_everything(config.seed)
+        if len(jax.local_devices()) > 1:
+            data_parallel()
+        self.pretrainer = XLNetPretrainer(model_config, config.seq_len, config.num_predict, config.perm_size,
+                                          manifest.special_ids, remat=config.remat)
+        self.network = self.pretrainer.network
+        self._train_step = PretrainingStep(self.pretrainer, config)
+        self.checkpoints = OrbaxCheckpoints(self.model_dir.checkpoints, keep=config.keep_checkpoints,
+                                            asynchronous=config.async_checkpoint, warn=warn)
+        self._step, self.restored = 0, False
+        self.state = self._restore(init_weights)
+        self._eval_step = None
+        self._input = None
+        self._running = (0, 0, 0)  # (the run's first step, the running loop's first, last)
+        self._saved_unconfirmed = False
+
+    # ---------------------------------------------------------------------------- set-up
+    def _restore(self, init_weights: Callable[[Any], str] | None) -> StepState:
+        """The newest checkpoint's state when the directory has one (set-aside ones warned about),
+        else the initial weights (``init_weights``' or the seed's) with a zero memory."""
+        if init_weights is None or self.checkpoints.steps():
+            state = self._train_step.initial_state(self.config.train_batch_size)
+        else:
+            self.log(f"initialised the model from {init_weights(self.network)}")
+            state = self._train_step.initial_state(self.config.train_batch_size)
+        restored = self.checkpoints.restore_latest(state)
+        if restored is None:
+            dropped = self.work_dir.forget_steps_after(0)  # a run killed before its first checkpoint
+            if dropped:
+                self.warn(f"warning: no checkpoint under {self.work_dir.checkpoints}: starting at step 1, the "
+                          f"{dropped} steps {self.work_dir.step_log} holds from a run that saved none will be "
+                          "logged again")
+            return state
+        position = restored.position
+        if position.get("data_step") != restored.step:
+            raise UnreadableCheckpointError(
+                f"checkpoint {self._checkpoint_path(restored.step)} records data position {position!r}, not its "
+                f"step {restored.step}: it was not written by this engine; start again in a new --model-dir")
+        self._step, self.restored = restored.step, True
+        dropped = self.work_dir.forget_steps_after(restored.step)
+        self.log(f"resumed from {self._checkpoint_path(restored.step)} at step {restored.step}"
+                 + (f"; the {dropped} steps logged after it will be logged again" if dropped else ""))
+        return restored.state
+
+    def _checkpoint_path(self, step: int) -> str:
+        return posixpath.join(self.work_dir.checkpoints, str(step))
+
+    # ------------------------------------------------------------- the loop's engine
+    def current_step(self) -> int:
+        return self._step
+
+    def train(self, evaluate_at_end: bool = False) -> TrainResult:
+        """Trains to ``train_steps`` in the backend-neutral loop (trainer/runtime/training_loop.py)."""
+        try:
+            return TrainingLoop(self, self.log).train(evaluate_at_end)
+        finally:
+            self.close()
+
+    def reader(self, split: str, batch: int, start_step: int = 0) -> NumpyStreamReader:
+        """The stream-ordered reader of ``split`` with this run's shapes and seed (the TensorFlow task's)."""
+        config = self.config
+        return NumpyStreamReader(self.manifest, split, batch, config.seq_len, config.num_predict,
+                                 self.model_config.bi_data, seed=config.seed, accumulation_steps=1,
+                                 start_step=start_step, resample_masks=config.resample_masks and split == "train")
+
+    def start_input(self) -> None:
+        self._running = (self._step, self._step, self._step)
+        self._input = self.reader("train", self.config.train_batch_size, self._step).host_batches()
+
+    def run_steps(self, step: int, count: int) -> LoopOutput:
+        """``count`` steps after ``step``, each on the reader's next batch; the metrics are read back
+        once, after the last (the device runs ahead of the host meanwhile)."""
+        self._running = (self._running[0], step + 1, step + count)
+        metrics, waited = [], self._input.wait_seconds
+        for _ in range(count):
+            batch = self._next_batch(step + len(metrics))
+            self.state, step_metrics = self._train_step(self.state, batch)
+            metrics.append(step_metrics)
+        values = self._jax.device_get(metrics)
+        for row in values:
+            if float(row["ids_in_vocabulary"]) == 0.0:
+                raise TrainingDivergedError(
+                    f"input_ids left the vocabulary at step {int(row['step'])}; training stopped without saving. "
+                    f"Last good checkpoint: {self.latest_checkpoint() or 'none yet'}. Check the data "
+                    f"(`xlnet inspect {self.manifest.directory} --verify`)")
+        self._step = step + count  # a step not applied (a NaN) stops the run in the loop's guard, unsaved
+        return LoopOutput(np.array([float(row["loss"]) for row in values], np.float32),
+                          {"accuracy": np.array([float(row["accuracy"]) for row in values], np.float32)},
+                          np.array([float(row["grad_norm"]) for row in values], np.float32), self._peak_memory(),
+                          self._input.wait_seconds - waited)
+
+    def _next_batch(self, step: int) -> dict[str, np.ndarray]:
+        """The reader's next batch (its one micro-step), ids checked on the host; an input that cannot
+        be read is a TrainingDataError naming it and what is kept."""
+        try:
+            features = next(self._input)
+        except (TrainingDataError, StopIteration):
+            raise
+        except Exception as error:  # the reader's DataErrors (damaged shard, short stream) and the like
+            kept = self.latest_checkpoint() or "no checkpoint yet"
+            raise TrainingDataError(f"the training input could not be read after step {step}: {error}. Training "
+                                    f"stopped; the checkpoints so far are kept (latest: {kept})") from None
+        batch = {name: value[0] for name, value in features.items()}
+        check_ids(batch["input_ids"], self.model_config.vocab_size)
+        return batch
+
+    def _peak_memory(self) -> int | None:
+        peaks = [(device.memory_stats() or {}).get("peak_bytes_in_use") for device in self._jax.local_devices()]
+        peaks = [int(peak) for peak in peaks if peak]
+        return max(peaks) if peaks else None
+
+    def save(self, step: int, start: int) -> int:
+        """Starts writing the checkpoint of ``step``; with ``async_checkpoint`` returns once the
+        arrays are copied off the devices (Orbax writes on in the background), else once written."""
+        self._wait_for_write(start)
+        self.checkpoints.save(step, self.state, {"data_step": step})
+        self._saved_unconfirmed = True
+        if not self.config.async_checkpoint:
+            self._wait_for_write(start)
+        return step
+
+    def finish_saves(self, start: int) -> None:
+        self._wait_for_write(start)
+
+    def _wait_for_write(self, start: int) -> None:
+        self.checkpoints.wait()
+        confirmed, self._saved_unconfirmed = self._saved_unconfirmed, False
+        if confirmed and self._after_first_save is not None:
+            callback, self._after_first_save = self._after_first_save, None
+            callback(start)
+
+    def latest_checkpoint(self) -> str | None:
+        steps = self.checkpoints.steps()
+        return self._checkpoint_path(steps[-1]) if steps else None
+
+    def learning_rate(self, step: int) -> float:
+        return self._train_step.learning_rate(step)
+
+    def step_details(self, step: int) -> dict[str, Any]:
+        return {}
+
+    def step_summaries(self, step: int) -> dict[str, float]:
+        return {}
+
+    def workers_all_present(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()  # one process: no collective to lose
+
+    def close(self) -> None:
+        """Waits for the checkpoint write in flight and stops the reader and Orbax's threads."""
+        if self._input is not None:
+            self._input.close()
+        self.checkpoints.close()
+
+    def _given_up(self, signum: int) -> str:
+        """The line of a run whose loop of steps outlasted ``preemption_grace_seconds`` after signal ``signum``."""
+        start, first, last = self._running
+        self.finish_saves(start)
+        latest = self.latest_checkpoint()
+        saved = (f"with nothing to save since {latest}; re-running the same command resumes from it" if latest
+                 else "before the run's first checkpoint; re-running the same command starts at step 1")
+        steps = f"step {first}" if first == last else f"steps {first}-{last}"
+        return (f"received signal {signum}: {steps} did not end within {self.config.preemption_grace_seconds:g} s "
+                f"(preemption_grace_seconds): stopped {saved}")
+
+    # ------------------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict[str, float]:
+        """Loss, accuracy and perplexity on ``eval_steps`` batches of the valid split, memory from zero."""
+        from keras import ops
+
+        config, model = self.config, self.model_config
+        if self._eval_step is None:
+            def evaluate_batch(trainable, non_trainable, batch, mems):
+                out, _ = self.pretrainer.stateless_call(trainable, non_trainable, batch, mems=mems, training=False)
+                count = ops.cast(out["num_targets"], "float32")
+                sums = ops.stack([ops.cast(out["loss"], "float32") * count,
+                                  ops.cast(out["accuracy"], "float32") * count, count])
+                new_mems = None if out["new_mems"] is None else [ops.cast(m, "float32") for m in out["new_mems"]]
+                return sums, new_mems
+
+            self._eval_step = self._jax.jit(evaluate_batch)
+        mems = None
+        if model.mem_len > 0:
+            mems = [np.zeros((config.eval_batch_size, model.mem_len, model.d_model), np.float32)
+                    for _ in range(model.n_layer)]
+        totals = np.zeros(3)
+        with self.reader("valid", config.eval_batch_size).host_batches() as batches:
+            for _, features in zip(range(config.eval_steps), _evaluation_input(batches, self._step)):
+                batch = {name: value[0] for name, value in features.items()}
+                sums, mems = self._eval_step(self.state.trainable, self.state.non_trainable, batch, mems)
+                totals += np.asarray(sums, np.float64)
+        loss = float(totals[0] / max(totals[2], 1.0))
+        return {"loss": loss, "accuracy": float(totals[1] / max(totals[2], 1.0)),
+                "perplexity": float(np.exp(min(loss, 50.0)))}
+
+
+def _evaluation_input(batches: Iterator, step: int) -> Iterator:
+    """The evaluation batches; one that cannot be read stops the run as the training input's does."""
+    try:
+        yield from batches
+    except Exception as error:  # the reader's DataErrors
+        raise TrainingDataError(f"the evaluation input could not be read at step {step} ({error}); `xlnet inspect "
+                                "DATA_DIR --verify` on the evaluation data names the damaged file. Training "
+                                "stopped; the checkpoints so far are kept") from None
