@@ -97,11 +97,15 @@ def test_paragraphs_cut_documents_into_consecutive_runs_of_sentences():
 # 29.9 / 37.8, 54.0 / 68.3; seed 2 19.8 / 26.3, 43.0 / 55.3, 54.7 / 69.3; the baselines at most
 # 6.4 / 10.7. The test's 1000-step runs (the learning rate decays sooner) ended at 53.7 / 65.7
 # (seed 0) and 63.8 / 78.8 (seed 2): past the 10-point margins by about 40 points for both seeds,
-# which had cleared them already at step 500.
+# which had cleared them already at step 500. So the test runs 500 steps (2026-11-28, issue 44: half
+# the CI time of its 1000): its run (seed 0, the learning rate decaying over the 500) ends at exact
+# 27.5 / F1 37.3 on 298 held-out questions, the baselines at most 6.4 / 10.7, so it still clears
+# both 10-point margins, by 11 and 17 points; a head that learned no span extraction stays at the
+# baselines' level and fails them.
 LEARNING = ["--max-seq-length", "64", "--doc-stride", "32", "--max-query-length", "24",
             "--set", "n_layer=3", "--set", "d_inner=256", "--set", "dropout=0", "--set", "dropatt=0",
             "--set", "learning_rate=2e-3", "--set", "warmup_steps=100", "--set", "deterministic=true",
-            "--set", "train_steps=1000", "--set", "eval_every=1000", "--set", "checkpoint_every=1000"]
+            "--set", "train_steps=500", "--set", "eval_every=500", "--set", "checkpoint_every=500"]
 
 
 @pytest.mark.slow
