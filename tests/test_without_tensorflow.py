@@ -5,6 +5,7 @@ interpreter in which ``import tensorflow`` fails, as on a GPU machine with JAX o
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -100,3 +101,22 @@ def test_preprocessing_runs_without_tensorflow(tmp_path, corpus_sample, spm_mode
                                     "--direct_running_mode=in_memory")
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "data" / "manifest.json").is_file()
+
+
+@pytest.mark.slow
+def test_jax_pretraining_runs_and_resumes_where_tensorflow_is_not_installed(tmp_path, small_data_dir):
+    from support.bundled_data import SMALL_DATA, SMALL_DATA_TRAINING
+
+    settings = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32",
+                "train_batch_size=8", "eval_batch_size=8", f"vocab_size={SMALL_DATA['vocab_size']}",
+                "checkpoint_every=2", "eval_every=0", *SMALL_DATA_TRAINING]
+    args = [str(REPO / "xlnet_cli.py"), "train", "--backend", "jax", "--data", small_data_dir, "--model-dir",
+            str(tmp_path / "model"), *[arg for item in settings for arg in ("--set", item)]]
+    first = run_without_tensorflow(tmp_path, *args, "--set", "train_steps=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_without_tensorflow(tmp_path, *args, "--set", "train_steps=4")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed from " in second.stdout and "at step 2" in second.stdout
+    steps = [json.loads(line)["step"] for line in (tmp_path / "model" / "train_steps.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    assert sorted(path.name for path in (tmp_path / "model" / "checkpoints").iterdir()) == ["2", "4"]

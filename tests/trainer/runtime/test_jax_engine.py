@@ -134,3 +134,14 @@ def test_settings_the_jax_engine_does_not_do_are_refused_naming_the_way_that_doe
     assert result.returncode == 2, result.stderr[-2000:]
     assert "accumulation_steps 2: --backend jax applies every batch" in result.stderr
     assert not (tmp_path / "m").exists()  # refused before the model directory is written
+
+
+def test_a_model_directory_of_the_tensorflow_engine_is_not_resumed_on_jax(small_data_dir, tmp_path):
+    checkpoints = tmp_path / "m" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "ckpt-2.index").write_bytes(b"written by the TensorFlow engine")
+    result = refused("--backend", "jax", "--data", small_data_dir, "--model-dir", str(tmp_path / "m"),
+                     *[arg for item in SMALL for arg in ("--set", item)])
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "holds the TensorFlow engine's checkpoints" in result.stderr and "--backend tensorflow" in result.stderr
+    assert sorted(path.name for path in checkpoints.iterdir()) == ["ckpt-2.index"]
