@@ -1,11 +1,13 @@
 """Reading corpus files through Beam filesystems (local, gs://, ...), plain, .gz or .bz2.
 
-Two input formats:
+Three input formats:
 
 * ``text``: the XLNet corpus format. One sentence per line; a blank line ends a document;
   a line may end with ``<eop>`` to mark a paragraph end.
 * ``jsonl``: one JSON object per line; its ``text_field`` string is one document whose
   non-blank lines are its sentences.
+* ``parquet``: one document per row, from its ``text_field`` column, by the same rules
+  (pipeline/parquet_input.py).
 
 Robustness rules (each case is counted in ``stats`` under the given key, never silent):
 
@@ -31,8 +33,9 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from pipeline.parquet_input import ParquetInputError, check_parquet_files, parquet_documents
+from tfrecords.corpus_text import INPUT_FORMATS as LINE_FORMATS
 from tfrecords.corpus_text import (  # noqa: F401 (read_raw_lines: this module's readers' API)
-    INPUT_FORMATS,
     decode_line,
     decompressed,
     directory_input_problem,
@@ -47,8 +50,12 @@ from tfrecords.errors import UsageError
 # Apache Beam's filesystems are imported where files are read: the commands check their flags
 # (importing this module for its constants) before paying for Beam's start-up.
 
+# The line formats `xlnet score` reads too (tfrecords/corpus_text.py), and Parquet, which only preprocessing reads.
+INPUT_FORMATS = LINE_FORMATS + ("parquet",)
 INPUT_FORMAT_HELP = ("text: one sentence per line, blank line between documents; jsonl: one JSON document "
-                     "per line; auto: jsonl for *.jsonl/*.ndjson")
+                     "per line; parquet: one document per row (--text-field's column); auto: jsonl for "
+                     "*.jsonl/*.ndjson, parquet for *.parquet")
+PARQUET_NAME = re.compile(r"\.parquet$")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
@@ -119,12 +126,19 @@ def _directory_error(pattern: str) -> CorpusError:
 
 
 def resolve_format(path: str, input_format: str) -> str:
-    """'text' or 'jsonl' for a file: ``auto`` picks jsonl for *.jsonl / *.ndjson (optionally compressed)."""
+    """'text', 'jsonl' or 'parquet' for a file: ``auto`` picks jsonl for *.jsonl / *.ndjson (optionally
+    compressed), parquet for *.parquet."""
     if input_format not in INPUT_FORMATS:
         raise CorpusError(f"--input-format must be one of {', '.join(INPUT_FORMATS)}, got {input_format!r}")
     if input_format != "auto":
         return input_format
-    return format_by_name(path)
+    return "parquet" if PARQUET_NAME.search(path) else format_by_name(path)
+
+
+def check_parquet_inputs(files: list[InputFile], input_format: str, text_field: str) -> None:
+    """The Parquet inputs' footers read before any work: ParquetInputError (exit 3) in one line naming the first
+    file that is not Parquet, lacks ``text_field``'s column or holds no strings in it."""
+    check_parquet_files([f.path for f in files if resolve_format(f.path, input_format) == "parquet"], text_field)
 
 
 class _CountingReader:
@@ -185,19 +199,24 @@ def _read(path: str, input_format: str, text_field: str, max_line_bytes: int, st
     stored = None
     try:
         stored = _CountingReader(FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
-        with decompressed(stored, path) as handle:  # by extension (tfrecords/corpus_text.py)
-            documents = (_identified_documents(handle, path, file_format, text_field, max_line_bytes, stats)
-                         if identified else ((None, document) for document in
-                                             documents_of(handle, file_format, text_field, max_line_bytes, stats)))
+        with (stored if file_format == "parquet" else decompressed(stored, path)) as handle:  # by extension
+            if file_format == "parquet":
+                documents = parquet_documents(handle, path, text_field, max_line_bytes, stats, identified)
+            elif identified:
+                documents = _identified_documents(handle, path, file_format, text_field, max_line_bytes, stats)
+            else:
+                documents = ((None, document) for document in
+                             documents_of(handle, file_format, text_field, max_line_bytes, stats))
             for identity, document in documents:
                 stats["bytes_read"] = stored.position
                 yield identity, document
         stats["bytes_read"] = stored.position
-    except (OSError, EOFError, ValueError, zlib.error) as error:
+    except (OSError, EOFError, ValueError, zlib.error, ParquetInputError) as error:  # the last: a file changed
         stats["bytes_read"] = stored.position if stored is not None else 0
         if isinstance(error, CorpusError):
             raise
-        raise CorpusError(f"{path}: cannot read: {error}") from error
+        raise CorpusError(str(error) if isinstance(error, ParquetInputError) else f"{path}: cannot read: {error}") \
+            from error
     if stats["lines"] + stats["invalid_lines"] + stats["long_lines"] == before:
         stats["empty_files"] += 1
 

@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     io.add_argument("--input", action="append", required=True, metavar="GLOB",
                     help="corpus files (local or gs://; plain, .gz, .bz2); repeat for several globs")
     io.add_argument("--input-format", choices=INPUT_FORMATS, default=d.input_format, help=INPUT_FORMAT_HELP)
-    io.add_argument("--text-field", default=d.text_field, help="JSON-lines field holding a document's text")
+    io.add_argument("--text-field", default=d.text_field, help="JSON-lines field or Parquet column (of strings) holding a document's text; "
+                         "a Parquet file's `id` column, if any, names its documents in --removed")
     io.add_argument("--output", required=True, metavar="DIR", help="data directory to write (local or gs://)")
     io.add_argument("--vocab", required=True, help="SentencePiece model from `xlnet vocab` (local or gs://)")
     io.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=False,
@@ -312,7 +313,7 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
     check_flags(config, runner, workers, runner_options, dask_scheduler)  # before Beam's start-up
 
     from pipeline.beam_pipeline import RunReport
-    from pipeline.corpus import expand_inputs
+    from pipeline.corpus import check_parquet_inputs, expand_inputs
     from pipeline.data_directory import make_output_directory, output_error, prepare_output, prepare_removed
     from pipeline.output_lock import OutputLock
     from pipeline.vocab import load_vocab
@@ -322,6 +323,7 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
     vocab = load_vocab(config.vocab)
     files = expand_inputs(config.inputs)
     check_paths(config, runner, files)
+    check_parquet_inputs(files, config.input_format, config.text_field)  # a DataError (exit 3), before any work
     make_output_directory(config.output)
     lock = OutputLock(config.output)
     try:
