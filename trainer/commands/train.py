@@ -74,8 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser, "train")
     add_fit_arguments(parser)
     parser.add_argument("--init-checkpoint", help="model directory (e.g. from `xlnet import-checkpoint`) whose "
-                                                  "weights initialise a new run; with --backend jax, a Hugging Face "
-                                                  "directory (config.json, model.safetensors, spiece.model)")
+                                                  "weights initialise a new run, or a Hugging Face directory "
+                                                  "(config.json, model.safetensors, spiece.model beside them)")
     parser.add_argument("--backend", choices=BACKENDS, default=None,
                         help="the training engine: tensorflow (tf.distribute, the default) or jax (jit and Orbax, "
                              "no TensorFlow needed); default: KERAS_BACKEND when it names one of them")

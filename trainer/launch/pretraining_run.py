@@ -115,10 +115,6 @@ def resolve_pretraining(run: PretrainingRun) -> ResolvedPretraining:
     if init is not None and not huggingface:
         init.require("--init-checkpoint", (ModelDirectory.MODEL_CONFIG, ModelDirectory.VOCAB))
     if huggingface:
-        if run.backend != "jax":
-            raise UsageError(f"--init-checkpoint {init.path} is a Hugging Face directory, which the JAX engine "
-                             "starts from (--backend jax); on TensorFlow, import it first: `xlnet import-checkpoint "
-                             f"--huggingface {init.path} --output DIR`, then --init-checkpoint DIR")
         base_model = huggingface_model_config(init.path)
     else:
         base_model = init.model_config if init is not None else None
@@ -160,8 +156,10 @@ def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = N
         hold_run_lock(held, model_dir, strategy, log)
         after_first_save = _prepare_model_dir(model_dir, model, train, manifest.special_ids, resolved.vocab_path,
                                               uncased=bool(manifest.config.get("uncased", False)), log=log)
+    init = huggingface_init(run)
     return pretraining_controller(model, train, manifest=manifest, model_dir=run.model_dir, strategy=strategy,
-                                  init_checkpoint=run.init_checkpoint, log=log, after_first_save=after_first_save,
+                                  init_checkpoint=None if init else run.init_checkpoint, init_weights=init,
+                                  log=log, after_first_save=after_first_save,
                                   mixture=resolved.mixture(run), eval_sources=resolved.eval_sources(run),
                                   step_flops=run_step_flops(model, train, strategy))
 
@@ -180,9 +178,15 @@ def huggingface_model_config(path: str):
     return read_huggingface_weights(path, "--init-checkpoint").config
 
 
-def huggingface_loader(path: str) -> Callable:
-    """What gives a new run's network the weights of the Hugging Face directory ``path``."""
+def huggingface_init(run: PretrainingRun) -> Callable | None:
+    """What gives a new run's network the weights of a Hugging Face --init-checkpoint (either engine);
+    None when the run has none."""
     from trainer.conversion.huggingface_weights import load_tensors, read_huggingface_weights
+    from trainer.runtime.model_dir import ModelDirectory
+
+    if not run.init_checkpoint or not is_huggingface_directory(ModelDirectory(run.init_checkpoint)):
+        return None
+    path = run.init_checkpoint
 
     def load(network) -> str:
         load_tensors(read_huggingface_weights(path, "--init-checkpoint"), network)
@@ -200,6 +204,7 @@ def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None
 
     from tfrecords.input_layout import BatchLayout, check_layout
     from trainer.launch.run_setup import remove_if_empty
+    from trainer.launch.utilisation import jax_step_flops
     from trainer.runtime.jax_engine import JaxPretrainingEngine
     from trainer.runtime.model_dir import ModelDirectory
     from trainer.runtime.run_lock import RunLock
@@ -222,10 +227,9 @@ def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None
         held.enter_context(RunLock(model_dir, log=log))
     after_first_save = _prepare_model_dir(model_dir, model, train, manifest.special_ids, resolved.vocab_path,
                                           uncased=bool(manifest.config.get("uncased", False)), log=log)
-    init = ModelDirectory(run.init_checkpoint) if run.init_checkpoint else None
-    init_weights = huggingface_loader(init.path) if init is not None and is_huggingface_directory(init) else None
-    return JaxPretrainingEngine(model, train, manifest=manifest, model_dir=run.model_dir, init_weights=init_weights,
-                                log=log, warn=warn_line, after_first_save=after_first_save)
+    return JaxPretrainingEngine(model, train, manifest=manifest, model_dir=run.model_dir, init_weights=huggingface_init(run),
+                                log=log, warn=warn_line, after_first_save=after_first_save,
+                                step_flops=jax_step_flops(model, train))
 
 
 def warn_line(line: str) -> None:

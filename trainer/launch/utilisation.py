@@ -28,6 +28,62 @@ def run_step_flops(model, config, strategy, options: int = 1) -> StepFlops:
     return StepFlops(per_replica * replicas, peak, source)
 
 
+def jax_step_flops(model, config) -> StepFlops:
+    """The StepFlops of a JAX engine's run of ``model`` with ``config`` over this process's devices."""
+    import jax
+
+    from trainer.planning.plan import Workload
+
+    replicas = len(jax.local_devices())
+    per_replica, _ = Workload(model, config, replicas).step_flops()
+    peak, source = jax_peak_flops(config.precision)
+    return StepFlops(per_replica * replicas, peak, source)
+
+
+def jax_peak_flops(precision: str) -> tuple[float, str]:
+    """(peak FLOP/s of this process's JAX devices in ``precision``, where the figure comes from): the
+    device table's for a TPU or a GPU it has, else a matmul timed on JAX (a CPU's figure is its host's)."""
+    import jax
+
+    from trainer.planning.devices import DEVICES, TPU_GENERATIONS, gpu_table_row
+
+    devices = jax.local_devices()
+    platform = devices[0].platform.upper()
+    if platform == "TPU":
+        accelerator = os.environ.get("TPU_ACCELERATOR_TYPE", "")
+        for prefix, name in TPU_GENERATIONS:
+            if accelerator.startswith(prefix):
+                return _table(DEVICES[name], precision, len(devices))
+    if platform == "GPU":
+        device = gpu_table_row(devices[0].device_kind)
+        if device is not None:
+            return _table(device, precision, len(devices))
+    dtype = "bfloat16" if precision == "mixed_bfloat16" else "float32"
+    measured = _jax_matmul_peak(dtype)
+    if platform == "CPU":
+        return measured, f"measured_matmul_peak ({dtype}, this CPU)"
+    return measured * len(devices), f"measured_matmul_peak ({dtype}, this {platform})"
+
+
+@functools.lru_cache(maxsize=None)
+def _jax_matmul_peak(dtype: str, size: int = 1024, repeats: int = 5) -> float:
+    """Best FLOP/s of a [size, size] matmul in ``dtype`` on JAX's first device, timed once per process."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    a = jnp.asarray(jax.random.normal(jax.random.key(0), (size, size)), dtype)
+    matmul = jax.jit(lambda x, y: jnp.sum((x @ y)[:1, :1].astype(jnp.float32)))
+    matmul(a, a.T).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, a.T).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size ** 3 / best
+
+
 def peak_flops(strategy, precision: str) -> tuple[float, str]:
     """(peak FLOP/s of all of ``strategy``'s replicas in ``precision``, where the figure comes from)."""
     import tensorflow as tf

@@ -75,6 +75,8 @@ class Controller:
       config: the loop's settings (TrainConfig, FinetuneConfig or any LoopConfig).
       model_dir: where checkpoints, summaries and the step log go (local or gs://).
       strategy: the tf.distribute strategy.
+      init_weights: called with the network of a new run (not a resumed one) to give it its first
+        weights from elsewhere (a Hugging Face --init-checkpoint); returns what it loaded, for the log.
       init_checkpoint: a model directory whose network weights start a new run (ignored when
         ``model_dir`` already has a checkpoint to resume).
       log: where progress lines go.
@@ -88,6 +90,7 @@ class Controller:
 
     def __init__(self, task: Task, config: LoopConfig, *, model_dir: str, strategy: tf.distribute.Strategy,
                  init_checkpoint: str | None = None, log: Callable[[str], None] = print,
+                 init_weights: Callable[[keras.Model], str] | None = None,
                  after_first_save: Callable[[int], None] | None = None,
                  warn: Callable[[str], None] = warn_on_stderr, step_flops: StepFlops | None = None):
         self.started = command_start_time(default=time.time())  # the run's wall time counts from here
@@ -115,7 +118,7 @@ class Controller:
         rng = [v for v in task.model.non_trainable_variables if "seed_generator" in v.path]
         self.checkpoint = tf.train.Checkpoint(optimizer=self.optimizer, step=self.step, rng=rng,
                                               **task.checkpoint_items(first_replica))
-        self.restored = self._restore(init_checkpoint)
+        self.restored = self._restore(init_checkpoint, init_weights)
         # The micro-steps (the task's forward and backward passes) branch only on Python values, so
         # AutoGraph is off for them: converting them and the ~40 functions they call from source took
         # about 1 s of a tiny run's 5.7 s first step (docs/benchmarks.md, "Start-up"). The loop around them
@@ -137,7 +140,7 @@ class Controller:
         return self.task.network
 
     # ---------------------------------------------------------------------------- set-up
-    def _restore(self, init_checkpoint: str | None) -> bool:
+    def _restore(self, init_checkpoint: str | None, init_weights: Callable[[keras.Model], str] | None = None) -> bool:
         """Resumes from the directory's checkpoints when it has any, else starts from
         ``init_checkpoint``'s weights or from scratch; builds the checkpoint manager. True when resumed."""
         history = self.work_dir.checkpoint_history()  # every name checked to stay inside checkpoints/
@@ -161,6 +164,8 @@ class Controller:
         if dropped:
             self.warn(f"warning: no checkpoint under {self.work_dir.checkpoints}: starting at step 1, the {dropped} "
                       f"steps {self.work_dir.step_log} holds from a run that saved none will be logged again")
+        if init_weights is not None:
+            self.log(f"initialised the model from {init_weights(self.network)}")
         if init_checkpoint:
             source = ModelDirectory(init_checkpoint)
             latest = source.latest_checkpoint()

@@ -254,9 +254,10 @@ def pretraining_controller(model_config: ModelConfig, train_config: TrainConfig,
                            after_first_save: Callable[[int], None] | None = None,
                            mixture: Sequence[MixtureSource] = (),
                            eval_sources: Sequence[MixtureSource] = (),
-                           step_flops: StepFlops | None = None) -> Controller:
+                           step_flops: StepFlops | None = None,
+                           init_weights: Callable[[Any], str] | None = None) -> Controller:
     """The controller of a pretraining run: what `xlnet train` builds (``step_flops``: its MFU's
     measure, trainer/runtime/throughput.py)."""
     task = PretrainingTask(model_config, train_config, manifest, mixture, eval_sources)
     return Controller(task, train_config, model_dir=model_dir, strategy=strategy, init_checkpoint=init_checkpoint,
-                      log=log, after_first_save=after_first_save, step_flops=step_flops)
+                      log=log, after_first_save=after_first_save, step_flops=step_flops, init_weights=init_weights)

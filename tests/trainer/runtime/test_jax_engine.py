@@ -17,7 +17,8 @@ from support.processes import output_of, signal_and_wait, start, wait_for
 SMALL = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=8",
          "eval_batch_size=8", "warmup_steps=2", f"vocab_size={SMALL_DATA['vocab_size']}", "steps_per_loop=2",
          "eval_steps=2"] + SMALL_DATA_TRAINING
-STEP_LOG_FIELDS = {"step", "loss", "accuracy", "grad_norm", "peak_memory_bytes", "input_wait_seconds"}
+STEP_LOG_FIELDS = {"step", "loss", "accuracy", "grad_norm", "peak_memory_bytes", "input_wait_seconds",
+                   "model_flops_per_sec", "mfu", "mfu_peak_source"}
 
 
 def train_args(data: str, model_dir: Path, *settings: str, backend: str = "jax") -> list[str]:
@@ -49,6 +50,8 @@ def test_a_jax_run_logs_every_step_with_the_step_log_fields(jax_run):
     assert [row["step"] for row in rows] == [1, 2, 3, 4]
     assert all(set(row) == STEP_LOG_FIELDS for row in rows)
     assert all(row["loss"] > 0 and row["grad_norm"] > 0 and row["input_wait_seconds"] >= 0 for row in rows)
+    assert all(0 < row["mfu"] <= 1 and row["mfu_peak_source"] == "measured_matmul_peak (float32, this CPU)"
+               for row in rows)
 
 
 def test_a_jax_run_keeps_orbax_checkpoints_and_the_model_files(jax_run):
@@ -145,3 +148,39 @@ def test_a_model_directory_of_the_tensorflow_engine_is_not_resumed_on_jax(small_
     assert result.returncode == 3, result.stderr[-2000:]
     assert "holds the TensorFlow engine's checkpoints" in result.stderr and "--backend tensorflow" in result.stderr
     assert sorted(path.name for path in checkpoints.iterdir()) == ["ckpt-2.index"]
+
+
+@pytest.fixture(scope="module")
+def huggingface_dir(tmp_path_factory) -> Path:
+    """A Hugging Face directory of the legacy pretrained fixture (its export, spiece.model beside it)."""
+    from support.bundled_data import REPO
+
+    output = tmp_path_factory.mktemp("hf") / "xlnet"
+    process = start(["-m", "xlnet_cli", "export", "--model-dir", str(REPO / "tests" / "fixtures" / "legacy" /
+                                                                       "pretrained"),
+                     "--format", "huggingface", "--output", str(output)])
+    assert process.wait(timeout=600) == 0, output_of(process)[0][-3000:]
+    return output
+
+
+@pytest.mark.slow
+def test_both_engines_train_the_same_from_the_same_hugging_face_weights(small_data_dir, huggingface_dir, tmp_path):
+    """From one Hugging Face directory, dropout off: the two engines' first 20 losses and gradient norms agree
+    to 1e-4 (TensorFlow's network and reader, JAX's network and the NumPy reader, one optimizer)."""
+    settings = ["train_batch_size=8", "warmup_steps=2", "train_steps=20", "checkpoint_every=20", "eval_every=0",
+                "steps_per_loop=5", "dropout=0", "dropatt=0", *SMALL_DATA_TRAINING]
+    rows = {}
+    for backend in ("tensorflow", "jax"):
+        model_dir = tmp_path / backend
+        args = ["-m", "xlnet_cli", "train", "--backend", backend, "--data", small_data_dir, "--model-dir",
+                str(model_dir), "--init-checkpoint", str(huggingface_dir),
+                *[arg for item in settings for arg in ("--set", item)]]
+        process = start(args, env={"KERAS_BACKEND": backend})
+        output = output_of(process, timeout=900)[0]
+        assert process.returncode == 0, output[-3000:]
+        assert f"initialised the model from {huggingface_dir} (Hugging Face weights)" in output
+        rows[backend] = step_rows(model_dir)
+    assert set(rows["tensorflow"][0]) == set(rows["jax"][0]) == STEP_LOG_FIELDS  # one step log, two engines
+    for a, b in zip(rows["tensorflow"], rows["jax"], strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4), a["step"]
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4), a["step"]
