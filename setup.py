@@ -29,7 +29,9 @@ TENSORFLOW_REQUIRES = [
     "tensorflow-text==2.21.1",
     "tensorboard==2.21.0",  # tf.summary writers of the training loop
 ]
-PIPELINE_REQUIRES = ["apache-beam[gcp,tfrecord]==2.77.0"]
+# py3langid: `xlnet preprocess --languages` (pipeline/language_id.py); its model ships inside the wheel (4.6 MB,
+# NumPy only), so identification needs no download. Preprocessing only: the base install and `jax` stay free of it.
+PIPELINE_REQUIRES = ["apache-beam[gcp,tfrecord]==2.77.0", "py3langid==0.4.0"]
 # `xlnet preprocess --runner dask`: Dask's distributed scheduler, at the versions apache-beam 2.77's own
 # `dask` extra declares (dask>=2024.4.2, distributed>=2024.4.2). The launcher and every worker need it.
 DASK_REQUIRES = ["dask[distributed]>=2024.4.2"]

@@ -72,6 +72,7 @@ from pipeline.cleaning import (clean_document, dedup_flow, dedup_input_counters,
 from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, exact_key, keep_rank, kept_and_removed,
                                       pairs_in_band, signature)
 from pipeline.corpus import CorpusError, InputFile, read_documents, read_identified_documents
+from pipeline.language_id import LanguageFilter
 from pipeline.data_directory import (OutputWriteError, create_in_run, open_staging, remove_staged_shards, report_path,
                                      save_report, shard_sizes, stage_manifest, staging_directory)
 from pipeline.output_lock import read_lock
@@ -250,8 +251,9 @@ READ_STATS = ("files", "lines", "invalid_lines", "long_lines", "empty_files", "u
 
 
 def read_counters(config: PreprocessConfig) -> tuple[str, ...]:
-    """What a read report carries: READ_STATS, the filter stages' counters, the documents entering dedup."""
-    return READ_STATS + stage_counters(config.filters) + dedup_input_counters(config.dedup)
+    """What a read report carries: READ_STATS, the language and filter stages' counters, the documents entering
+    dedup."""
+    return READ_STATS + stage_counters(config.read_stages) + dedup_input_counters(config.dedup)
 
 
 # What the shard stage counts per shard, besides the manifest's records, tokens, masked tokens, documents.
@@ -268,6 +270,7 @@ class ReadDocuments(beam.DoFn):
     def __init__(self, config: PreprocessConfig):
         self._config = config
         self._minhash = config.minhash_settings()
+        self._language = LanguageFilter(config.languages, config.language_threshold) if config.languages else None
         self._counters = Counters(*READ_STATS)
 
     def process(self, input_file: InputFile | EveryShard) -> Iterator[tuple[tuple[str, int],
@@ -288,8 +291,8 @@ class ReadDocuments(beam.DoFn):
                 identity, lines = document if c.removed else ("", document)
                 place = place_document(f"{input_file.key}:{index}", c.seed, c.valid_fraction, c.num_streams)
                 shard = (place.split, shard_of_stream(place.stream, c.num_shards_of(place.split)))
-                if c.filters:
-                    removed, kept_lines = clean_document(lines, c.filters, stats)  # counted by stage
+                if c.read_stages:
+                    removed, kept_lines = clean_document(lines, c.filters, stats, self._language)  # counted by stage
                     if removed is not None:  # its key's index stays used (the same keys as unfiltered)
                         if c.removed:  # its audit line goes to the shard it would have gone to
                             yield shard, RemovedDocument(identity, *removed)

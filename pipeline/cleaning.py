@@ -1,4 +1,8 @@
-"""`xlnet preprocess --filters`: the quality and repetition filters applied to each document as it is read.
+"""`xlnet preprocess --languages` and `--filters`: the language stage and the quality and repetition filters
+applied to each document as it is read.
+
+The language stage (pipeline/language_id.py) runs first, as the anchors order them, its removal reason
+``language:<code>``; then the filters.
 
 A document is its lines joined by newlines (paragraphs, as the corpus formats give them). The filters
 named run in the order FineWeb's recipe runs them, whatever the order given: Gopher (repetition, then
@@ -25,8 +29,9 @@ from pipeline import quality_filters as rules
 from pipeline.near_duplicates import MinHashSettings
 from tfrecords.record_config import ConfigError
 
-# In the order they run.
+# In the order they run, after --languages' stage.
 FILTERS = ("gopher", "c4", "fineweb")
+LANGUAGE = "language"
 # `--dedup`: the duplicate removals, after the filters, in their running order (exact first: a document it
 # removed is no near-duplicate candidate).
 DEDUP = ("exact", "near")
@@ -90,22 +95,25 @@ def _fineweb(text: str) -> tuple[Optional[str], str]:
     return rules.fineweb_quality(text), text
 
 
-STAGES: dict[str, Callable[[str], tuple[Optional[str], str]]] = {"gopher": _gopher, "c4": rules.c4_clean,
-                                                                   "fineweb": _fineweb}
+# A stage: text -> (its removal reason or None, the text as kept).
+Stage = Callable[[str], tuple[Optional[str], str]]
+STAGES: dict[str, Stage] = {"gopher": _gopher, "c4": rules.c4_clean, "fineweb": _fineweb}
 
 
-def clean_document(lines: list[str], filters: tuple[str, ...],
-                   tally: Counter | None = None) -> tuple[Optional[tuple[str, str]], list[str]]:
-    """(the stage and rule that removed the document, or None; its lines as kept). ``tally`` counts, per
-    stage it reached, the document and its UTF-8 bytes in, and removed or kept (as it entered, and as it left
-    the stage: C4 drops lines of the documents it keeps)."""
+def clean_document(lines: list[str], filters: tuple[str, ...], tally: Counter | None = None,
+                   language: Stage | None = None) -> tuple[Optional[tuple[str, str]], list[str]]:
+    """(the stage and rule that removed the document, or None; its lines as kept). ``language`` (--languages,
+    pipeline/language_id.py) runs first, then the filters. ``tally`` counts, per stage it reached, the document
+    and its UTF-8 bytes in, and removed or kept (as it entered, and as it left the stage: C4 drops lines of the
+    documents it keeps)."""
     text = "\n".join(lines)
     tally = Counter() if tally is None else tally
-    for stage in (stage for stage in FILTERS if stage in filters):  # their running order, whatever the given one
+    stages = [(stage, STAGES[stage]) for stage in FILTERS if stage in filters]  # their order, whatever the given
+    for stage, run_stage in ([(LANGUAGE, language)] if language is not None else []) + stages:
         size = len(text.encode("utf-8"))
         tally[f"in_documents_{stage}"] += 1
         tally[f"in_bytes_{stage}"] += size
-        reason, kept = STAGES[stage](text)
+        reason, kept = run_stage(text)
         if reason is not None:
             tally[f"removed_documents_{stage}"] += 1
             tally[f"removed_bytes_{stage}"] += size

@@ -29,6 +29,7 @@ from pipeline.dask_cluster import (DASK_RUNNER, DaskCluster, check_options, conn
                                    is_dask, option_value, scheduler_option, wait_for_run)
 from pipeline.cleaning import DEDUP, FILTERS, parse_minhash, parse_names
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS
+from pipeline.language_id import parse_languages
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
 from tfrecords.errors import DataError, UsageError
 from tfrecords.interruption import ending_on_signals
@@ -47,10 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = PreprocessConfig(inputs=(), output="", vocab="")
     io = parser.add_argument_group("input and output")
     io.add_argument("--input", action="append", required=True, metavar="GLOB",
-                    help="corpus files (local or gs://; plain, .gz, .bz2); repeat for several globs")
+                    help="corpus files (local or gs://; plain, .gz, .bz2, or Parquet); repeat for several globs")
     io.add_argument("--input-format", choices=INPUT_FORMATS, default=d.input_format, help=INPUT_FORMAT_HELP)
-    io.add_argument("--text-field", default=d.text_field, help="JSON-lines field or Parquet column (of strings) holding a document's text; "
-                         "a Parquet file's `id` column, if any, names its documents in --removed")
+    io.add_argument("--text-field", default=d.text_field,
+                    help="JSON-lines field or Parquet column (of strings) holding a document's text; a Parquet "
+                         "file's `id` column, if any, names its documents in --removed")
     io.add_argument("--output", required=True, metavar="DIR", help="data directory to write (local or gs://)")
     io.add_argument("--vocab", required=True, help="SentencePiece model from `xlnet vocab` (local or gs://)")
     io.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=False,
@@ -61,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="quality and repetition filters applied to each document as it is read, comma-separated: "
                          f"{', '.join(FILTERS)} (docs/preprocessing.md, \"Cleaning\"); each removal counted by stage "
                          "in the manifest (default: none, the documents as they are)")
+    io.add_argument("--languages", default=None, metavar="CODES",
+                    help="keep only documents in these languages, comma-separated ISO 639 codes (en,de), identified "
+                         "by py3langid before the filters; removal reason language:<code>, counted in the manifest "
+                         "(default: every language)")
+    io.add_argument("--language-threshold", type=float, default=d.language_threshold, metavar="P",
+                    help="--languages: the least probability of the language identified (default %(default)s, "
+                         "fastText lid.176's in FineWeb)")
     io.add_argument("--dedup", default=None, metavar="KINDS",
                     help=f"duplicate removal after the filters, comma-separated: {', '.join(DEDUP)} (exact: "
                          "documents equal once case, punctuation and spacing are set aside; near: MinHash LSH, see "
@@ -127,7 +136,8 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         input_format=args.input_format, text_field=args.text_field, max_line_bytes=args.max_line_bytes,
         filters=parse_names("--filters", args.filters) if args.filters is not None else (),
         dedup=parse_names("--dedup", args.dedup) if args.dedup is not None else (), removed=args.removed.rstrip("/"),
-        **minhash_fields(args))
+        languages=parse_languages(args.languages) if args.languages is not None else (),
+        language_threshold=args.language_threshold, **minhash_fields(args))
 
 
 def minhash_fields(args: argparse.Namespace) -> dict:
@@ -245,11 +255,14 @@ def no_records_message(config: PreprocessConfig, metrics: dict[str, int]) -> str
     count = {key: metrics.get(key, 0) for key in COUNTER_KEYS}
     read = f"read {count['files']} file(s) from --input: {count['lines']} lines, {count['documents']} documents"
     nothing_written = f"Nothing was written as data (no {MANIFEST_NAME}, no shard files)."
-    removed = {stage: metrics.get(f"removed_documents_{stage}", 0) for stage in config.filters + config.dedup}
+    removed = {stage: metrics.get(f"removed_documents_{stage}", 0) for stage in config.read_stages + config.dedup}
     if count["documents"] == 0 and any(removed.values()):
         stages = ", ".join(f"{stage} {number}" for stage, number in removed.items() if number)
-        return (f"--filters removed every document ({stages} of {metrics.get('documents_read', 0)} read; the first stage "
-                f"that removed one is named); loosen or drop --filters {','.join(config.filters)}. {nothing_written}")
+        flags = [f"--languages {','.join(config.languages)}"] * bool(config.languages) + \
+            [f"--filters {','.join(config.filters)}"] * bool(config.filters)
+        return (f"{' and '.join(flag.split()[0] for flag in flags)} removed every document ({stages} of "
+                f"{metrics.get('documents_read', 0)} read; the first stage that removed one is named); loosen or "
+                f"drop {' '.join(flags)}. {nothing_written}")
     if count["documents"] == 0:
         return f"{_no_documents_headline(count)}: {read}; {_skipped_input(count)}. {nothing_written}"
     return (f"no training records: the corpus is too short for --seq-len {config.seq_len} in "

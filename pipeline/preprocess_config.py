@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from pipeline.cleaning import check_names
+from pipeline.cleaning import LANGUAGE, check_names
+from pipeline.language_id import DEFAULT_THRESHOLD, check_languages
 from pipeline.corpus import INPUT_FORMATS
 from pipeline.near_duplicates import MinHashSettings
 from tfrecords.record_config import ConfigError, RecordConfig
@@ -39,6 +40,10 @@ class PreprocessConfig(RecordConfig):
     # --filters (pipeline/cleaning.py), in their running order; empty: no cleaning, and the manifest
     # does not name the field, so that a run without it writes the bytes it always did.
     filters: tuple[str, ...] = ()
+    # --languages (pipeline/language_id.py): the codes kept, sorted; empty: no language stage, and the manifest
+    # names neither field. --language-threshold: the least probability of the language identified.
+    languages: tuple[str, ...] = ()
+    language_threshold: float = DEFAULT_THRESHOLD
     # --dedup (pipeline/cleaning.py), likewise left out of the manifest when empty.
     dedup: tuple[str, ...] = ()
     # --minhash (near-duplicate settings, pipeline/near_duplicates.py's MinHashSettings): in the manifest only
@@ -82,10 +87,18 @@ class PreprocessConfig(RecordConfig):
         if self.max_line_bytes < 1:
             raise ConfigError(f"--max-line-bytes must be positive, got {self.max_line_bytes}")
         check_names("--filters", self.filters)
+        if self.languages:  # loads the language model (about a second): only when it is asked for
+            check_languages(self.languages, self.language_threshold)
         check_names("--dedup", self.dedup)
         self.minhash_settings()  # its ranges, named by --minhash's keys
-        if self.removed and not (self.filters or self.dedup):
-            raise ConfigError(f"--removed {self.removed}: nothing is removed without --filters or --dedup")
+        if self.removed and not (self.read_stages or self.dedup):
+            raise ConfigError(f"--removed {self.removed}: nothing is removed without --languages, --filters or "
+                              "--dedup")
+
+    @property
+    def read_stages(self) -> tuple[str, ...]:
+        """The cleaning stages each document passes as it is read, in their order: language, then the filters."""
+        return ((LANGUAGE,) if self.languages else ()) + self.filters
 
     def removed_name(self, split: str, shard: int) -> str:
         """The --removed file of a shard's removed documents."""
@@ -100,10 +113,12 @@ class PreprocessConfig(RecordConfig):
 
     def to_dict(self) -> dict:
         values = {**super().to_dict(), "inputs": list(self.inputs), "filters": list(self.filters),
-                  "dedup": list(self.dedup)}
-        for name in ("filters", "dedup", "removed"):
+                  "dedup": list(self.dedup), "languages": list(self.languages)}
+        for name in ("filters", "dedup", "removed", "languages"):
             if not values[name]:
                 del values[name]
+        if not self.languages:
+            del values["language_threshold"]
         if "near" not in self.dedup:
             for name in MINHASH_FIELDS:
                 del values[name]

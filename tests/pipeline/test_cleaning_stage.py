@@ -127,9 +127,10 @@ def written_with_workers(tmp_path: Path, inputs: list[str], spm_model: str, work
 
 @pytest.mark.slow  # two runs with worker processes (about 40 s)
 def test_filtered_runs_write_the_same_bytes_with_one_or_two_worker_processes(tmp_path, corpus, spm_model):
-    outputs = [written_with_workers(tmp_path, [corpus[0]], spm_model, workers, filters=("gopher", "c4"))
-               for workers in (1, 2)]
+    outputs = [written_with_workers(tmp_path, [corpus[0]], spm_model, workers, filters=("gopher", "c4"),
+                                    languages=("en",)) for workers in (1, 2)]
     assert outputs[0] == outputs[1] and len(outputs[0]) == 7
+    assert b'"in_documents_language": 120' in outputs[0]["counters"]
 
 # ------------------------------------------------------------------------------------------ --dedup exact
 @pytest.fixture(scope="module")
@@ -299,7 +300,8 @@ def test_removed_without_any_cleaning_is_refused_in_one_line(tmp_path, copied_co
     code = xlnet_cli.main(["preprocess", "--input", copied_corpus[0][0], "--output", str(tmp_path / "x"), "--vocab",
                            spm_model, "--removed", str(tmp_path / "r")])
     assert code == 2 and capsys.readouterr().err.strip() == (
-        f"xlnet preprocess: error: --removed {tmp_path / 'r'}: nothing is removed without --filters or --dedup")
+        f"xlnet preprocess: error: --removed {tmp_path / 'r'}: nothing is removed without --languages, --filters or "
+        "--dedup")
 
 
 def test_an_earlier_runs_removed_documents_are_replaced_only_with_overwrite(tmp_path, copied_corpus, spm_model):

@@ -118,4 +118,5 @@ def test_a_parquet_file_without_the_text_field_is_one_line_naming_the_column_and
 def test_a_parquet_text_field_that_is_not_strings_is_one_line_naming_its_type_and_exit_3(tmp_path, spm_model, capsys):
     path = write_parquet(tmp_path / "c.parquet", {"text": [1, 2, 3]})
     code, err = preprocess_exit(tmp_path, spm_model, capsys, path, "--input-format", "parquet")
-    assert code == 3 and err == f"xlnet preprocess: error: {path}: column 'text' (--text-field) holds int64, not strings"
+    assert code == 3 and err == (f"xlnet preprocess: error: {path}: column 'text' (--text-field) holds int64, "
+                                 "not strings")
