@@ -82,8 +82,8 @@ def bucket_run(gcs, tmp_path_factory, corpus_sample, spm_model):
     assert xlnet_cli.main(train_args(manifest.directory, model_dir, *RUN)) == 0
     serving = posixpath.join(root, "serving")
     assert xlnet_cli.main(["export", "--model-dir", model_dir, "--output", serving, "--max-length", "32"]) == 0
-    return {"root": root, "manifest": manifest, "model_dir": model_dir, "serving": serving,
-            "seconds": time.time() - began}
+    return {"root": root, "corpus": corpus, "vocab": vocab, "manifest": manifest, "model_dir": model_dir,
+            "serving": serving, "seconds": time.time() - began}
 
 
 @pytest.mark.xdist_group("bucket_run")  # its module fixture (preprocess, train, export: ~70 s) built once
@@ -187,18 +187,13 @@ def finish(process: subprocess.Popen, timeout: float = 600) -> str:
     return output
 
 
-@pytest.fixture(scope="module")
-def bucket_data(gcs, corpus_sample, spm_model):
-    """The tiny data set preprocessed into the bucket (fault-free)."""
-    root = gcs.new_prefix("bucket-data")
-    corpus = upload(corpus_sample, posixpath.join(root, "corpus", "sample.txt"))
-    vocab = upload(spm_model, posixpath.join(root, "spiece.model"))
-    return {"corpus": corpus, "vocab": vocab, "manifest": bucket_preprocess(corpus, vocab, posixpath.join(root, "data"))}
-
-
+# The slow tests train on bucket_run's data (the tiny data set preprocessed into the bucket, fault-free):
+# the slow suite builds that fixture for the serving test above anyway, and a fixture of their own
+# preprocessed the same corpus into the bucket a second time.
 @pytest.mark.slow
-def test_a_killed_run_resumes_from_the_bucket_with_the_same_losses(bucket_data, gcs_prefix, tmp_path):
-    data = bucket_data["manifest"].directory
+@pytest.mark.xdist_group("bucket_run")
+def test_a_killed_run_resumes_from_the_bucket_with_the_same_losses(bucket_run, gcs_prefix, tmp_path):
+    data = bucket_run["manifest"].directory
     finish(start_training(train_args(data, str(tmp_path / "straight"), *KILLED, small=False)))
     model_dir = posixpath.join(gcs_prefix, "killed")
     log = posixpath.join(model_dir, "train_steps.jsonl")
@@ -217,13 +212,14 @@ def test_a_killed_run_resumes_from_the_bucket_with_the_same_losses(bucket_data, 
 
 
 @pytest.mark.slow
-def test_preprocessing_training_and_export_complete_identically_under_injected_faults(gcs, bucket_data, gcs_prefix):
+@pytest.mark.xdist_group("bucket_run")
+def test_preprocessing_training_and_export_complete_identically_under_injected_faults(gcs, bucket_run, gcs_prefix):
     settings = ["train_steps=8", "checkpoint_every=2", "eval_every=4", "deterministic=true"]
     clean_model = posixpath.join(gcs_prefix, "clean-model")
-    finish(start_training(train_args(bucket_data["manifest"].directory, clean_model, *settings)))
+    finish(start_training(train_args(bucket_run["manifest"].directory, clean_model, *settings)))
     gcs.set_faults(fail_share=0.1, drop_upload_share=0.1, seed=1)
     try:
-        faulty = bucket_preprocess(bucket_data["corpus"], bucket_data["vocab"], posixpath.join(gcs_prefix, "data"))
+        faulty = bucket_preprocess(bucket_run["corpus"], bucket_run["vocab"], posixpath.join(gcs_prefix, "data"))
         faulty_model = posixpath.join(gcs_prefix, "faulty-model")
         finish(start_training(train_args(faulty.directory, faulty_model, *settings)))
         serving = posixpath.join(gcs_prefix, "serving")
@@ -234,8 +230,8 @@ def test_preprocessing_training_and_export_complete_identically_under_injected_f
     served = tf.saved_model.load(posixpath.join(serving, "1")).signatures["encode_text"](text=tf.constant(["Amen."]))
     assert served["pooled_output"].shape == (1, 64)
     assert counts["unavailable"] > 0 and counts["dropped_uploads"] > 0, counts
-    assert without_paths(faulty) == without_paths(bucket_data["manifest"])
-    assert shard_bytes(faulty) == shard_bytes(bucket_data["manifest"])
+    assert without_paths(faulty) == without_paths(bucket_run["manifest"])
+    assert shard_bytes(faulty) == shard_bytes(bucket_run["manifest"])
     logs = [ModelDirectory(model).reproducible_step_rows() for model in (clean_model, faulty_model)]
     assert [row["step"] for row in logs[0]] == list(range(1, 9)) and logs[1] == logs[0]
     for model in (clean_model, faulty_model):
