@@ -164,6 +164,13 @@ class ModelDirectory:
         checkpoints/ is a CheckpointNameError (exit status 3)."""
         return self.checkpoint_history().latest
 
+    def orbax_steps(self) -> list[int]:
+        """The steps of the JAX engine's Orbax checkpoints under checkpoints/ (``<step>/`` directories), oldest first."""
+        if not file_system.isdir(self.checkpoints):
+            return []
+        return sorted(int(name.rstrip("/")) for name in file_system.listdir(self.checkpoints)
+                      if name.rstrip("/").isdigit())
+
     def checkpoint_history(self) -> checkpoint_history.History:
         """The checkpoints under checkpoints/, oldest first (trainer/runtime/checkpoint_history.py)."""
         return checkpoint_history.read_history(self.checkpoints)

@@ -186,6 +186,33 @@ class OrbaxCheckpoints:
         return str(target)
 
 
+def read_network_weights(directory: str, step: int) -> list:
+    """The network's weights (``StepState.trainable``: the pretrainer's trainable variables in order,
+    which are its network's) of the JAX engine's checkpoint ``step`` under ``directory``, as NumPy
+    arrays: what export, fine-tuning and the TensorFlow engine's --init-checkpoint read of a model
+    directory the JAX engine trained. An unreadable checkpoint is an UnreadableCheckpointError."""
+    import numpy as np
+
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError:
+        raise UsageError(f"{directory} holds the JAX engine's Orbax checkpoints; reading them needs Orbax: "
+                         "pip install \"xlnet-pretrain[jax]\"") from None
+    handlers = {"state": ocp.StandardCheckpointHandler(), "position": ocp.JsonCheckpointHandler()}
+    with _closed_loop_callbacks_ignored():
+        manager = ocp.CheckpointManager(directory, item_handlers=handlers)
+        try:
+            state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
+            weights = state["trainable"] if isinstance(state, dict) else state[0]
+            return [np.asarray(value) for value in weights]
+        except Exception as error:  # noqa: BLE001 (Orbax and tensorstore raise many kinds for a damaged file)
+            reason = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+            raise UnreadableCheckpointError(f"checkpoint {posixpath.join(directory, str(step))} cannot be read "
+                                            f"({reason})") from None
+        finally:
+            manager.close()
+
+
 @contextlib.contextmanager
 def _closed_loop_callbacks_ignored():
     """Reading a damaged checkpoint, tensorstore completes the reads still in flight after Orbax has

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -80,7 +81,13 @@ def check_vocabulary(directory: ModelDirectory) -> None:
 
 
 def checkpoint_to_read(directory: ModelDirectory, checkpoint: str | None = None) -> str:
-    """``checkpoint`` (a prefix, --checkpoint) when given, else the latest of ``directory``."""
+    """``checkpoint`` (a prefix, --checkpoint) when given, else the latest of ``directory``: a
+    TensorFlow checkpoint prefix, or for a directory the JAX engine trained its newest Orbax step
+    (``checkpoints/<step>``)."""
+    if checkpoint is None and not directory.latest_checkpoint() and directory.orbax_steps():
+        return posixpath.join(directory.checkpoints, str(directory.orbax_steps()[-1]))
+    if checkpoint is not None and is_orbax_step(checkpoint):
+        return checkpoint
     if checkpoint is None:
         checkpoint = directory.latest_checkpoint()
         if checkpoint is None:
@@ -106,6 +113,9 @@ def restore_model(directory: ModelDirectory, checkpoint: str | None = None, whol
         raise RestoreError(str(error)) from None
     config = directory.model_config
     network = build_network(sequence_model_config(config, mem_len) if whole_sequence else config)
+    if spec is None and is_orbax_step(checkpoint):
+        assign_network_weights(network, checkpoint)
+        return RestoredModel(network, None, None, checkpoint)
     if spec is None:
         _restore(checkpoint, "match model_config.json", model=network)
         return RestoredModel(network, None, None, checkpoint)
@@ -113,6 +123,27 @@ def restore_model(directory: ModelDirectory, checkpoint: str | None = None, whol
     kind = "SQuAD model" if spec.task == "squad" else "model"
     _restore(checkpoint, f"hold the fine-tuned {kind} of {directory.path!r}", model=network, head=head)
     return RestoredModel(network, head, spec, checkpoint)
+
+
+def is_orbax_step(checkpoint: str) -> bool:
+    """Whether ``checkpoint`` names one of the JAX engine's Orbax checkpoints (``.../checkpoints/<step>``)."""
+    return posixpath.basename(checkpoint.rstrip("/")).isdigit()
+
+
+def assign_network_weights(network: XLNetNetwork, checkpoint: str) -> None:
+    """Gives ``network`` the weights of the JAX engine's checkpoint ``checkpoint`` (``.../<step>``): the
+    pretrainer's trainable variables, in the order the network builds them on any backend."""
+    from trainer.runtime.orbax_checkpoints import read_network_weights
+
+    directory, step = posixpath.split(checkpoint.rstrip("/"))
+    weights = read_network_weights(directory, int(step))
+    variables = network.trainable_variables
+    shapes = [tuple(v.shape) for v in variables]
+    if [tuple(w.shape) for w in weights] != shapes:
+        raise RestoreError(f"checkpoint {checkpoint!r} holds {len(weights)} weights of other shapes than the "
+                           f"{len(variables)} of model_config.json's network")
+    for variable, value in zip(variables, weights):
+        variable.assign(value)
 
 
 def _restore(checkpoint: str, expectation: str, **objects) -> None:

@@ -184,3 +184,34 @@ def test_both_engines_train_the_same_from_the_same_hugging_face_weights(small_da
     for a, b in zip(rows["tensorflow"], rows["jax"], strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4), a["step"]
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4), a["step"]
+
+
+@pytest.mark.slow
+def test_a_model_directory_the_jax_engine_trained_exports_its_weights_to_hugging_face(jax_run, tmp_path):
+    from safetensors.numpy import load_file
+
+    from trainer.runtime.orbax_checkpoints import read_network_weights
+
+    model_dir, _ = jax_run
+    output = tmp_path / "hf"
+    process = start(["-m", "xlnet_cli", "export", "--model-dir", str(model_dir), "--format", "huggingface",
+                     "--output", str(output)])
+    text = output_of(process, timeout=600)[0]
+    assert process.returncode == 0, text[-3000:]
+    tensors = load_file(str(output / "model.safetensors"))
+    weights = read_network_weights(str(model_dir / "checkpoints"), 4)
+    embedding = next(w for w in weights if w.shape == (SMALL_DATA["vocab_size"], 64))
+    assert (tensors["transformer.word_embedding.weight"] == embedding).all()
+
+
+@pytest.mark.slow
+def test_the_tensorflow_engine_starts_from_a_model_directory_the_jax_engine_trained(jax_run, small_data_dir,
+                                                                                     tmp_path):
+    model_dir, _ = jax_run
+    args = ["-m", "xlnet_cli", "train", "--backend", "tensorflow", "--data", small_data_dir, "--model-dir",
+            str(tmp_path / "tf"), "--init-checkpoint", str(model_dir),
+            *[arg for item in SMALL + ["train_steps=1", "eval_every=0"] for arg in ("--set", item)]]
+    process = start(args, env={"KERAS_BACKEND": "tensorflow"})
+    text = output_of(process, timeout=600)[0]
+    assert process.returncode == 0, text[-3000:]
+    assert f"initialised the model from {model_dir / 'checkpoints' / '4'}" in text
