@@ -9,7 +9,10 @@ One mode per run:
   settings come from --preset, --config and --set as for `xlnet train`;
 * ``--stats``: counts and distributions over every record, ``--plot FILE.png`` as figures
   (trainer/inspection/statistics.py);
-* ``--verify``: every record checked against manifest.json (tfrecords/verification.py).
+* ``--verify``: every record checked against manifest.json (tfrecords/verification.py);
+* ``--cleaning``: the manifest's cleaning table (per stage of --languages, --filters and --dedup: documents
+  and bytes in, removed and kept, and its settings), ``--plot FILE.png`` as a figure
+  (trainer/inspection/cleaning.py); no record is read.
 
 Exit status: 0 when done (for --verify: every shard intact), 3 when the data is damaged (a shard
 missing, a record unreadable or out of place, a token id outside the vocabulary: the message names
@@ -43,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="read every record: records, tokens, documents, targets per record, span lengths "
                             "against the configured distribution, unknown pieces, document and stream lengths, "
                             "split shares")
+    modes.add_argument("--cleaning", action="store_true",
+                       help="the cleaning `xlnet preprocess --languages/--filters/--dedup` did, from manifest.json: "
+                            "per stage the documents and bytes in, removed and kept, and its settings")
     modes.add_argument("--verify", action="store_true",
                        help="read every record of every shard and check it against manifest.json: CRCs, record "
                             "counts, stream layout, file sizes, token ids; names each damaged file and its first "
@@ -55,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="records (batch rows with --permutation) to show")
     parser.add_argument("--format", default="text", choices=("text", "json"),
                         help="text, or JSON (one object per record, one for --stats)")
-    parser.add_argument("--plot", metavar="FILE.png", help="with --stats: draw the statistics into this PNG "
+    parser.add_argument("--plot", metavar="FILE.png", help="with --stats or --cleaning: draw them into this PNG "
                                                            "(local or gs://; needs matplotlib: pip install '.[plot]')")
     parser.add_argument("--preset", default="tiny", choices=sorted(MODEL_PRESETS),
                         help="with --permutation: the training preset (as `xlnet train --preset`)")
@@ -88,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(problem)
     if args.verify:
         _verify(args.data_dir, args.threads)
+    elif args.cleaning:
+        _cleaning(args)
     else:
         _inspect(args)
     return 0
@@ -98,8 +106,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return f"--threads must be >= 1, got {args.threads}"
     if args.records < 1:
         return f"--records must be >= 1, got {args.records}"
-    if args.plot and not args.stats:
-        return "--plot draws the statistics: use it with --stats"
+    if args.plot and not (args.stats or args.cleaning):
+        return "--plot draws the statistics or the cleaning: use it with --stats or --cleaning"
     if (args.overrides or args.config) and args.permutation is None:
         return "--config and --set give the training settings of --permutation: use them with it"
     return None
@@ -159,11 +167,7 @@ def _permutation_views(data, args: argparse.Namespace) -> list:
 def _stats(data, args: argparse.Namespace):
     from trainer.inspection.statistics import data_statistics, plot_statistics
 
-    if args.plot and importlib.util.find_spec("matplotlib") is None:  # said before reading every record
-        from trainer.inspection.records import InspectionError
-
-        raise InspectionError("--plot needs matplotlib, which is not installed: pip install '.[plot]' "
-                              "(or pip install matplotlib)")
+    _plot_needs_matplotlib(args.plot)  # said before reading every record
     stats = data_statistics(data)
     yield json.dumps(stats.to_json(), indent=1) if args.format == "json" else stats.to_text()
     if args.plot:
@@ -172,16 +176,48 @@ def _stats(data, args: argparse.Namespace):
             yield f"plot written to {args.plot}"
 
 
-def _verify(data_dir: str, threads: int) -> None:
+def _cleaning(args: argparse.Namespace) -> None:
+    """Prints the manifest's cleaning table (or the one line saying there was none), and draws it with --plot."""
+    from trainer.inspection.cleaning import cleaning_table, no_cleaning_line, plot_cleaning
+
+    _plot_needs_matplotlib(args.plot)
+    manifest = _manifest(args.data_dir)
+    table = cleaning_table(manifest)
+    if table is None:
+        print(no_cleaning_line(manifest))
+        return
+    print(json.dumps(table.to_json(), indent=1) if args.format == "json" else table.to_text())
+    if args.plot:
+        plot_cleaning(table, args.plot)
+        if args.format == "text":
+            print(f"plot written to {args.plot}")
+
+
+def _manifest(data_dir: str):
+    """DATA_DIR's manifest; a UsageError (exit 2) naming DATA_DIR when there is none to read."""
     import tensorflow as tf
 
     from tfrecords.manifest import ManifestError, load_manifest
-    from tfrecords.verification import DamagedDataError, verify_data_directory
 
     try:
-        manifest = load_manifest(data_dir)
+        return load_manifest(data_dir)
     except (ManifestError, tf.errors.OpError) as error:  # OpError: the filesystem refused, e.g. no access
         raise UsageError(f"DATA_DIR {data_dir}: {error}") from None
+
+
+def _plot_needs_matplotlib(plot: str | None) -> None:
+    """The error of a --plot without matplotlib, said before any work."""
+    if plot and importlib.util.find_spec("matplotlib") is None:
+        from trainer.inspection.records import InspectionError
+
+        raise InspectionError("--plot needs matplotlib, which is not installed: pip install '.[plot]' "
+                              "(or pip install matplotlib)")
+
+
+def _verify(data_dir: str, threads: int) -> None:
+    from tfrecords.verification import DamagedDataError, verify_data_directory
+
+    manifest = _manifest(data_dir)
     report = verify_data_directory(manifest, threads)
     for note in report.notes:
         print(f"note: {note}")

@@ -216,7 +216,7 @@ def test_a_reversed_stream_is_shown_in_reading_order(tiny_data_dir, vocab, capsy
     (("--stream", "32"), "--stream 32: the train split has streams 0..31"),
     (("--stream", "-1"), "--stream -1: the train split has streams 0..31"),
     (("--records", "0"), "--records must be >= 1, got 0"),
-    (("--plot", "x.png"), "--plot draws the statistics: use it with --stats"),
+    (("--plot", "x.png"), "--plot draws the statistics or the cleaning: use it with --stats or --cleaning"),
     (("--set", "train.seed=1"), "use them with it"),
 ])
 def test_out_of_range_selections_are_usage_errors_naming_the_flag(tiny_data_dir, capsys, flags, message):
