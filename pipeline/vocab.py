@@ -25,7 +25,7 @@ from typing import Iterator
 
 import numpy as np
 
-from pipeline.corpus import expand_inputs, read_documents
+from pipeline.corpus import check_parquet_inputs, expand_inputs, read_documents
 from tfrecords.text_normalization import normalize_text
 from tfrecords.vocabulary import Vocab, VocabError, parse_vocab
 
@@ -78,8 +78,11 @@ class VocabConfig:
 
 
 def corpus_sentences(config: VocabConfig) -> Iterator[str]:
-    """Normalised non-empty corpus lines, in file order (the training input)."""
-    for input_file in expand_inputs(config.inputs):
+    """Normalised non-empty corpus lines, in file order (the training input). Parquet inputs that cannot give
+    text are refused first, as `xlnet preprocess` refuses them (one line, exit 3)."""
+    files = expand_inputs(config.inputs)
+    check_parquet_inputs(files, config.input_format, config.text_field)
+    for input_file in files:
         for document in read_documents(input_file.path, config.input_format, config.text_field, stats=Counter()):
             for line in document:
                 text = normalize_text(line, config.uncased)

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SentencePiece trainer threads (part of the config: keep it fixed for identical output)")
     parser.add_argument("--input-format", choices=INPUT_FORMATS, default=defaults.input_format,
                         help=INPUT_FORMAT_HELP)
-    parser.add_argument("--text-field", default=defaults.text_field, help="JSON-lines field holding the text")
+    parser.add_argument("--text-field", default=defaults.text_field, help="JSON-lines field or Parquet column holding the text")
 
 
 def config_from_args(args: argparse.Namespace) -> VocabConfig:

@@ -120,3 +120,10 @@ def test_a_parquet_text_field_that_is_not_strings_is_one_line_naming_its_type_an
     code, err = preprocess_exit(tmp_path, spm_model, capsys, path, "--input-format", "parquet")
     assert code == 3 and err == (f"xlnet preprocess: error: {path}: column 'text' (--text-field) holds int64, "
                                  "not strings")
+
+
+def test_xlnet_vocab_refuses_a_parquet_text_field_that_is_not_strings_the_same_way(tmp_path, capsys):
+    path = write_parquet(tmp_path / "c.parquet", {"text": [1, 2, 3]})
+    code = xlnet_cli.main(["vocab", "--input", path, "--output", str(tmp_path / "sp"), "--vocab-size", "100"])
+    assert code == 3 and capsys.readouterr().err.strip() == (
+        f"xlnet vocab: error: {path}: column 'text' (--text-field) holds int64, not strings")
