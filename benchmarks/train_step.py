@@ -8,6 +8,11 @@ batch 8, vocab 32000, bi_data, untied biases.
 
     .venv/bin/python benchmarks/train_step.py                  # everything, peer included
     .venv/bin/python benchmarks/train_step.py --modes fp32:xla --no-peer --steps 3
+    .venv/bin/python benchmarks/train_step.py --modes fp32:xla,fp32:jax --no-peer --rounds 2   # the two engines, A B A B
+
+Mode ``jax`` is the JAX engine's step (trainer/runtime/jax_step.py, jitted, run by `xlnet train
+--backend jax`) on the same shapes and batch, in a process under KERAS_BACKEND=jax; the other modes
+are the TensorFlow engine's step (a tf.function, with or without XLA).
 """
 from __future__ import annotations
 
@@ -58,14 +63,7 @@ def time_ours(precision: str, jit: bool, steps: int, query_rows: str = "targets"
     variables = pretrainer.network.trainable_variables
     optimizer = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01, epsilon=1e-6)
     optimizer.build(variables)
-    rng = np.random.default_rng(0)
-    ids = rng.integers(10, s["vocab"], [B, L])
-    ids[:, L - 3], ids[:, L - 1] = 4, 3
-    features = {"input_ids": tf.constant(ids, tf.int32),
-                "segment_ids": tf.constant(np.repeat([[0] * (L // 2 + 40) + [1] * (L // 2 - 41) + [2]], B, 0),
-                                           tf.int32),
-                "is_masked": tf.constant(rng.random([B, L]) < s["num_predict"] / L * 0.95),
-                "perm_seed": tf.constant(rng.integers(0, 2 ** 30, [B, 2]), tf.int32)}
+    features = {name: tf.constant(value) for name, value in synthetic_features(np.random.default_rng(0)).items()}
     mems = pretrainer.network.initial_mems(B)
 
     def step(features, mems):
@@ -88,6 +86,57 @@ def time_ours(precision: str, jit: bool, steps: int, query_rows: str = "targets"
     return {"impl": "ours", "precision": precision, "jit": jit, "step_s": round(step_s, 4),
             "tokens_per_s": round(B * L / step_s, 1), "loss": round(float(loss), 4),
             "params": int(sum(np.prod(v.shape) for v in variables))}
+
+
+def synthetic_features(rng) -> dict:
+    """The benchmark's batch as NumPy arrays (one for both engines)."""
+    import numpy as np
+
+    s = SHAPES
+    B, L = s["batch"], s["seq_len"]
+    ids = rng.integers(10, s["vocab"], [B, L])
+    ids[:, L - 3], ids[:, L - 1] = 4, 3
+    return {"input_ids": ids.astype(np.int32),
+            "segment_ids": np.repeat([[0] * (L // 2 + 40) + [1] * (L // 2 - 41) + [2]], B, 0).astype(np.int32),
+            "is_masked": rng.random([B, L]) < s["num_predict"] / L * 0.95,
+            "perm_seed": rng.integers(0, 2 ** 30, [B, 2]).astype(np.int32)}
+
+
+def time_jax(precision: str, steps: int) -> dict:
+    """The JAX engine's step on the shapes: XLNetPretrainer under PretrainingStep (clip, AdamW, schedule)."""
+    import jax
+    import keras
+    import numpy as np
+
+    from trainer.configs.training import TrainConfig
+    from trainer.models.config import ModelConfig
+    from trainer.models.pretrainer import XLNetPretrainer
+    from trainer.runtime.jax_step import PretrainingStep
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
+    s = SHAPES
+    config = ModelConfig(vocab_size=s["vocab"], n_layer=s["n_layer"], d_model=s["d_model"], n_head=s["n_head"],
+                         d_head=s["d_model"] // s["n_head"], d_inner=s["d_inner"], untie_r=True, bi_data=True,
+                         mem_len=s["mem_len"], reuse_len=s["seq_len"] // 2, dropout=0.1, dropatt=0.1)
+    B, L = s["batch"], s["seq_len"]
+    train = TrainConfig(seq_len=L, num_predict=s["num_predict"], perm_size=L // 2, train_batch_size=B,
+                        learning_rate=1e-4, clip_norm=1.0,
+                        precision="mixed_bfloat16" if precision == "bf16" else "float32")
+    pretrainer = XLNetPretrainer(config, L, s["num_predict"], perm_size=L // 2, special_ids={"sep": 4, "cls": 3})
+    step = PretrainingStep(pretrainer, train)
+    batch = {name: jax.device_put(value) for name, value in synthetic_features(np.random.default_rng(0)).items()}
+    state = step.initial_state(B)
+    for _ in range(2):
+        state, metrics = step(state, batch)
+    jax.block_until_ready(metrics)
+    start = time.perf_counter()
+    for _ in range(steps):
+        state, metrics = step(state, batch)
+    loss = float(np.asarray(metrics["loss"]))
+    step_s = (time.perf_counter() - start) / steps
+    return {"impl": "ours (JAX engine)", "precision": precision, "jit": True, "step_s": round(step_s, 4),
+            "tokens_per_s": round(B * L / step_s, 1), "loss": round(loss, 4),
+            "params": int(sum(np.prod(v.shape) for v in pretrainer.network.trainable_variables))}
 
 
 def time_query_rows(steps: int) -> list[dict]:
@@ -143,8 +192,11 @@ def time_query_rows(steps: int) -> list[dict]:
 
 
 def run_isolated(args: list[str]) -> list[dict]:
-    """Runs this script in a fresh process (one precision policy / XLA setting per process)."""
-    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    """Runs this script in a fresh process (one precision policy / XLA setting per process; a ``jax``
+    mode under KERAS_BACKEND=jax)."""
+    backend = "jax" if any(arg.endswith(":jax") for arg in args) else "tensorflow"
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False,
+                         env=dict(os.environ, KERAS_BACKEND=backend))
     if out.returncode:
         raise RuntimeError(f"benchmark child failed: {out.stderr[-3000:]}")
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
@@ -175,8 +227,8 @@ def time_peer(jit: bool, steps: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default="fp32:eager,fp32:xla,bf16:eager,bf16:xla",
-                        help="comma-separated precision:compile pairs (precision fp32|bf16, compile eager|xla); "
-                             "'eager' means tf.function without XLA")
+                        help="comma-separated precision:compile pairs (precision fp32|bf16, compile eager|xla|jax); "
+                             "'eager' means tf.function without XLA, 'jax' the JAX engine's jitted step")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per measurement (after 2 warm-up steps)")
     parser.add_argument("--rounds", type=int, default=1, help="repeat ours/peer interleaved this many times")
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
@@ -199,7 +251,8 @@ def main() -> int:
         # The peak is the best of timings before and after the steps (each the best of 6 matmuls): one
         # timing taken while the machine was busy came out below the step's own rate (MFU 1.036).
         timings = [matmul_peak(peak_dtype)]
-        result = time_ours(precision, compile_mode == "xla", args.steps)
+        result = (time_jax(precision, args.steps) if compile_mode == "jax" else
+                  time_ours(precision, compile_mode == "xla", args.steps))
         timings.append(matmul_peak(peak_dtype))
         peak = max(timings)
         fp32_peak = peak if precision == "fp32" else matmul_peak("float32")
