@@ -12,7 +12,7 @@ One mode per run:
 * ``--verify``: every record checked against manifest.json (tfrecords/verification.py);
 * ``--cleaning``: the manifest's cleaning table (per stage of --languages, --filters and --dedup: documents
   and bytes in, removed and kept, and its settings), ``--plot FILE.png`` as a figure
-  (trainer/inspection/cleaning.py); no record is read.
+  (trainer/inspection/cleaning_table.py); no record is read.
 
 Exit status: 0 when done (for --verify: every shard intact), 3 when the data is damaged (a shard
 missing, a record unreadable or out of place, a token id outside the vocabulary: the message names
@@ -178,7 +178,7 @@ def _stats(data, args: argparse.Namespace):
 
 def _cleaning(args: argparse.Namespace) -> None:
     """Prints the manifest's cleaning table (or the one line saying there was none), and draws it with --plot."""
-    from trainer.inspection.cleaning import cleaning_table, no_cleaning_line, plot_cleaning
+    from trainer.inspection.cleaning_table import cleaning_table, no_cleaning_line, plot_cleaning
 
     _plot_needs_matplotlib(args.plot)
     manifest = _manifest(args.data_dir)

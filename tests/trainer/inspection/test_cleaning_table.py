@@ -1,4 +1,4 @@
-"""`xlnet inspect DATA_DIR --cleaning` (trainer/inspection/cleaning.py): the manifest's cleaning table, per stage in
+"""`xlnet inspect DATA_DIR --cleaning` (trainer/inspection/cleaning_table.py): the manifest's cleaning table, per stage in
 running order the documents and bytes in, removed and kept and the stage's settings, as text, JSON or a plot; a
 directory preprocessed without cleaning says so in one line."""
 from __future__ import annotations
