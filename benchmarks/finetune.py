@@ -8,13 +8,13 @@ Every fine-tune is a real `xlnet finetune` process; one JSON line per fine-tune 
 dev-set scores from its eval_results.json, plus the pretraining valid loss at that checkpoint.
 
     .venv/bin/python benchmarks/finetune.py [--task classification|squad] [--pretrain-steps 0 1000 3000]
-        [--finetune-steps 600] [--seeds 0] [--workdir DIR] [--pretrained MODEL_DIR]
+        [--finetune-steps 600] [--seeds 0] [--workdir DIR] [--pretrained MODEL_DIR] [--train-paragraphs 20000]
 
 classification: the bundled Rotten Tomatoes splits (data/finetune). squad: a cloze QA set
 generated from the bundled Wikipedia text (tests/support/squad_cloze.py; one question per paragraph of
-two sentences, 20000 paragraphs of the first 9000 documents for training, 300 of the last
-documents for eval), with one JSON line per trivial baseline (answers read off the context
-without the question) before the fine-tunes.
+two sentences, ``--train-paragraphs`` (20000) paragraphs of the first 9000 documents for training,
+300 of the last documents for eval), with one JSON line per trivial baseline (answers read off the
+context without the question) before the fine-tunes.
 
 ``--pretrained MODEL_DIR`` skips the pretraining run and compares that model directory (e.g.
 demo_output/model) with random weights.
@@ -95,7 +95,7 @@ TASKS = {
     "classification": {"data": "rotten_tomatoes dev (1000, balanced)",
                        "scores": ("accuracy", "macro_f1", "mcc", "loss"), "steps": 600, "curve_every": None,
                        "flags": []},
-    "squad": {"data": "cloze QA from the bundled Wikipedia text: 20000 train / 300 held-out paragraphs of "
+    "squad": {"data": "cloze QA from the bundled Wikipedia text: {train} train / 300 held-out paragraphs of "
                       "2 sentences, 1-2 word answers, questions of 5 words each side of the blank",
               "scores": ("exact", "f1"), "steps": 1500, "curve_every": 250,
               # the paragraphs and questions fit one window. Without dropout, and at 2e-3, a model
@@ -107,17 +107,18 @@ TASKS = {
 }
 
 
-def task_files(task: str, workdir: Path) -> list[str]:
+def task_files(task: str, workdir: Path, train_paragraphs: int) -> list[str]:
     """--train/--eval of ``task``: the bundled Rotten Tomatoes splits, or a cloze QA set generated
-    from the bundled Wikipedia text (held-out paragraphs, from documents training never sees, for eval)."""
+    from the bundled Wikipedia text (``train_paragraphs`` for training; held-out paragraphs, from
+    documents training never sees, for eval)."""
     if task == "classification":
         return ["--train", str(ROTTEN / "train.tsv"), "--eval", str(ROTTEN / "dev.tsv")]
     from bundled_data import wikipedia_documents
 
     from tests.support.squad_cloze import held_out_cloze
 
-    train_set, dev_set = held_out_cloze(wikipedia_documents(10000), held_out_from=9000, train_paragraphs=20000,
-                                        eval_paragraphs=300)
+    train_set, dev_set = held_out_cloze(wikipedia_documents(10000), held_out_from=9000,
+                                        train_paragraphs=train_paragraphs, eval_paragraphs=300)
     train, dev = workdir / "cloze-train.json", workdir / "cloze-dev.json"
     train.write_text(json.dumps(train_set))
     dev.write_text(json.dumps(dev_set))
@@ -164,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="fine-tuning seeds")
     parser.add_argument("--pretrained", help="an existing model directory instead of the pretraining run")
     parser.add_argument("--workdir", default=None, help="where data and models go (default: a temporary dir)")
+    parser.add_argument("--train-paragraphs", type=int, default=20000,
+                        help="squad: training paragraphs of the cloze set (fewer: a quick run)")
     args = parser.parse_args(argv)
+    data = TASKS[args.task]["data"].format(train=args.train_paragraphs)
 
     import bundled_data
 
@@ -189,11 +193,11 @@ def main(argv: list[str] | None = None) -> int:
             target = workdir / f"pretrained-{step}"
             shutil.rmtree(target, ignore_errors=True)
             sources[step] = snapshot(run, step, target)
-    files = task_files(args.task, workdir)
+    files = task_files(args.task, workdir, args.train_paragraphs)
     steps = args.finetune_steps or TASKS[args.task]["steps"]
     if args.task == "squad":
         for row in trivial_baselines(workdir / "cloze-dev.json"):
-            print(json.dumps({"benchmark": "finetune", "task": "squad", "data": TASKS["squad"]["data"], **row}),
+            print(json.dumps({"benchmark": "finetune", "task": "squad", "data": data, **row}),
                   flush=True)
     for seed in args.seeds:
         for name, init in sources.items():
@@ -201,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(out, ignore_errors=True)
             results, seconds = finetune(args.task, files, out, steps, seed, init, vocab)
             print(json.dumps({
-                "benchmark": "finetune", "task": args.task, "data": TASKS[args.task]["data"],
+                "benchmark": "finetune", "task": args.task, "data": data,
                 "init": "random" if init is None else "pretrained",
                 "pretrain_steps": name if isinstance(name, int) else None,
                 "pretrained_model": str(init) if init is not None else None,
