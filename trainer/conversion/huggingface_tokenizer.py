@@ -13,52 +13,19 @@ precompiled normalisation table; whitespace split and ``▁`` prefixes; ``A <sep
 from __future__ import annotations
 
 import base64
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
+
+from tfrecords.protobuf_wire import fields
 
 WORD_BOUNDARY = "\u2581"
-
-
-def _fields(message: bytes) -> Iterator[tuple[int, int, Any]]:
-    """(field number, wire type, value) of a serialised protobuf message; length-delimited values
-    are bytes, numbers their raw integers. Only what a SentencePiece ModelProto uses."""
-    position = 0
-
-    def varint() -> int:
-        nonlocal position
-        value = shift = 0
-        while True:
-            byte = message[position]
-            position += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return value
-
-    while position < len(message):
-        key = varint()
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            yield number, wire, varint()
-        elif wire == 1:
-            yield number, wire, int.from_bytes(message[position:position + 8], "little")
-            position += 8
-        elif wire == 2:
-            length = varint()
-            yield number, wire, message[position:position + length]
-            position += length
-        elif wire == 5:
-            yield number, wire, int.from_bytes(message[position:position + 4], "little")
-            position += 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire} in a SentencePiece model")
 
 
 def precompiled_charsmap(sp_model_proto: bytes) -> bytes:
     """ModelProto.normalizer_spec (field 3).precompiled_charsmap (field 2): SentencePiece's
     normalisation table, b"" when the model has none (identity normalisation)."""
-    for number, wire, value in _fields(sp_model_proto):
+    for number, wire, value in fields(sp_model_proto):
         if number == 3 and wire == 2:
-            for inner_number, inner_wire, inner in _fields(value):
+            for inner_number, inner_wire, inner in fields(value):
                 if inner_number == 2 and inner_wire == 2:
                     return bytes(inner)
     return b""

@@ -348,7 +348,7 @@ class Controller:
         self._running = (step, step, step)
         self._iterator = iter(self.train_dataset())
 
-    def run_steps(self, step: int, count: int) -> LoopOutput:
+    def run_loop(self, step: int, count: int) -> LoopOutput:
         """Runs the loop of ``count`` steps after ``step`` (one tf.function call); a training input
         that cannot be read is a TrainingDataError."""
         self._running = (self._running[0], step + 1, step + count)

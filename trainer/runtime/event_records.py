@@ -13,8 +13,9 @@ double_val = 6.
 from __future__ import annotations
 
 import struct
-from typing import Iterator, Mapping, NamedTuple
+from typing import Mapping, NamedTuple
 
+from tfrecords.protobuf_wire import fields
 from tfrecords.record_files import masked_crc32c
 from trainer.runtime import file_system
 
@@ -63,49 +64,10 @@ def encode_event(wall_time: float, step: int = 0, scalars: Mapping[str, float] |
     return out
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
-    """(field number, wire type, value) of a message: an int for varints and fixed widths as raw
-    bytes, the payload for length-delimited fields. Raises ValueError on bytes that are no message."""
-    position = 0
-
-    def varint() -> int:
-        nonlocal position
-        result = shift = 0
-        while True:
-            if position >= len(data) or shift > 63:
-                raise ValueError("a varint runs past the message")
-            byte = data[position]
-            position += 1
-            result |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return result
-
-    while position < len(data):
-        key = varint()
-        number, wire_type = key >> 3, key & 7
-        if wire_type == 0:
-            yield number, wire_type, varint()
-        elif wire_type in (1, 5):
-            width = 8 if wire_type == 1 else 4
-            if position + width > len(data):
-                raise ValueError("a fixed-width field runs past the message")
-            yield number, wire_type, data[position:position + width]
-            position += width
-        elif wire_type == 2:
-            length = varint()
-            if position + length > len(data):
-                raise ValueError("a field runs past the message")
-            yield number, wire_type, data[position:position + length]
-            position += length
-        else:
-            raise ValueError(f"wire type {wire_type} is not one an Event uses")
-
-
 def _tensor_value(data: bytes) -> float | None:
     """The value of a scalar float TensorProto (tf.summary.scalar's), or None for another tensor."""
     dtype, content, floats, doubles = None, None, [], []
-    for number, wire_type, value in _fields(data):
+    for number, wire_type, value in fields(data):
         if number == 1 and wire_type == 0:
             dtype = value
         elif number == 4 and wire_type == 2:
@@ -126,16 +88,16 @@ def _tensor_value(data: bytes) -> float | None:
 def decode_event(data: bytes) -> ScalarEvent:
     """The step and scalars of an Event's bytes (ValueError for bytes that are no Event)."""
     step, scalars, summary = 0, [], False
-    for number, wire_type, value in _fields(data):
+    for number, wire_type, value in fields(data):
         if number == 2 and wire_type == 0:
             step = value - (1 << 64) if value >= 1 << 63 else value
         elif number == 5 and wire_type == 2:
             summary = True
-            for value_number, _, entry in _fields(value):
+            for value_number, _, entry in fields(value):
                 if value_number != 1:
                     continue
                 tag, number_value = None, None
-                for part, part_type, part_value in _fields(entry):
+                for part, part_type, part_value in fields(entry):
                     if part == 1 and part_type == 2:
                         tag = part_value.decode("utf-8", "replace")
                     elif part == 2 and part_type == 5:

@@ -180,7 +180,7 @@ class JaxPretrainingEngine:
         self._running = (self._step, self._step, self._step)
         self._input = self.reader("train", self.config.train_batch_size, self._step).host_batches()
 
-    def run_steps(self, step: int, count: int) -> LoopOutput:
+    def run_loop(self, step: int, count: int) -> LoopOutput:
         """``count`` steps after ``step``, each on the reader's next batch; the metrics are read back
         once, after the last (the device runs ahead of the host meanwhile)."""
         self._running = (self._running[0], step + 1, step + count)

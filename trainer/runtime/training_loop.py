@@ -79,7 +79,7 @@ class Engine(Protocol):
     def start_input(self) -> None:
         """Readies the training input at the current step."""
 
-    def run_steps(self, step: int, count: int) -> LoopOutput:
+    def run_loop(self, step: int, count: int) -> LoopOutput:
         """Runs ``count`` steps after ``step``; an input that cannot be read is a TrainingDataError."""
 
     def save(self, step: int, start: int) -> None:
@@ -134,7 +134,7 @@ class TrainingLoop:
                 with goodput.timed("compile" if step == start else "productive", steps=count), \
                         engine.preemption.running_loop():  # a signal waits for it preemption_grace_seconds at most
                     tick = time.time()
-                    out = engine.run_steps(step, count)
+                    out = engine.run_loop(step, count)
                     elapsed = time.time() - tick
                 self._guard_finite(step, out.losses)
                 profile.after_loop(step + count)
