@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator
 import keras
 import numpy as np
 
+from tfrecords.errors import DataError
 from tfrecords.manifest import Manifest
 from tfrecords.numpy_reader import NumpyStreamReader
 from trainer.configs.training import TrainConfig
@@ -131,11 +132,9 @@ class JaxPretrainingEngine:
     def _restore(self, init_weights: Callable[[Any], str] | None) -> StepState:
         """The newest checkpoint's state when the directory has one (set-aside ones warned about),
         else the initial weights (``init_weights``' or the seed's) with a zero memory."""
-        if init_weights is None or self.checkpoints.steps():
-            state = self._train_step.initial_state(self.config.train_batch_size)
-        else:
+        if init_weights is not None and not self.checkpoints.steps():  # a new run, not a resumed one
             self.log(f"initialised the model from {init_weights(self.network)}")
-            state = self._train_step.initial_state(self.config.train_batch_size)
+        state = self._train_step.initial_state(self.config.train_batch_size)
         restored = self.checkpoints.restore_latest(state)
         if restored is None:
             dropped = self.work_dir.forget_steps_after(0)  # a run killed before its first checkpoint
@@ -207,9 +206,7 @@ class JaxPretrainingEngine:
         be read is a TrainingDataError naming it and what is kept."""
         try:
             features = next(self._input)
-        except (TrainingDataError, StopIteration):
-            raise
-        except Exception as error:  # the reader's DataErrors (damaged shard, short stream) and the like
+        except (DataError, OSError) as error:  # the reader's: a damaged shard, a short stream, a vanished file
             kept = self.latest_checkpoint() or "no checkpoint yet"
             raise TrainingDataError(f"the training input could not be read after step {step}: {error}. Training "
                                     f"stopped; the checkpoints so far are kept (latest: {kept})") from None
@@ -310,7 +307,7 @@ def _evaluation_input(batches: Iterator, step: int) -> Iterator:
     """The evaluation batches; one that cannot be read stops the run as the training input's does."""
     try:
         yield from batches
-    except Exception as error:  # the reader's DataErrors
+    except (DataError, OSError) as error:  # the reader's: a damaged shard, a short stream, a vanished file
         raise TrainingDataError(f"the evaluation input could not be read at step {step} ({error}); `xlnet inspect "
                                 "DATA_DIR --verify` on the evaluation data names the damaged file. Training "
                                 "stopped; the checkpoints so far are kept") from None

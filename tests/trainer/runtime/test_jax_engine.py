@@ -215,3 +215,22 @@ def test_the_tensorflow_engine_starts_from_a_model_directory_the_jax_engine_trai
     text = output_of(process, timeout=600)[0]
     assert process.returncode == 0, text[-3000:]
     assert f"initialised the model from {model_dir / 'checkpoints' / '4'}" in text
+
+
+@pytest.mark.slow
+def test_a_damaged_shard_stops_a_jax_run_naming_it_and_keeping_the_checkpoints(small_data_dir, tmp_path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(small_data_dir, data)
+    shard = sorted(data.glob("train-*.tfrecord*"))[0]
+    damaged = bytearray(shard.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF  # one flipped byte inside a record
+    shard.write_bytes(bytes(damaged))
+    process = start(train_args(str(data), tmp_path / "m", "train_steps=200", "checkpoint_every=1", "eval_every=0"),
+                    env={"KERAS_BACKEND": "jax"})
+    output = output_of(process, timeout=600)[0]
+    assert process.returncode == 3, output[-3000:]
+    assert "xlnet train: error: the training input could not be read after step" in output
+    assert shard.name in output and "corrupted record" in output
+    assert "Training stopped; the checkpoints so far are kept" in output
