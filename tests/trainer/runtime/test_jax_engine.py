@@ -234,3 +234,21 @@ def test_a_damaged_shard_stops_a_jax_run_naming_it_and_keeping_the_checkpoints(s
     assert "xlnet train: error: the training input could not be read after step" in output
     assert shard.name in output and "corrupted record" in output
     assert "Training stopped; the checkpoints so far are kept" in output
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_jax_run_at_the_next_loop_boundary_and_exits_0(small_data_dir, tmp_path):
+    import signal
+
+    model_dir = tmp_path / "m"
+    process = start(train_args(small_data_dir, model_dir, "train_steps=100000", "checkpoint_every=100000",
+                               "eval_every=0", "steps_per_loop=1"), env={"KERAS_BACKEND": "jax"})
+    log = model_dir / "train_steps.jsonl"
+    wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= 2, process, timeout=300, interval=0.05,
+             what="step 2")
+    output = signal_and_wait(process, signal.SIGTERM)
+    assert process.returncode == 0, output[-3000:]
+    saved = int(output.split(": saved checkpoint at step ")[1].split(",")[0])
+    assert f"received signal {int(signal.SIGTERM)}: saved checkpoint at step {saved}, exiting" in output
+    assert (model_dir / "checkpoints" / str(saved)).is_dir()
+    assert [row["step"] for row in step_rows(model_dir)] == list(range(1, saved + 1))
