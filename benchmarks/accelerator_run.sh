@@ -11,6 +11,13 @@
 #   512, remat none and full, transformers' XLNet beside each preset; ACCELERATOR_TIMEOUT_S changes
 #   the limit) and writes to $OUT (default /tmp/accelerator-out): accelerator_step.jsonl (the JSON
 #   lines), stderr.txt, gpu.txt (nvidia-smi and the package versions).
+# Or a real pretraining run of the JAX engine there:
+#                                             benchmarks/accelerator_run.sh train DATA_DIR [xlnet train flags]
+#   `xlnet train --backend jax` at Base, seq_len 512, mixed_bfloat16 on DATA_DIR (a data directory
+#   `xlnet preprocess --seq-len 512 --reuse-len 256` wrote, carried with the checkout) for
+#   ACCELERATOR_TRAIN_S seconds (default 180), then SIGTERM (the run saves and exits 0); writes
+#   $OUT/train/: the model directory (step log, goodput.json), train.txt (its output) and
+#   train_summary.json (tokens/s, MFU, goodput, input-wait share, peak memory against the planner's).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +50,20 @@ for name in ("jax", "keras", "optree", "torch", "transformers"):
 import jax
 print("jax devices", jax.devices())
 PY
+if [ "${1:-}" = train ]; then
+  data=${2:?"give the data directory: benchmarks/accelerator_run.sh train DATA_DIR [xlnet train flags]"}
+  shift 2
+  rm -rf "$out/train" && mkdir -p "$out/train"
+  timeout -s TERM "${ACCELERATOR_TRAIN_S:-180}" python3 xlnet_cli.py train --backend jax --data "$data" \
+    --model-dir "$out/train/model" --preset base --set precision=mixed_bfloat16 --set seq_len=512 \
+    --set reuse_len=256 --set num_predict=85 --set train_steps=1000000 --set checkpoint_every=1000000 \
+    --set eval_every=0 --set steps_per_loop=10 "$@" > "$out/train/train.txt" 2>&1
+  status=$?
+  python3 benchmarks/accelerator_train_summary.py "$out/train/model" | tee "$out/train/train_summary.json"
+  cat "$out/gpu.txt"; tail -5 "$out/train/train.txt"
+  echo "exit status $status (0: stopped by SIGTERM after saving, as planned)"
+  exit $status
+fi
 # 450 s for settings to start in, 480 s in all by default: a GPU lent for 10 minutes at a time also
 # has to start and install within them.
 timeout "${ACCELERATOR_TIMEOUT_S:-480}" python3 benchmarks/accelerator_step.py --budget-s 450 --steps 8 --output "$out/accelerator_step.jsonl" "$@" \

@@ -252,3 +252,13 @@ def test_sigterm_saves_a_jax_run_at_the_next_loop_boundary_and_exits_0(small_dat
     assert f"received signal {int(signal.SIGTERM)}: saved checkpoint at step {saved}, exiting" in output
     assert (model_dir / "checkpoints" / str(saved)).is_dir()
     assert [row["step"] for row in step_rows(model_dir)] == list(range(1, saved + 1))
+
+
+def test_the_accelerator_runs_summary_reads_a_jax_runs_directory(jax_run):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+    from accelerator_train_summary import summary
+
+    line = summary(str(jax_run[0]))
+    assert line["steps"] == 4 and line["tokens_per_sec"] > 0 and 0 < line["mfu_mean"] <= 1
+    assert 0 <= line["input_wait_share"] < 1 and line["planned_memory_bytes"] > 0
+    assert line["peak_memory_bytes"] is None and line["planned_over_measured"] is None  # a CPU reports no peak
