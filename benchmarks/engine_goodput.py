@@ -54,8 +54,9 @@ def run_engine(engine: str, data: str, model_dir: Path, steps: int, settings: li
             "productive_steps_per_s": round(productive_steps / seconds["productive"], 2)
             if seconds["productive"] else None,
             "last_loss": rows[-1]["loss"]}
-    if waits:
-        line["input_wait_share_of_productive"] = round(sum(waits.values()) / max(seconds["productive"], 1e-9), 4)
+    if waits:  # the loops' waits, over the productive loops' time (goodput.json keeps them apart as "input")
+        line["input_wait_share_of_productive"] = round(
+            sum(waits.values()) / max(seconds["productive"] + seconds.get("input", 0.0), 1e-9), 4)
     return line
 
 

@@ -20,8 +20,8 @@ def test_engine_goodput_prints_where_each_engines_run_went(tmp_path):
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert [row["engine"] for row in rows] == ["tensorflow", "jax"]
     for row in rows:
-        parts = sum(row[f"{name}_s"] for name in ("startup", "compile", "productive", "checkpoint", "evaluation",
-                                                  "other", "lost"))
+        parts = sum(row[f"{name}_s"] for name in ("startup", "compile", "productive", "input", "checkpoint",
+                                                  "evaluation", "other", "lost"))
         assert parts == pytest.approx(row["total_s"], abs=0.05)  # every second in one category
         assert row["total_s"] <= row["wall_s"]
         assert row["steps"] == 4 and row["productive_steps_per_s"] > 0

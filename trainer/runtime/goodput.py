@@ -9,6 +9,10 @@ its training loop, falls in exactly one category:
 * ``compile``: the first loop of steps of each run, one step that traces and compiles the
   tf.function (the step's own work is in it too: it cannot be told apart);
 * ``productive``: every other loop of training steps;
+* ``input``: the part of those loops the steps spent waiting for their input, where the engine
+  tells it apart (the JAX engine, whose reader runs in a thread beside the steps:
+  :meth:`GoodputRecorder.waited_for_input`); TensorFlow's input runs inside its loop of steps and
+  stays in ``productive``;
 * ``evaluation``, ``checkpoint``: evaluations and checkpoint saves (an asynchronous save counts
   the time the loop waits for it);
 * ``lost``: productive time a killed run spent on steps after its last checkpoint, which the next
@@ -48,7 +52,7 @@ from tfrecords.lock_owner import owner_time
 from trainer.runtime.storage import exists, read_bytes
 
 FILE = "goodput.json"
-CATEGORIES = ("productive", "startup", "compile", "evaluation", "checkpoint", "lost", "other")
+CATEGORIES = ("productive", "startup", "compile", "input", "evaluation", "checkpoint", "lost", "other")
 
 
 class RecordedDirectory(Protocol):
@@ -124,6 +128,14 @@ class GoodputRecorder:
                 self._run_steps += steps
                 self._unsaved["productive_steps"] += steps
                 self._unsaved["productive_seconds"] += self._mark - began
+
+    def waited_for_input(self, seconds: float) -> None:
+        """Moves ``seconds`` of the productive loop just timed, the time its steps waited for input,
+        to ``input``."""
+        seconds = min(max(seconds, 0.0), self._run["productive"])
+        self._run["productive"] -= seconds
+        self._run["input"] += seconds
+        self._unsaved["productive_seconds"] = max(self._unsaved["productive_seconds"] - seconds, 0.0)
 
     def saved(self, step: int) -> None:
         """The checkpoint of ``step`` is saved: no step up to it will be trained again."""

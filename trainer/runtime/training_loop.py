@@ -136,6 +136,8 @@ class TrainingLoop:
                     tick = time.time()
                     out = engine.run_loop(step, count)
                     elapsed = time.time() - tick
+                if step != start and out.input_wait_seconds:
+                    goodput.waited_for_input(out.input_wait_seconds)
                 self._guard_finite(step, out.losses)
                 profile.after_loop(step + count)
                 rates = self._loop_rates(count, elapsed)

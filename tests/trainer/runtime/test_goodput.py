@@ -322,3 +322,17 @@ def test_a_killed_runs_unrecorded_time_is_lost_even_when_its_lock_was_removed_by
         lost = GoodputRecorder(directory, time.time()).begin(0, taken_over_from(directory))
     assert lost == pytest.approx(heartbeat - written_at) and lost > 0.5
     assert not (tmp_path / RunLock.HEARTBEAT_FILE).exists()  # the next run ended as runs end: nothing left
+
+
+def test_input_waits_move_from_productive_to_input(tmp_path):
+    from trainer.runtime.model_dir import ModelDirectory
+
+    recorder = GoodputRecorder(ModelDirectory(str(tmp_path)), started=time.time())
+    recorder.begin(0)
+    with recorder.timed("productive", steps=2):
+        time.sleep(0.2)
+    recorder.waited_for_input(0.05)
+    seconds = recorder.record()["seconds"]
+    assert seconds["input"] == pytest.approx(0.05) and seconds["productive"] >= 0.15 - 1e-3
+    recorder.waited_for_input(99.0)  # never more than the productive time there is
+    assert recorder.record()["seconds"]["productive"] == 0.0

@@ -61,6 +61,7 @@ def test_a_jax_run_keeps_orbax_checkpoints_and_the_model_files(jax_run):
         assert (model_dir / name).is_file(), name
     goodput = json.loads((model_dir / "goodput.json").read_text())
     assert goodput["runs"] == 1 and goodput["productive_steps"] == 3  # step 1 of a run is its compilation
+    assert 0 <= goodput["seconds"]["input"] < goodput["seconds"]["productive"] + goodput["seconds"]["input"]
 
 
 def test_a_jax_run_writes_tensorboard_scalars_of_training_and_evaluation(jax_run):
