@@ -68,15 +68,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          "by py3langid before the filters; removal reason language:<code>, counted in the manifest "
                          "(default: every language)")
     io.add_argument("--language-threshold", type=float, default=d.language_threshold, metavar="P",
-                    help="--languages: the least probability of the language identified (default %(default)s, "
+                    help="--languages: the least probability of the language identified (default: %(default)s, "
                          "fastText lid.176's in FineWeb)")
     io.add_argument("--dedup", default=None, metavar="KINDS",
                     help=f"duplicate removal after the filters, comma-separated: {', '.join(DEDUP)} (exact: "
                          "documents equal once case, punctuation and spacing are set aside; near: MinHash LSH, see "
                          "--minhash; one copy kept, chosen by a seeded hash), counted in the manifest (default: none)")
     io.add_argument("--minhash", default=None, metavar="KEY=VALUE,...",
-                    help="--dedup near's settings: shingle_words (default 5), bands (14), rows (8), min_jaccard (0.7), "
-                         "and hashes to check that bands x rows is the number of hash functions you mean")
+                    help="--dedup near's settings, shingle_words 5, bands 14, rows 8 and min_jaccard 0.7 unless given, "
+                         "and hashes, to check that bands x rows is the number of hash functions you mean")
     io.add_argument("--removed", default="", metavar="DIR",
                     help="write what --filters and --dedup removed into DIR (local or gs://), one JSON line per "
                          "document (its id, stage and reason, and for a duplicate the kept copy's id), one file per "
