@@ -128,9 +128,32 @@ def check_generation_cache_fits(model_dir, config) -> None:
     check_generation_cache("--generation-mem-len", model, mem_len, lambda size: (config.max_length, 0), why=why)
 
 
+def needs_tensorflow(args: argparse.Namespace) -> bool:
+    """Whether this export needs TensorFlow (xlnet_cli.py imports it, quietly, only then): all but a
+    Hugging Face export of a local directory the JAX engine trained (Orbax checkpoints, read with
+    NumPy and safetensors on whatever Keras backend runs)."""
+    return not is_jax_huggingface_export(args)
+
+
+def is_jax_huggingface_export(args: argparse.Namespace) -> bool:
+    from trainer.runtime import file_system
+    from trainer.runtime.model_dir import ModelDirectory
+
+    if args.format != "huggingface" or file_system.has_scheme(args.model_dir):
+        return False
+    directory = ModelDirectory(args.model_dir)
+    return bool(directory.orbax_steps()) and not file_system.glob(f"{directory.checkpoints}/ckpt-*.index")
+
+
 def check_flags(args: argparse.Namespace) -> None:
     """The flags that apply to the SavedModel only, refused with another --format; checked before
-    TensorFlow loads (xlnet_cli.py) and again by the export."""
+    TensorFlow loads (xlnet_cli.py) and again by the export. A Hugging Face export of a JAX-trained
+    directory runs Keras on JAX where TensorFlow is not installed and no backend is named."""
+    import importlib.util
+    import os
+
+    if is_jax_huggingface_export(args) and importlib.util.find_spec("tensorflow") is None:
+        os.environ.setdefault("KERAS_BACKEND", "jax")
     if args.format == "savedmodel":
         return
     for flag, value in (("--max-segments", args.max_segments), ("--mem-len", args.mem_len)):

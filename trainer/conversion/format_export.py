@@ -30,8 +30,7 @@ def export_format(model_dir: str, output: str, export_format: str, checkpoint: O
     TF1FormatError or StorageError (RestoreError among them), each naming the file, flag or field;
     an --output that is a file, read-only or unreachable names --output, and an --output this
     export created is removed when it fails."""
-    import tensorflow as tf
-
+    from trainer.runtime import file_system
     from trainer.runtime.restore import checkpoint_to_read, open_model_directory, restore_model
     from trainer.runtime.storage import check_output_directory, failures_named
 
@@ -40,7 +39,7 @@ def export_format(model_dir: str, output: str, export_format: str, checkpoint: O
     existing = output.rstrip("/") + "/" + EXISTING[export_format]
     with failures_named(output, "read", "--output"):
         # A local --output this export creates is removed if it fails (no recursive delete on a bucket).
-        exported, created = tf.io.gfile.exists(existing), "://" not in output and not tf.io.gfile.exists(output)
+        exported, created = file_system.exists(existing), "://" not in output and not file_system.exists(output)
     if exported:
         raise FormatExportError(f"--output {output} already holds an export ({existing}); choose a new directory")
     restored = restore_model(directory, checkpoint_to_read(directory, checkpoint))
@@ -48,15 +47,14 @@ def export_format(model_dir: str, output: str, export_format: str, checkpoint: O
         with failures_named(output, "written", "--output"):
             return _write(output, export_format, directory, restored, uncased)
     except BaseException:
-        if created and tf.io.gfile.exists(output):
-            tf.io.gfile.rmtree(output)  # this export made it: nothing half-written is left
+        if created and file_system.exists(output):
+            file_system.rmtree(output)  # this export made it: nothing half-written is left
         raise
 
 
 def _write(output: str, export_format: str, directory, restored, uncased: Optional[bool]) -> tuple[list[str], str]:
     """Writes the restored model in ``export_format``; returns the files and the note."""
     from trainer.conversion.huggingface_format import TASK_ARCHITECTURES, write_huggingface_directory
-    from trainer.conversion.tf1_format import write_tf1_directory
     from trainer.runtime.restore import resolve_uncased
 
     network, head, head_spec = restored.network, restored.head, restored.head_spec
@@ -69,6 +67,8 @@ def _write(output: str, export_format: str, directory, restored, uncased: Option
         loader = "XLNetLMHeadModel" if head_spec is None else TASK_ARCHITECTURES[head_spec.task]
         return files, (f"load with transformers' {loader}.from_pretrained and XLNetTokenizer.from_pretrained "
                        f"({'uncased' if casing else 'cased'} text: {why})")
+    from trainer.conversion.tf1_format import write_tf1_directory  # TensorFlow's checkpoint format
+
     squad = head_spec is not None and head_spec.task == "squad"
     files = write_tf1_directory(output, network, directory.sp_model_proto, head if squad else None)
     note = "the original release layout"

@@ -12,7 +12,6 @@ import dataclasses
 import json
 from typing import Any, Mapping, Optional
 
-import tensorflow as tf
 
 from trainer.conversion.huggingface_tokenizer import tokenizer_json
 from trainer.conversion.safetensors_files import checked_file
@@ -33,6 +32,7 @@ from trainer.conversion.huggingface_weights import (  # noqa: F401  (the names t
 from trainer.models.config import ModelConfig
 from trainer.models.head_spec import HeadSpec
 from trainer.models.network import XLNetNetwork
+from trainer.runtime import file_system
 from trainer.runtime.storage import exists, read_bytes, read_json, write_bytes, write_json
 
 VOCAB = "spiece.model"
@@ -124,7 +124,7 @@ def write_huggingface_directory(output: str, network: XLNetNetwork, model_config
 
     join = joiner(output.rstrip("/") or "/")
     config = huggingface_config(model_config, special_ids, head_spec)  # refuses what it cannot express first
-    tf.io.gfile.makedirs(output)
+    file_system.makedirs(output)
     # transformers refuses a safetensors file whose metadata lacks the framework format.
     write_bytes(join(WEIGHTS), safetensors.numpy.save(export_tensors(network, head), metadata={"format": "pt"}))
     write_bytes(join(VOCAB), sp_model_proto)

@@ -18,13 +18,12 @@ import os
 import posixpath
 from typing import Any, Optional
 
-import tensorflow as tf
-
 from tfrecords.vocabulary import SpecialIds, VocabError
 from trainer.models.config import sequence_model_config
 from trainer.models.head_spec import HeadSpec
 from trainer.models.heads import build_head
 from trainer.models.network import XLNetNetwork, build_network
+from trainer.runtime import file_system
 from trainer.runtime.model_dir import ModelDirectory, ModelDirectoryError
 from trainer.runtime.storage import StorageError
 
@@ -92,7 +91,7 @@ def checkpoint_to_read(directory: ModelDirectory, checkpoint: str | None = None)
         checkpoint = directory.latest_checkpoint()
         if checkpoint is None:
             raise RestoreError(f"--model-dir {directory.path!r} has no checkpoint under checkpoints/ (train first)")
-    elif not tf.io.gfile.exists(checkpoint + ".index"):
+    elif not file_system.exists(checkpoint + ".index"):
         raise RestoreError(f"--checkpoint {checkpoint!r} not found (expected {checkpoint}.index)")
     return checkpoint
 
@@ -149,6 +148,8 @@ def assign_network_weights(network: XLNetNetwork, checkpoint: str) -> None:
 def _restore(checkpoint: str, expectation: str, **objects) -> None:
     """Restores ``objects`` (tf.train.Checkpoint keys) from ``checkpoint``; every variable they hold
     must be found. RestoreError says why not: unreadable, or it does not ``expectation``."""
+    import tensorflow as tf  # a TensorFlow checkpoint (the JAX engine's are read by assign_network_weights)
+
     try:
         status = tf.train.Checkpoint(**objects).restore(checkpoint)
         status.assert_existing_objects_matched()
