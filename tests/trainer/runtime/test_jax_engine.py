@@ -263,3 +263,14 @@ def test_the_accelerator_runs_summary_reads_a_jax_runs_directory(jax_run):
     assert line["steps"] == 4 and line["tokens_per_sec"] > 0 and 0 < line["mfu_mean"] <= 1
     assert 0 <= line["input_wait_share"] < 1 and line["planned_memory_bytes"] > 0
     assert line["peak_memory_bytes"] is None and line["planned_over_measured"] is None  # a CPU reports no peak
+
+
+@pytest.mark.slow
+def test_a_jax_run_in_mixed_bfloat16_with_full_remat_trains_as_the_float32_one(jax_run, small_data_dir, tmp_path):
+    model_dir = tmp_path / "bf16"
+    train(small_data_dir, model_dir, "train_steps=4", "checkpoint_every=2", "eval_every=4", "precision=mixed_bfloat16",
+          "remat=full")
+    bf16, fp32 = step_rows(model_dir), step_rows(jax_run[0])
+    assert [row["step"] for row in bf16] == [1, 2, 3, 4]
+    for low, full in zip(bf16, fp32):  # the same weights and batches; bfloat16's 8 bits of mantissa apart
+        assert low["loss"] == pytest.approx(full["loss"], abs=0.02), low["step"]
