@@ -142,7 +142,7 @@ def is_jax_huggingface_export(args: argparse.Namespace) -> bool:
     if args.format != "huggingface" or file_system.has_scheme(args.model_dir):
         return False
     directory = ModelDirectory(args.model_dir)
-    return bool(directory.orbax_steps()) and not file_system.glob(f"{directory.checkpoints}/ckpt-*.index")
+    return bool(directory.orbax_steps()) and not directory.has_tensorflow_checkpoints()
 
 
 def check_flags(args: argparse.Namespace) -> None:

@@ -49,7 +49,6 @@ from trainer.runtime.throughput import StepFlops
 from trainer.runtime.training_loop import LoopOutput, TrainingLoop, TrainResult
 from trainer.runtime.training_stops import TrainingDataError, TrainingDivergedError, UnreadableCheckpointError
 
-TF_CHECKPOINT_INDEX = "ckpt-*.index"
 
 
 def seed_everything(seed: int) -> None:
@@ -62,12 +61,6 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed)
     global_state.set_global_attribute("global_random_seed", seed)
     global_state.set_global_attribute("global_seed_generator", None)
-
-
-def has_tensorflow_checkpoints(model_dir: ModelDirectory) -> bool:
-    from trainer.runtime import file_system
-
-    return bool(file_system.glob(posixpath.join(model_dir.checkpoints, TF_CHECKPOINT_INDEX)))
 
 
 class JaxPretrainingEngine:
@@ -104,7 +97,7 @@ class JaxPretrainingEngine:
         self.tokens_per_example = config.seq_len
         self.tracer = jax_tracer
         self.preemption = Preemption(None, config.preemption_grace_seconds, give_up=self._given_up, log=log)
-        if has_tensorflow_checkpoints(self.model_dir):
+        if self.model_dir.has_tensorflow_checkpoints():
             raise UnreadableCheckpointError(
                 f"--model-dir {self.model_dir.path} holds the TensorFlow engine's checkpoints (ckpt-N under "
                 f"{self.model_dir.checkpoints}): resume it with --backend tensorflow, or start the JAX engine in a "

@@ -171,6 +171,10 @@ class ModelDirectory:
         return sorted(int(name.rstrip("/")) for name in file_system.listdir(self.checkpoints)
                       if name.rstrip("/").isdigit())
 
+    def has_tensorflow_checkpoints(self) -> bool:
+        """Whether checkpoints/ holds the TensorFlow engine's checkpoints (``ckpt-N.index``)."""
+        return bool(checkpoint_history.on_disk(self.checkpoints))
+
     def checkpoint_history(self) -> checkpoint_history.History:
         """The checkpoints under checkpoints/, oldest first (trainer/runtime/checkpoint_history.py)."""
         return checkpoint_history.read_history(self.checkpoints)
