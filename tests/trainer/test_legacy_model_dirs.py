@@ -77,7 +77,7 @@ SETTINGS_ADDED_SINCE = {"remat": "none", "auto_fit": False, "profile_steps": "",
 FINETUNE_SETTINGS_ADDED_SINCE = {"max_segments": 1}
 # Step-log fields added after the pinned commit, each a figure of the loop of steps a row is in: the
 # allocator's peak memory, the model FLOPs per second, the MFU and the peak it is measured against.
-STEP_FIELDS_ADDED_SINCE = {"peak_memory_bytes", "model_flops_per_sec", "mfu", "mfu_peak_source"}
+STEP_FIELDS_ADDED_SINCE = {"peak_memory_bytes", "model_flops_per_sec", "mfu", "mfu_peak_source", "input_wait_seconds"}
 
 
 @pytest.mark.slow  # about 12 s: a resumed run
