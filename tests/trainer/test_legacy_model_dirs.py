@@ -76,8 +76,10 @@ SETTINGS_ADDED_SINCE = {"remat": "none", "auto_fit": False, "profile_steps": "",
 # Fine-tuning settings added since: one segment per text (long documents).
 FINETUNE_SETTINGS_ADDED_SINCE = {"max_segments": 1}
 # Step-log fields added after the pinned commit, each a figure of the loop of steps a row is in: the
-# allocator's peak memory, the model FLOPs per second, the MFU and the peak it is measured against.
-STEP_FIELDS_ADDED_SINCE = {"peak_memory_bytes", "model_flops_per_sec", "mfu", "mfu_peak_source", "input_wait_seconds"}
+# allocator's peak memory, the model FLOPs per second, the MFU and the peak it is measured against, and
+# the seconds the loop waited for input (None where the engine does not tell it apart).
+STEP_FIELDS_ADDED_SINCE = {"peak_memory_bytes", "model_flops_per_sec", "mfu", "mfu_peak_source",
+                           "input_wait_seconds"}
 
 
 @pytest.mark.slow  # about 12 s: a resumed run
