@@ -54,6 +54,7 @@ from trainer.conversion.safetensors_files import (
     index_shard_names,
     numpy_dtype_problem,
     read_header,
+    read_tensor,
     read_tensors,
 )
 from trainer.models.config import ModelConfig, expected_type, has_type, shown, type_problems
@@ -625,6 +626,45 @@ def read_huggingface_weights(directory: str, flag: Optional[str] = None,
     the config (and config.json's path), before the weights' (the import's: spiece.model's size). ``overrides``:
     ModelConfig fields from command-line flags (None = not given).
     """
+    checked = read_checked_headers(directory, flag, check, **overrides)
+    tensors = {name: array for weights in checked.files for name, array in read_tensors(weights).items()}
+    config = checked.config.replace(untie_r=not tied_biases(tensors, checked.config.n_layer, checked.prefix))
+    return HuggingFaceWeights(config, checked.head, tensors, checked.prefix, checked.lm_head, checked.config_source,
+                              source=checked.source)
+
+
+def read_huggingface_config(directory: str, flag: Optional[str] = None, **overrides: Any) -> ModelConfig:
+    """The ModelConfig of a transformers XLNet directory, checked as :func:`read_huggingface_weights` checks it,
+    with only the headers and the attention biases read (a run that reads the config first, and the weights
+    once its network is built, reads the weights once)."""
+    checked = read_checked_headers(directory, flag, **overrides)
+    config = checked.config
+    biases = {name: read_tensor(header) for name, header in checked.headers.items()
+              if name.rsplit(".", 1)[-1] in ("r_w_bias", "r_r_bias", "r_s_bias")}
+    return config.replace(untie_r=not tied_biases(biases, config.n_layer, checked.prefix))
+
+
+@dataclasses.dataclass
+class CheckedHeaders:
+    """A transformers XLNet directory with config.json and every tensor's header read and checked against each
+    other, no tensor read: the config before untie_r (which the tensors tell), the head, the tensors' prefix,
+    whether they hold the LM head, the weights files and the headers."""
+
+    config: ModelConfig
+    head: Optional[HeadSpec]
+    prefix: str
+    lm_head: bool
+    config_source: str
+    source: str
+    files: list[WeightsFile]
+    headers: dict[str, TensorHeader]
+
+
+def read_checked_headers(directory: str, flag: Optional[str] = None,
+                         check: Optional[Callable[[ModelConfig, str], None]] = None,
+                         **overrides: Any) -> CheckedHeaders:
+    """config.json and the weights' headers of ``directory``, checked against each other
+    (:func:`read_huggingface_weights` says how)."""
     directory = directory.rstrip("/") or "/"
     join = joiner(directory)
     check_readable_here(directory)
@@ -655,9 +695,7 @@ def read_huggingface_weights(directory: str, flag: Optional[str] = None,
     weights_source = f"{directory} ({WEIGHTS})"
     tied_output = {"lm_loss.weight": (config.vocab_size, config.d_model)}  # saved by some, tied to the embedding
     check_headers(expected_shapes(config, head, prefix, lm_head), headers, weights_source, optional=tied_output)
-    tensors = {name: array for weights in files for name, array in read_tensors(weights).items()}
-    config = config.replace(untie_r=not tied_biases(tensors, config.n_layer, prefix))
-    return HuggingFaceWeights(config, head, tensors, prefix, lm_head, source, source=weights_source)
+    return CheckedHeaders(config, head, prefix, lm_head, source, weights_source, files, headers)
 
 
 def load_tensors(weights: HuggingFaceWeights, network: XLNetNetwork, head_model=None) -> None:

@@ -42,6 +42,9 @@ ITEM_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2,
               "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 FLOAT_DTYPES = ("F16", "F32", "F64", "BF16", "F8_E5M2", "F8_E4M3")
 NUMPY_LACKS = ("BF16", "F8_E5M2", "F8_E4M3")  # float types safetensors' NumPy API cannot load
+# The NumPy dtypes of the others (little-endian, as safetensors stores them).
+NUMPY_DTYPES = {"BOOL": "?", "U8": "u1", "I8": "i1", "I16": "<i2", "U16": "<u2", "F16": "<f2", "I32": "<i4",
+                "U32": "<u4", "F32": "<f4", "I64": "<i8", "U64": "<u8", "F64": "<f8"}
 
 
 class WeightsFileError(DataError):
@@ -56,6 +59,7 @@ class TensorHeader:
     dtype: str  # safetensors' name: F32, BF16, ...
     shape: tuple[int, ...]
     file: str
+    start: int = 0  # where its bytes begin in the file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,14 +162,15 @@ def read_header(weights: WeightsFile) -> tuple[int, dict[str, TensorHeader]]:
     header = load_json(read_range(path, 8, header_bytes), path, WeightsFileError, "a safetensors file (its header)")
     if not isinstance(header, dict):
         raise WeightsFileError(f"{path}: its header is {json_kind(header)}, not an object of tensor name -> entry")
-    tensors = {name: tensor_header(entry, name, path) for name, entry in header.items() if name != "__metadata__"}
+    tensors = {name: tensor_header(entry, name, path, 8 + header_bytes) for name, entry in header.items()
+               if name != "__metadata__"}
     check_data_ranges({name: header[name]["data_offsets"] for name in tensors}, size - 8 - header_bytes, cut)
     return 8 + header_bytes, tensors
 
 
-def tensor_header(entry: Any, name: str, path: str) -> TensorHeader:
+def tensor_header(entry: Any, name: str, path: str, data_start: int = 0) -> TensorHeader:
     """One header entry ({"dtype", "shape", "data_offsets"}) checked: a known dtype, a shape of sizes, a byte range
-    of the length the shape and dtype make."""
+    of the length the shape and dtype make (``data_start``: where the file's tensor data begins)."""
     problem = entry_problem(entry)
     if problem:
         raise WeightsFileError(f"{path}: the header's entry for {name} {problem}")
@@ -175,7 +180,7 @@ def tensor_header(entry: Any, name: str, path: str) -> TensorHeader:
     if end - begin != needed:
         raise WeightsFileError(f"{path}: the header gives {name} ({entry['dtype']} {list(shape)}, {needed} bytes) "
                                f"{end - begin} bytes; the file is damaged: copy or download it again")
-    return TensorHeader(entry["dtype"], shape, path)
+    return TensorHeader(entry["dtype"], shape, path, data_start + begin)
 
 
 def entry_problem(entry: Any) -> str | None:
@@ -220,6 +225,17 @@ def read_tensors(weights: WeightsFile) -> dict[str, np.ndarray]:
     except SafetensorError as error:  # changed since its header was read
         raise WeightsFileError(f"{weights.path} is truncated or damaged ({len(data)} bytes; safetensors: {error}): "
                                "copy or download it again") from None
+
+
+def read_tensor(header: TensorHeader) -> np.ndarray:
+    """One tensor of a file whose header was checked (:func:`read_header`), its bytes alone read: for a few small
+    tensors of a large file (the attention biases that tell whether a model ties them)."""
+    dtype = np.dtype(NUMPY_DTYPES[header.dtype])  # NUMPY_LACKS is refused with the headers (numpy_dtype_problem)
+    data = read_range(header.file, header.start, math.prod(header.shape) * dtype.itemsize)
+    if len(data) != math.prod(header.shape) * dtype.itemsize:  # changed since its header was read
+        raise WeightsFileError(f"{header.file} is truncated or damaged (it ended inside a tensor its header places): "
+                               "copy or download it again")
+    return np.frombuffer(data, dtype).reshape(header.shape)
 
 
 def numpy_dtype_problem(headers: Mapping[str, TensorHeader]) -> str | None:

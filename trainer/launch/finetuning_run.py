@@ -180,7 +180,7 @@ def build_finetuning(run: FinetuningRun, held: contextlib.ExitStack | None = Non
     strategy = start_run(config, run.strategy, run.tpu, strategy)
     config = fit_to_device("xlnet finetune", model, config, strategy, run.device_memory, log)
     out = ModelDirectory(run.model_dir)
-    hold_run_lock(held, out, strategy, log)
+    hold_run_lock(held, out, is_chief(strategy), log)
     resumed_labels = _check_resume(out, model, config)
     if config.task == "squad":
         task, labels = _squad_task(run, source, model, config, log), None

@@ -153,7 +153,7 @@ def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = N
     after_first_save = None
     if is_chief(strategy):
         model_dir = ModelDirectory(run.model_dir)
-        hold_run_lock(held, model_dir, strategy, log)
+        hold_run_lock(held, model_dir, True, log)
         after_first_save = _prepare_model_dir(model_dir, model, train, manifest.special_ids, resolved.vocab_path,
                                               uncased=bool(manifest.config.get("uncased", False)), log=log)
     init = huggingface_init(run)
@@ -172,10 +172,10 @@ def is_huggingface_directory(directory) -> bool:
 
 def huggingface_model_config(path: str):
     """The ModelConfig of a Hugging Face --init-checkpoint, config.json checked against its weights'
-    headers (nothing read beyond them)."""
-    from trainer.conversion.huggingface_weights import read_huggingface_weights
+    headers (nothing read beyond them and the attention biases: the weights are read once, into the network)."""
+    from trainer.conversion.huggingface_weights import read_huggingface_config
 
-    return read_huggingface_weights(path, "--init-checkpoint").config
+    return read_huggingface_config(path, "--init-checkpoint")
 
 
 def huggingface_init(run: PretrainingRun) -> Callable | None:
@@ -203,11 +203,11 @@ def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None
     import jax
 
     from tfrecords.input_layout import BatchLayout, check_layout
-    from trainer.launch.run_setup import remove_if_empty
+    from trainer.launch.run_setup import hold_run_lock
     from trainer.launch.utilisation import jax_step_flops
     from trainer.runtime.jax_engine import JaxPretrainingEngine
     from trainer.runtime.model_dir import ModelDirectory
-    from trainer.runtime.run_lock import RunLock
+    from trainer.runtime.training_loop import warn_on_stderr
 
     check_jax_run(run)
     resolved = resolve_pretraining(run)
@@ -221,19 +221,12 @@ def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None
                      "valid", f"{run.data[0]}'s valid split (evaluated every {train.eval_every} steps; "
                      "train.eval_every=0 turns evaluation off)")
     model_dir = ModelDirectory(run.model_dir)
-    if held is not None:
-        if not model_dir.exists():  # the lock creates it: a run refused before writing leaves none behind
-            held.callback(remove_if_empty, model_dir.path)
-        held.enter_context(RunLock(model_dir, log=log))
+    hold_run_lock(held, model_dir, jax.process_index() == 0, log)
     after_first_save = _prepare_model_dir(model_dir, model, train, manifest.special_ids, resolved.vocab_path,
                                           uncased=bool(manifest.config.get("uncased", False)), log=log)
     return JaxPretrainingEngine(model, train, manifest=manifest, model_dir=run.model_dir, init_weights=huggingface_init(run),
-                                log=log, warn=warn_line, after_first_save=after_first_save,
+                                log=log, warn=warn_on_stderr, after_first_save=after_first_save,
                                 step_flops=jax_step_flops(model, train))
-
-
-def warn_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def check_jax_run(run: PretrainingRun) -> None:

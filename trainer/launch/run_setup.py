@@ -42,14 +42,14 @@ def start_run(config, strategy_name: str, tpu: str | None, strategy=None):
     return strategy if strategy is not None else create_strategy(strategy_name, tpu)
 
 
-def hold_run_lock(held: contextlib.ExitStack | None, model_dir, strategy,
+def hold_run_lock(held: contextlib.ExitStack | None, model_dir, chief: bool,
                   log: Callable[[str], None] = console_log) -> None:
-    """On the chief, takes ``model_dir``'s run lock (trainer/runtime/run_lock.py) until ``held``
-    closes; nothing without ``held`` (a caller that runs no training, such as a benchmark's build)."""
-    from trainer.runtime.distribution import is_chief
+    """On the chief (the process that writes the model directory, whichever engine runs), takes
+    ``model_dir``'s run lock (trainer/runtime/run_lock.py) until ``held`` closes; nothing without
+    ``held`` (a caller that runs no training, such as a benchmark's build)."""
     from trainer.runtime.run_lock import RunLock
 
-    if held is not None and is_chief(strategy):
+    if held is not None and chief:
         if not model_dir.exists():  # the lock creates it: a run refused before writing leaves none behind
             held.callback(remove_if_empty, model_dir.path)
         held.enter_context(RunLock(model_dir, log=log))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
-import sys
 import time
 from typing import Any, Callable, Iterator
 
@@ -55,16 +54,12 @@ from trainer.runtime.training_stops import (  # noqa: F401 (the loop's errors, r
 )
 from trainer.runtime.task_protocol import Task
 from trainer.runtime.throughput import StepFlops
-from trainer.runtime.training_loop import LoopOutput, TrainingLoop, TrainResult  # noqa: F401 (TrainResult re-exported)
+from trainer.runtime.training_loop import (  # noqa: F401 (TrainResult re-exported)
+    LoopOutput, TrainingLoop, TrainResult, warn_on_stderr)
 
 # Called unconverted from AutoGraph-converted code: functions that branch only on Python values, whose
 # conversion from source at every start would cost time and change nothing.
 _unconverted = tf.autograph.experimental.do_not_convert
-
-
-def warn_on_stderr(line: str) -> None:
-    """A warning on standard error, flushed at once: standard output keeps the progress lines."""
-    print(line, file=sys.stderr, flush=True)
 
 
 class Controller:

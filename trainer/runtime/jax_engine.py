@@ -46,7 +46,7 @@ from trainer.runtime.preemption import Preemption
 from trainer.runtime.profiling import jax_tracer
 from trainer.runtime.run_clock import command_start_time
 from trainer.runtime.throughput import StepFlops
-from trainer.runtime.training_loop import LoopOutput, TrainingLoop, TrainResult
+from trainer.runtime.training_loop import LoopOutput, TrainingLoop, TrainResult, warn_on_stderr
 from trainer.runtime.training_stops import TrainingDataError, TrainingDivergedError, UnreadableCheckpointError
 
 
@@ -81,7 +81,7 @@ class JaxPretrainingEngine:
 
     def __init__(self, model_config: ModelConfig, config: TrainConfig, *, manifest: Manifest, model_dir: str,
                  init_weights: Callable[[Any], str] | None = None, log: Callable[[str], None] = print,
-                 warn: Callable[[str], None] = print, after_first_save: Callable[[int], None] | None = None,
+                 warn: Callable[[str], None] = warn_on_stderr, after_first_save: Callable[[int], None] | None = None,
                  step_flops: StepFlops | None = None):
         require_jax()
         import jax

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import time
 from typing import Any, Callable, ContextManager, Iterator, Mapping, NamedTuple, Protocol
 
@@ -30,6 +31,11 @@ from trainer.runtime.run_lock import taken_over_from
 from trainer.runtime.summaries import SummaryManager
 from trainer.runtime.throughput import StepFlops
 from trainer.runtime.training_stops import TrainingDivergedError
+
+
+def warn_on_stderr(line: str) -> None:
+    """A warning on standard error, flushed at once: standard output keeps the progress lines."""
+    print(line, file=sys.stderr, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)

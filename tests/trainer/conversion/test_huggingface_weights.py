@@ -14,7 +14,12 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from trainer.conversion.huggingface_weights import HuggingFaceFormatError, load_huggingface_network
+from trainer.conversion.huggingface_weights import (
+    HuggingFaceFormatError,
+    load_huggingface_network,
+    read_huggingface_config,
+    read_huggingface_weights,
+)
 
 from support.backends import run_on_backend
 
@@ -84,6 +89,28 @@ def test_tied_biases_come_back_tied(tmp_path, vocab):
     loaded = load_huggingface_network(str(tmp_path / "hf"))
     assert loaded.config.untie_r is False and loaded.config == network.config.replace(bi_data=False)
     assert_same_weights(network, loaded)
+
+
+@pytest.mark.parametrize("untie_r", [True, False])
+def test_the_config_read_alone_is_the_one_read_with_the_weights(tmp_path, vocab, untie_r):
+    write_export(tmp_path, vocab, untie_r=untie_r)
+    config = read_huggingface_config(str(tmp_path / "hf"))
+    assert config.untie_r is untie_r and config == read_huggingface_weights(str(tmp_path / "hf")).config
+
+
+def test_the_config_read_alone_reads_the_header_and_the_attention_biases_only(exported, monkeypatch):
+    from trainer.conversion import safetensors_files
+
+    read, real = [], safetensors_files.read_range
+    monkeypatch.setattr(safetensors_files, "read_range", lambda *args: read.append(args[2]) or real(*args))
+    read_huggingface_config(str(exported[1]))
+    weights = exported[1] / "model.safetensors"
+    header_bytes = int.from_bytes(weights.read_bytes()[:8], "little")
+    header = json.loads(weights.read_bytes()[8:8 + header_bytes])
+    biases = [end - begin for name, entry in header.items() if name.endswith(("r_w_bias", "r_r_bias", "r_s_bias"))
+              for begin, end in [entry["data_offsets"]]]
+    assert len(biases) == 3 * exported[0].config.n_layer
+    assert sorted(read) == sorted([8, header_bytes] + biases)
 
 
 def test_a_fine_tuned_directory_loads_its_encoder_with_a_zero_output_bias(tmp_path, vocab):
