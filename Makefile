@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-slow test-all test-interop demo bench clean
+.PHONY: venv interop-venv test test-slow test-all test-interop demo bench clean
 
 venv: $(STAMP)
 
@@ -42,6 +42,8 @@ $(INTEROP_STAMP): setup.py
 	$(INTEROP_PY) -m pip install -q "torch==2.13.0+cpu"
 	$(INTEROP_PY) -m pip install -q -e ".[tensorflow,pipeline,test,interop]"
 	touch $(INTEROP_STAMP)
+
+interop-venv: $(INTEROP_STAMP)
 
 test-interop: $(INTEROP_STAMP)
 	$(INTEROP_PY) -m pytest -q tests/trainer/conversion/test_interop_transformers.py
