@@ -478,10 +478,14 @@ def assign_tensors(bindings: list[Binding], tensors: Mapping[str, np.ndarray]) -
         variable.assign(value)
 
 
+# Each layer's attention biases: bit-identical in every layer when a model ties them (untie_r false).
+ATTENTION_BIASES = ("r_w_bias", "r_r_bias", "r_s_bias")
+
+
 def tied_biases(tensors: Mapping[str, np.ndarray], n_layer: int, prefix: str = BASE_PREFIX) -> bool:
     """True when every layer holds bit-identical r_w/r_r/r_s biases (a model exported with
     untie_r false, or a one-layer model): they are imported as one shared set."""
-    for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
+    for name in ATTENTION_BIASES:
         layers = [tensors.get(f"{prefix}layer.{i}.rel_attn.{name}") for i in range(n_layer)]
         if any(layer is None for layer in layers):
             return False  # the shape check names what is missing
@@ -640,7 +644,7 @@ def read_huggingface_config(directory: str, flag: Optional[str] = None, **overri
     checked = read_checked_headers(directory, flag, **overrides)
     config = checked.config
     biases = {name: read_tensor(header) for name, header in checked.headers.items()
-              if name.rsplit(".", 1)[-1] in ("r_w_bias", "r_r_bias", "r_s_bias")}
+              if name.rsplit(".", 1)[-1] in ATTENTION_BIASES}
     return config.replace(untie_r=not tied_biases(biases, config.n_layer, checked.prefix))
 
 

@@ -231,8 +231,9 @@ def read_tensor(header: TensorHeader) -> np.ndarray:
     """One tensor of a file whose header was checked (:func:`read_header`), its bytes alone read: for a few small
     tensors of a large file (the attention biases that tell whether a model ties them)."""
     dtype = np.dtype(NUMPY_DTYPES[header.dtype])  # NUMPY_LACKS is refused with the headers (numpy_dtype_problem)
-    data = read_range(header.file, header.start, math.prod(header.shape) * dtype.itemsize)
-    if len(data) != math.prod(header.shape) * dtype.itemsize:  # changed since its header was read
+    length = math.prod(header.shape) * dtype.itemsize
+    data = read_range(header.file, header.start, length)
+    if len(data) != length:  # changed since its header was read
         raise WeightsFileError(f"{header.file} is truncated or damaged (it ended inside a tensor its header places): "
                                "copy or download it again")
     return np.frombuffer(data, dtype).reshape(header.shape)
