@@ -126,10 +126,11 @@ class TextGenerationSignatures(tf.Module):
             tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int64)])
 
     def signatures(self) -> dict[str, Any]:
-        """Signature name -> concrete function, for tf.saved_model.save."""
-        return {"score": self.score.get_concrete_function(),
-                "score_in_context": self.score_in_context.get_concrete_function(),
-                "generate": self.generate.get_concrete_function()}
+        """Signature name -> tf.function (each has its input signature), for tf.saved_model.save.
+
+        Not concrete functions: tf.saved_model.save traces inside its save context, whose trace
+        cache key differs from an eager one, so a function traced before the save is traced again."""
+        return {"score": self.score, "score_in_context": self.score_in_context, "generate": self.generate}
 
     @property
     def stop_ids(self) -> list[int]:

@@ -386,6 +386,18 @@ def test_encode_with_a_single_length_bucket_equals_the_bucketed_export(loaded, r
     np.testing.assert_allclose(out["pooled_output"].numpy(), expected["pooled_output"], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # 41 s: a whole module saved (an export's tracing)
+def test_saving_traces_each_signature_function_once(reference, sp_proto, special_ids, tmp_path):
+    """tf.saved_model.save traces in its own context: a function traced before it would be traced
+    again (an export's time twice over), so the module hands save its tf.functions untraced."""
+    network, _ = reference
+    module = XLNetServingModule(network, XLNetTextEncoder(sp_proto, special_ids, 16, uncased=False), TOP_K)
+    signatures = module.signatures()
+    tf.saved_model.save(module, str(tmp_path / "saved_model"), signatures=signatures)
+    assert {name: function.experimental_get_tracing_count() for name, function in signatures.items()} == {
+        name: 1 for name in signatures}
+
+
 def test_encode_longer_than_max_length_is_a_clear_error(loaded):
     ids = np.zeros((1, MAX_LENGTH + 1), np.int32)
     with pytest.raises(tf.errors.InvalidArgumentError, match=f"input_ids must have at most max_length={MAX_LENGTH}"):
