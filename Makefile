@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv interop-venv test test-slow test-all test-interop demo bench clean
+.PHONY: venv interop-venv datatrove-venv test test-slow test-all test-interop demo bench clean
 
 venv: $(STAMP)
 
@@ -47,6 +47,22 @@ interop-venv: $(INTEROP_STAMP)
 
 test-interop: $(INTEROP_STAMP)
 	$(INTEROP_PY) -m pytest -q tests/trainer/conversion/test_interop_transformers.py
+
+# The corpus-cleaning peer (benchmarks/cleaning.py --peer-python .venv-datatrove/bin/python) in its own venv:
+# datatrove with what its MinHash and its Gopher, C4 and FineWeb filters import (spaCy's blank English
+# pipeline is its word and sentence splitter: no model to download; xxhash, regex, orjson, tokenizers),
+# not its `processing` extra (fastText, trafilatura and more). Not used by any test.
+DATATROVE_VENV := .venv-datatrove
+DATATROVE_PY := $(DATATROVE_VENV)/bin/python
+DATATROVE_STAMP := $(DATATROVE_VENV)/.installed
+
+$(DATATROVE_STAMP):
+	test -x $(DATATROVE_PY) || $(PYTHON) -m venv $(DATATROVE_VENV)
+	$(DATATROVE_PY) -m pip install -q "datatrove==0.10.1" "spacy==3.8.18" "xxhash==3.8.2" "regex==2026.11.19" \
+		"orjson==3.13.0" "tokenizers==0.23.3"
+	touch $(DATATROVE_STAMP)
+
+datatrove-venv: $(DATATROVE_STAMP)
 
 # make demo FROM=N: steps N to the last only, on what the earlier steps wrote (demo.py --from-step N)
 demo: $(STAMP)

@@ -14,19 +14,48 @@ by the real ``xlnet preprocess`` (FnApiRunner, ``--workers``) once without clean
 other as the copy kept. The vocabulary: ``--vocab``, or one of 2,000 pieces trained on the corpus first
 (not timed).
 
+With ``--peer-python PATH`` (a venv with datatrove: ``make datatrove-venv`` builds .venv-datatrove), the
+peer beside ours, datatrove run by that Python in a subprocess on files in a temporary folder:
+
+- near duplicates: the ``--documents`` summaries (``o<i>``) each beside one planted copy (``c<i>``, edited by
+  the i-th share of ``--edits``, cyclically), as one JSON-lines file; datatrove's four MinHash stages
+  (signatures, buckets, clusters, filter; its LocalPipelineExecutor, one worker) with our settings (5-word
+  shingles, 14 buckets of 8 hashes, 64-bit), against our stage's rule without Beam (``our_near_duplicates``:
+  band groups, ``pairs_in_band``, connected components, one kept per cluster), and the same without its
+  verification (``min_jaccard`` 0: a shared band makes a pair, as in datatrove's buckets). Printed: per
+  Jaccard band the share of pairs each puts in one cluster, and the share ours and datatrove decide the same;
+  per variant of ours, the share of documents decided the same (``duplicate_agreement``: in a cluster or
+  not; ``removed_agreement``: removed or not, which also counts the two sides keeping different copies of a
+  cluster); the signatures' documents/s on one core, ours over datatrove's
+  (``MinhashDedupSignature.get_shingles`` and ``get_signature``, its spaCy tokenizer loaded first), and the
+  seconds of each of datatrove's stages.
+- filters: the first ``--documents`` bundled summaries with their lines (``w<i>``) and a degraded copy of each
+  (``d<i>``, one flaw of DEGRADATIONS in turn: repeated lines, bullets, lines cut with an ellipsis, menu
+  lines, hashtags, a curly bracket, lorem ipsum, a cookie notice, no end punctuation, paragraphs, a table of
+  numbers, the first line only); each of Gopher quality, Gopher repetition, C4 and FineWeb, ours
+  (pipeline/quality_filters.py) and datatrove's (its defaults; C4 a second time with TFDS's 5 words per line
+  and 3 sentences, as ours, ``c4_tfds_thresholds``). Printed per filter: documents removed by each, the
+  share decided the same, documents/s of each on one core (for C4 also the share of documents both keep
+  whose kept lines are the same), then a line grouping the documents decided differently by (our rule,
+  datatrove's rule), with their ids.
+
 Prints JSON lines: one per Jaccard band (pairs, share caught), then one per timed part (documents/s,
-words/s, on one core), then with the pipeline one per Jaccard band of its pairs and one with both runs'
-seconds and documents/s, then the settings. The peer (datatrove's MinHash and filters, in its own venv)
-is not run yet.
+words/s, on one core), then with the peer the lines above (parts ``peer_near_duplicates``,
+``peer_near_agreement``, ``peer_minhash_signature``, ``peer_filter``, ``peer_filter_differences``), then with
+the pipeline one per Jaccard band of its pairs and one with both runs' seconds and documents/s, then the
+settings (``peer``: datatrove's version, or null).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +65,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bundled_data import wikipedia_documents  # noqa: E402
 from pipeline import quality_filters  # noqa: E402
-from pipeline.near_duplicates import MinHashSettings, band_keys, estimated_jaccard, signature, true_jaccard  # noqa: E402
+from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, estimated_jaccard,  # noqa: E402
+                                      kept_and_removed, pairs_in_band, signature, true_jaccard)
 
 BANDS = ((0.9, 1.01), (0.85, 0.9), (0.8, 0.85), (0.7, 0.8), (0.6, 0.7), (0.5, 0.6), (0.0, 0.5))
 
@@ -121,6 +151,264 @@ def median_rate(action, count: int, repeats: int) -> float:
     return count / statistics.median(times)
 
 
+# ------------------------------------------------------------------------------------- the datatrove peer
+# Run by the peer venv's Python (``--peer-python``) on WORK, a folder holding request.json, near/near.jsonl
+# and filters.jsonl; prints one JSON object. Only datatrove's public classes are called, with their defaults
+# but for the MinHash settings, which are ours, and a second C4 with TFDS's thresholds, which ours uses.
+PEER_SCRIPT = r'''
+import json, statistics, sys, time
+from pathlib import Path
+
+work = Path(sys.argv[1])
+request = json.loads((work / "request.json").read_text())
+from importlib.metadata import version
+from datatrove.data import Document
+from datatrove.executor import LocalPipelineExecutor
+from datatrove.pipeline.dedup import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter,
+                                      MinhashDedupSignature)
+from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
+                                        GopherRepetitionFilter)
+from datatrove.pipeline.readers import JsonlReader
+from datatrove.pipeline.writers import JsonlWriter
+from datatrove.utils.hashing import HashConfig
+
+
+def median_seconds(action):
+    times = []
+    for _ in range(request["repeats"]):
+        began = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+config = MinhashConfig(n_grams=request["shingle_words"], num_buckets=request["bands"],
+                       hashes_per_bucket=request["rows"], hash_config=HashConfig(precision=64))
+near = [json.loads(line) for line in (work / "near" / "near.jsonl").read_text(encoding="utf-8").splitlines()]
+signer = MinhashDedupSignature(output_folder=str(work / "unused"), config=config)
+signer.get_signature(signer.get_shingles(near[0]["text"]))  # the tokenizer loaded before the clock starts
+signature_s = median_seconds(lambda: [signer.get_signature(signer.get_shingles(doc["text"])) for doc in near])
+
+stages = {}
+def run(name, pipeline, tasks=1):
+    began = time.perf_counter()
+    LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1, logging_dir=str(work / "logs" / name)).run()
+    stages[name] = time.perf_counter() - began
+
+reader = lambda: JsonlReader(str(work / "near"))
+run("signatures", [reader(), MinhashDedupSignature(output_folder=str(work / "signatures"), config=config)])
+run("buckets", [MinhashDedupBuckets(input_folder=str(work / "signatures"), output_folder=str(work / "buckets"),
+                                    config=config)], tasks=config.num_buckets)
+run("clusters", [MinhashDedupCluster(input_folder=str(work / "buckets"), output_folder=str(work / "remove"),
+                                     config=config, save_cluster_id=True)])
+run("filter", [reader(), MinhashDedupFilter(input_folder=str(work / "remove"), load_cluster_ids=True,
+                                            exclusion_writer=JsonlWriter(str(work / "removed"), compression=None)),
+               JsonlWriter(str(work / "kept"), compression=None)])
+def written(folder):
+    return [json.loads(line) for path in sorted((work / folder).glob("*.jsonl"))
+            for line in path.read_text(encoding="utf-8").splitlines()]
+removed, kept = written("removed"), written("kept")
+cluster = {doc["id"]: doc["metadata"].get("minhash_cluster_id", -1) for doc in removed + kept}
+
+documents = [json.loads(line) for line in (work / "filters.jsonl").read_text(encoding="utf-8").splitlines()]
+filters = {"gopher_quality": GopherQualityFilter(), "gopher_repetition": GopherRepetitionFilter(),
+           "c4": C4QualityFilter(), "c4_tfds_thresholds": C4QualityFilter(min_num_sentences=3, min_words_per_line=5),
+           "fineweb": FineWebQualityFilter()}
+decided = {}
+def decide(name, step):
+    reasons, texts = {}, {}
+    for doc in documents:
+        document = Document(text=doc["text"], id=doc["id"])
+        result = step.filter(document)
+        reasons[doc["id"]] = None if result is True else (result[1] if isinstance(result, tuple) else "removed")
+        texts[doc["id"]] = document.text
+    return reasons, texts
+for name, step in filters.items():
+    reasons, texts = decide(name, step)  # the tokenizer warm before the clock starts
+    decided[name] = {"reasons": reasons, "texts": texts if name.startswith("c4") else {},
+                     "seconds": median_seconds(lambda: decide(name, step))}
+print(json.dumps({"version": version("datatrove"), "signature_s": signature_s, "stages": stages,
+                  "removed": sorted(doc["id"] for doc in removed), "cluster": cluster, "filters": decided}))
+'''
+
+# The filter corpus's degraded copies: what a crawl's pages add to running text, one kind per copy in turn.
+DEGRADATIONS = ("repeated_lines", "bullets", "cut_with_ellipsis", "menu_lines", "hashtags", "curly_bracket",
+                "lorem_ipsum", "cookie_notice", "no_punctuation", "paragraphs", "number_table", "first_line")
+MENU = ("Home", "About us", "Contact", "Share this page", "Read more", "Sign in")
+
+
+def degraded(lines: list[str], kind: str, rng: np.random.Generator) -> str:
+    """One bundled document's lines turned into a page with the flaw ``kind`` (one of DEGRADATIONS)."""
+    if kind == "repeated_lines":
+        lines = lines + lines[:max(1, len(lines) // 2)]
+    elif kind == "bullets":
+        lines = [f"- {line}" for line in lines]
+    elif kind == "cut_with_ellipsis":
+        lines = [" ".join(line.split()[:max(1, len(line.split()) // 2)]) + "..." for line in lines]
+    elif kind == "menu_lines":
+        lines = [item for line in lines for item in (MENU[int(rng.integers(len(MENU)))], line)]
+    elif kind == "hashtags":
+        lines = lines + [" ".join(f"#{word.strip('.,;:()').lower()}" for word in " ".join(lines).split()[:30])]
+    elif kind == "curly_bracket":
+        lines = lines + ['var settings = {"theme": "dark", "items": 12};']
+    elif kind == "lorem_ipsum":
+        lines = lines + ["Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor."]
+    elif kind == "cookie_notice":
+        lines = ["This website uses cookies to give you the best experience."] + lines
+    elif kind == "no_punctuation":
+        lines = [line.rstrip(".!?\"'") for line in lines]
+    elif kind == "paragraphs":
+        return "\n\n".join(lines + lines[:1])
+    elif kind == "number_table":
+        lines = lines + [" ".join(str(int(value)) for value in rng.integers(0, 10 ** 4, 6)) for _ in range(8)]
+    elif kind == "first_line":
+        lines = lines[:1]
+    return "\n".join(lines)
+
+
+def filter_corpus(count: int, seed: int) -> list[tuple[str, str]]:
+    """(id, text): the first ``count`` bundled documents, their lines kept, as ``w<i>``, and a degraded copy of
+    each (the i-th by the i-th kind of DEGRADATIONS, cyclically) as ``d<i>``."""
+    rng = np.random.default_rng(seed + 2)
+    documents = [lines for lines in wikipedia_documents(count) if lines]
+    return [(f"w{i}", "\n".join(lines)) for i, lines in enumerate(documents)] + [
+        (f"d{i}", degraded(lines, DEGRADATIONS[i % len(DEGRADATIONS)], rng)) for i, lines in enumerate(documents)]
+
+
+def planted_corpus(texts: list[str], edits: list[float], rng: np.random.Generator) -> list[tuple[str, str]]:
+    """(id, text): each of ``texts`` as ``o<i>`` beside one copy edited by the i-th share of ``edits``
+    (cyclically) as ``c<i>``."""
+    copies = [edited(text, edits[i % len(edits)], rng) for i, text in enumerate(texts)]
+    return [(f"{kind}{i}", text) for i, pair in enumerate(zip(texts, copies)) for kind, text in zip("oc", pair)]
+
+
+def our_near_duplicates(documents: list[tuple[str, str]], settings: MinHashSettings) -> tuple[dict, dict]:
+    """(removed id -> kept id, id -> its cluster's root for every document in a cluster): the `--dedup near`
+    stage's rule without Beam (band groups, ``pairs_in_band``, connected components, the least seeded hash
+    kept; here the hash of the id, where the pipeline hashes the document's file and index)."""
+    groups = defaultdict(list)
+    for document, text in documents:
+        values = signature(text, settings)
+        for key in band_keys(values, settings):
+            groups[key].append((document, values))
+    clusters = Clusters()
+    for members in groups.values():
+        for a, b in pairs_in_band(members, settings.min_jaccard, settings.seed):
+            clusters.add_pair(a, b)
+    grouped = clusters.groups()
+    return (dict(kept_and_removed(grouped.values(), settings.seed)),
+            {document: root for root, members in grouped.items() for document in members})
+
+
+def agreement(ids: list[str], ours: set, peer: set) -> float:
+    """The share of ``ids`` that both sides decide the same way (in both sets, or in neither)."""
+    return sum((document in ours) == (document in peer) for document in ids) / len(ids) if ids else 1.0
+
+
+def id_order(document: str) -> tuple[str, int]:
+    """``w12`` after ``w9``: the letter, then the number."""
+    return document[:1], int(document[1:]) if document[1:].isdigit() else -1
+
+
+def differences(ours: dict, peer: dict) -> list[dict]:
+    """The documents one side removes and the other keeps, grouped by (our reason, the peer's reason), None
+    for kept; the largest group first. ``ours`` and ``peer`` map each id to its reason or None."""
+    groups = defaultdict(list)
+    for document in ours:
+        if (ours[document] is None) != (peer[document] is None):
+            groups[(ours[document], peer[document])].append(document)
+    return [{"ours": key[0], "datatrove": key[1], "documents": len(ids), "ids": sorted(ids, key=id_order)}
+            for key, ids in sorted(groups.items(), key=lambda item: (-len(item[1]), str(item[0])))]
+
+
+def pair_caught(pairs: int, cluster: dict) -> list[bool]:
+    """Whether each planted pair (o<i>, c<i>) is in one cluster: ``cluster`` maps an id to its cluster (absent,
+    None or -1: in none)."""
+    def of(document):
+        value = cluster.get(document, -1)
+        return None if value in (None, -1) else value
+    return [of(f"o{i}") is not None and of(f"o{i}") == of(f"c{i}") for i in range(pairs)]
+
+
+def run_peer(python: str, near: list[tuple[str, str]], documents: list[tuple[str, str]], settings: MinHashSettings,
+             repeats: int) -> dict:
+    """datatrove's MinHash pipeline on ``near`` and its filters on ``documents``, in the peer venv."""
+    with tempfile.TemporaryDirectory(prefix="cleaning-peer-") as directory:
+        work = Path(directory)
+        (work / "near").mkdir()
+        for path, rows in ((work / "near" / "near.jsonl", near), (work / "filters.jsonl", documents)):
+            path.write_text("".join(json.dumps({"id": document, "text": text}) + "\n" for document, text in rows),
+                            encoding="utf-8")
+        (work / "request.json").write_text(json.dumps({
+            "repeats": repeats, "shingle_words": settings.shingle_words, "bands": settings.bands,
+            "rows": settings.rows}))
+        out = subprocess.run([str(Path(python).absolute()), "-c", PEER_SCRIPT, str(work)], capture_output=True,
+                             text=True, check=False, cwd=work)
+    if out.returncode:
+        raise SystemExit(f"the datatrove peer failed ({python}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+OUR_FILTERS = {"gopher_quality": quality_filters.gopher_quality, "gopher_repetition": quality_filters.gopher_repetition,
+               "c4": lambda text: quality_filters.c4_clean(text)[0], "fineweb": quality_filters.fineweb_quality}
+
+
+def peer_lines(python: str, texts: list[str], args: argparse.Namespace,
+               settings: MinHashSettings) -> tuple[list[dict], str]:
+    """Ours beside datatrove's: near duplicates on planted pairs, signatures' documents/s, the filters on a
+    degraded corpus: (the lines to print, datatrove's version)."""
+    near = planted_corpus(texts, args.edits, np.random.default_rng(args.seed + 3))
+    documents = filter_corpus(args.documents, args.seed)
+    peer = run_peer(python, near, documents, settings, args.repeats)
+    ids = [document for document, _ in near]
+    jaccards = [true_jaccard(near[2 * i][1], near[2 * i + 1][1], settings) for i in range(len(texts))]
+    peer_caught = pair_caught(len(texts), peer["cluster"])
+    peer_clustered = {document for document, value in peer["cluster"].items() if value not in (None, -1)}
+    # ours as the stage runs (a candidate pair verified by its estimated Jaccard), and without the verification
+    # (min_jaccard 0: any shared band makes a pair, as datatrove's buckets do)
+    variants = {"caught_ours": settings, "caught_ours_unverified": dataclasses.replace(settings, min_jaccard=0.0)}
+    decided = {name: our_near_duplicates(near, variant) for name, variant in variants.items()}
+    caught = {name: pair_caught(len(texts), cluster) for name, (_, cluster) in decided.items()}
+    same = np.equal(caught["caught_ours"], peer_caught)
+    by_band = {name: band_lines("peer_near_duplicates", np.array(list(zip(jaccards, values))))
+               for name, values in {**caught, "caught_datatrove": peer_caught, "decided_same": same}.items()}
+    lines = [{**{key: line[key] for key in ("part", "jaccard_from", "jaccard_below", "pairs")},
+              **{name: by_band[name][band]["caught"] for name in by_band}}
+             for band, line in enumerate(by_band["caught_datatrove"])]
+    for name, variant in variants.items():
+        removed, cluster = decided[name]
+        lines.append({"part": "peer_near_agreement", "min_jaccard": variant.min_jaccard, "documents": len(ids),
+                      "removed_ours": len(removed), "removed_datatrove": len(peer["removed"]),
+                      "duplicate_agreement": round(agreement(ids, set(cluster), peer_clustered), 4),
+                      "removed_agreement": round(agreement(ids, set(removed), set(peer["removed"])), 4),
+                      "pairs_decided_same": round(float(np.mean(np.equal(caught[name], peer_caught))), 4)})
+    ours_rate = median_rate(lambda: [signature(text, settings) for _, text in near], len(near), args.repeats)
+    lines.append({"part": "peer_minhash_signature", "documents": len(near),
+                  "ours_documents_per_s": round(ours_rate, 1),
+                  "datatrove_documents_per_s": round(len(near) / peer["signature_s"], 1),
+                  "ratio": round(ours_rate * peer["signature_s"] / len(near), 2),
+                  "datatrove_stages_s": {name: round(value, 2) for name, value in peer["stages"].items()}})
+    for name, decided in peer["filters"].items():
+        ours_filter = OUR_FILTERS[name.split("_tfds")[0]]
+        ours = {document: ours_filter(text) for document, text in documents}
+        theirs = decided["reasons"]
+        ids = [document for document, _ in documents]
+        line = {"part": "peer_filter", "filter": name, "documents": len(ids),
+                "removed_ours": sum(reason is not None for reason in ours.values()),
+                "removed_datatrove": sum(reason is not None for reason in theirs.values()),
+                "agreement": round(agreement(ids, {d for d in ids if ours[d]}, {d for d in ids if theirs[d]}), 4),
+                "ours_documents_per_s": round(median_rate(lambda: [ours_filter(text) for _, text in documents],
+                                                          len(ids), args.repeats), 1),
+                "datatrove_documents_per_s": round(len(ids) / decided["seconds"], 1)}
+        if decided["texts"]:
+            both = [(document, text) for document, text in documents if ours[document] is None and not theirs[document]]
+            line["kept_text_same"] = round(sum(quality_filters.c4_clean(text)[1] == decided["texts"][document]
+                                               for document, text in both) / len(both), 4) if both else None
+        lines.append(line)
+        lines.append({"part": "peer_filter_differences", "filter": name, "rules": differences(ours, theirs)})
+    return lines, peer["version"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", type=int, default=300, help="Wikipedia summaries used")
@@ -134,11 +422,16 @@ def main(argv: list[str] | None = None) -> int:
                              "(0: not run)")
     parser.add_argument("--workers", type=int, default=1, help="the pipeline runs' worker processes")
     parser.add_argument("--vocab", default=None, help="SentencePiece model for the pipeline runs (default: trained)")
+    parser.add_argument("--peer-python", default=None,
+                        help="the Python of a venv with datatrove (make datatrove-venv: .venv-datatrove/bin/python): "
+                             "run it beside ours (default: no peer)")
     args = parser.parse_args(argv)
     if args.documents < 1 or args.repeats < 1 or not all(0 <= share < 1 for share in args.edits):
         parser.error("--documents and --repeats must be positive, --edits in [0, 1)")
     if args.pipeline_documents < 0 or args.workers < 1:
         parser.error("--pipeline-documents must be at least 0, --workers at least 1")
+    if args.peer_python and not Path(args.peer_python).is_file():
+        parser.error(f"--peer-python {args.peer_python}: no such file (make datatrove-venv builds .venv-datatrove)")
     settings = MinHashSettings(seed=args.seed)
     texts = [" ".join(lines) for lines in wikipedia_documents(args.documents * 20)]
     texts = [text for text in texts if len(text.split()) >= args.min_words][:args.documents]
@@ -156,6 +449,11 @@ def main(argv: list[str] | None = None) -> int:
         rate = median_rate(action, len(texts), args.repeats)
         print(json.dumps({"part": name, "documents_per_s": round(rate, 1),
                           "words_per_s": round(rate * words / len(texts), 1), "documents": len(texts)}), flush=True)
+    peer_version = None
+    if args.peer_python:
+        lines, peer_version = peer_lines(args.peer_python, texts, args, settings)
+        for line in lines:
+            print(json.dumps(line), flush=True)
     if args.pipeline_documents:
         others = [" ".join(lines) for lines in wikipedia_documents((args.documents + args.pipeline_documents) * 20)]
         others = [text for text in others if len(text.split()) >= args.min_words]
@@ -165,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"part": "settings", "documents": len(texts), "edits": args.edits, "shingle_words":
                       settings.shingle_words, "bands": settings.bands, "rows": settings.rows,
                       "min_jaccard": settings.min_jaccard, "repeats": args.repeats,
-                      "pipeline_documents": args.pipeline_documents, "peer": None}), flush=True)
+                      "pipeline_documents": args.pipeline_documents, "peer": peer_version}), flush=True)
     return 0
 
 
