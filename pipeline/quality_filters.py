@@ -19,6 +19,13 @@ Where we differ from datatrove, and why:
 - **Stop words** are counted whatever their case ("The" at a sentence's start is one); datatrove
   compares case-sensitively. **Alphabetic words** are counted among the words, punctuation marks
   left out, as the ratio's denominator is; datatrove counts them among all tokens.
+- **Bullet lines** (Gopher) start with "\u2022"; datatrove also counts a line starting with "-". Its
+  stop-word rule counts distinct stop words, ours every occurrence.
+- **Duplicate lines** (Gopher) are the page's non-blank lines (datatrove splits on runs of newlines,
+  so it skips empty lines too, but keeps lines of spaces).
+- **FineWeb**'s ratios count every line, blank ones included, and compare with ``<=`` / ``>=`` as
+  written here; datatrove leaves blank lines out and compares strictly, with its own set of
+  end-of-line punctuation.
 - **Duplicate n-grams** (Gopher): the characters of the words covered by an n-gram that occurs more
   than once, each word counted once, over the characters of all words, as the Gopher paper defines it.
   datatrove's ``find_all_duplicate`` is called on the list of n-grams (joining n-grams of n-grams) and
@@ -149,7 +156,9 @@ def gopher_repetition(text: str, rules: GopherRepetition = GopherRepetition()) -
         return "gopher_duplicate_paragraphs"
     if chars / len(text) > rules.max_duplicate_paragraph_chars:
         return "gopher_duplicate_paragraph_chars"
-    lines = text.splitlines()
+    # The blank lines between paragraphs are no lines of the page: counted, every one after the
+    # first would repeat it, and a page of five paragraphs would fail the rule.
+    lines = [line for line in text.splitlines() if line.strip()]
     count, chars = duplicates(lines)
     if count / len(lines) > rules.max_duplicate_lines:
         return "gopher_duplicate_lines"

@@ -112,6 +112,13 @@ def test_gopher_allows_thirty_percent_of_lines_repeating_an_earlier_one(copies, 
     assert gopher_repetition("\n".join(lines), rules) == reason
 
 
+def test_the_blank_lines_between_paragraphs_are_not_duplicate_lines():
+    """Five distinct paragraphs: four blank separator lines, which counted would be 3 repeats of 9 lines."""
+    rules = GopherRepetition(top_ngram_chars=(), duplicate_ngram_chars=())
+    paragraphs = [f"Paragraph {i} says something of its own, at some length." for i in range(5)]
+    assert gopher_repetition("\n\n".join(paragraphs), rules) is None
+
+
 def test_gopher_removes_a_page_whose_paragraphs_repeat():
     paragraph = "Buy cheap watches online today."
     assert gopher_repetition("\n\n".join([paragraph] * 4 + ["Something else."])) == "gopher_duplicate_paragraphs"
