@@ -206,6 +206,7 @@ def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None
     from trainer.launch.run_setup import hold_run_lock
     from trainer.launch.utilisation import jax_step_flops
     from trainer.runtime.jax_engine import JaxPretrainingEngine
+    from trainer.runtime.jax_processes import start_processes
     from trainer.runtime.model_dir import ModelDirectory
     from trainer.runtime.training_loop import warn_on_stderr
 
@@ -213,17 +214,19 @@ def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None
     resolved = resolve_pretraining(run)
     model, train, manifest = resolved.model, resolved.train, resolved.manifests[0]
     check_jax_settings(train)
-    devices = len(jax.local_devices())
-    layout = BatchLayout(train.train_batch_size, devices, 1, model.bi_data, "train.train_batch_size")
+    processes = start_processes()  # before JAX starts its devices: a run of several processes joins here
+    layout = BatchLayout(train.train_batch_size, jax.device_count(), processes, model.bi_data,
+                         "train.train_batch_size")
     check_layout(layout, [manifest], "train", f"--data {run.data[0]}'s train split")
     if train.eval_every:
         check_layout(BatchLayout(train.eval_batch_size, 1, 1, model.bi_data, "train.eval_batch_size"), [manifest],
                      "valid", f"{run.data[0]}'s valid split (evaluated every {train.eval_every} steps; "
                      "train.eval_every=0 turns evaluation off)")
-    model_dir = ModelDirectory(run.model_dir)
-    hold_run_lock(held, model_dir, jax.process_index() == 0, log)
-    after_first_save = _prepare_model_dir(model_dir, model, train, manifest.special_ids, resolved.vocab_path,
-                                          uncased=bool(manifest.config.get("uncased", False)), log=log)
+    model_dir, after_first_save = ModelDirectory(run.model_dir), None
+    if jax.process_index() == 0:  # the chief writes the model directory; the others wait in the engine's set-up
+        hold_run_lock(held, model_dir, True, log)
+        after_first_save = _prepare_model_dir(model_dir, model, train, manifest.special_ids, resolved.vocab_path,
+                                              uncased=bool(manifest.config.get("uncased", False)), log=log)
     return JaxPretrainingEngine(model, train, manifest=manifest, model_dir=run.model_dir, init_weights=huggingface_init(run),
                                 log=log, warn=warn_on_stderr, after_first_save=after_first_save,
                                 step_flops=jax_step_flops(model, train))

@@ -29,15 +29,16 @@ def run_step_flops(model, config, strategy, options: int = 1) -> StepFlops:
 
 
 def jax_step_flops(model, config) -> StepFlops:
-    """The StepFlops of a JAX engine's run of ``model`` with ``config`` over this process's devices."""
+    """The StepFlops of a JAX engine's run of ``model`` with ``config`` over the devices of every
+    process (each process's peak taken to be this one's)."""
     import jax
 
     from trainer.planning.plan import Workload
 
-    replicas = len(jax.local_devices())
+    replicas = jax.device_count()
     per_replica, _ = Workload(model, config, replicas).step_flops()
     peak, source = jax_peak_flops(config.precision)
-    return StepFlops(per_replica * replicas, peak, source)
+    return StepFlops(per_replica * replicas, peak * jax.process_count(), source)
 
 
 def jax_peak_flops(precision: str) -> tuple[float, str]:

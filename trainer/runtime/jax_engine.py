@@ -6,7 +6,10 @@ the NaN guard, preemption and the progress lines are the loop's, shared with the
 
 * the step: trainer/runtime/jax_step.py's jitted ``PretrainingStep`` (the TensorFlow controller's
   arithmetic: loss per target, clipping, AdamW and its schedule, the Transformer-XL memory carried
-  from step to step), data parallel over the local devices through ``keras.distribution``;
+  from step to step), data parallel over the devices through ``keras.distribution``: those of one
+  process, or of several (trainer/runtime/jax_processes.py: each process reads its own devices'
+  rows; process 0 writes the model directory, each process its step log, all of them the one set of
+  checkpoints; a signal to any process stops all at the same step);
 * the input: tfrecords/numpy_reader.py's reader, the tf.data reader's batches element for element,
   read ahead in a background thread; the time a loop of steps waits for it is the
   ``input_wait_seconds`` of its step-log rows (and of TensorBoard);
@@ -15,13 +18,13 @@ the NaN guard, preemption and the progress lines are the loop's, shared with the
   optimizer's slots and step, the memory, and the data position (the step the reader resumes at).
   A resumed run reads on from the record after the checkpoint's and logs the same losses as a run
   never stopped;
-* evaluation on the valid split, memory from zero, as the TensorFlow task's;
+* evaluation on the valid split, memory from zero, as the TensorFlow task's (with several processes,
+  each evaluates the whole batch on its own copy of the weights);
 * the devices' peak memory as JAX's allocator reports it (``peak_bytes_in_use``: the largest since
   the process started, JAX keeping no per-window peak), None on a CPU.
 
-One process (every local device). What it does not do yet is refused at start-up by the launcher
-(trainer/launch/pretraining_run.py): mixtures and ``--eval-data``, gradient accumulation, float16,
-several processes.
+What it does not do yet is refused at start-up by the launcher (trainer/launch/pretraining_run.py):
+mixtures and ``--eval-data``, gradient accumulation, float16.
 """
 from __future__ import annotations
 
@@ -39,6 +42,8 @@ from tfrecords.manifest import Manifest
 from tfrecords.numpy_reader import NumpyStreamReader
 from trainer.configs.training import TrainConfig
 from trainer.models.config import ModelConfig
+from trainer.runtime import file_system
+from trainer.runtime.jax_processes import any_process, local_rows, wait_for_every_process
 from trainer.runtime.jax_step import PretrainingStep, StepState, check_ids, data_parallel, require_jax
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.orbax_checkpoints import OrbaxCheckpoints
@@ -77,7 +82,6 @@ class JaxPretrainingEngine:
     """
 
     metric_names = {"accuracy": "plm_accuracy"}
-    chief = True
 
     def __init__(self, model_config: ModelConfig, config: TrainConfig, *, manifest: Manifest, model_dir: str,
                  init_weights: Callable[[Any], str] | None = None, log: Callable[[str], None] = print,
@@ -93,10 +97,18 @@ class JaxPretrainingEngine:
         self.config, self.model_config, self.manifest = config, model_config, manifest
         self.log, self.warn, self.step_flops = log, warn, step_flops
         self._after_first_save = after_first_save
-        self.model_dir = self.work_dir = ModelDirectory(model_dir)
+        # Several processes (trainer/runtime/jax_processes.py): process 0 writes the model directory,
+        # every process its own step log (workers/worker-N/, as the TensorFlow engine's workers), and
+        # all of them the one set of Orbax checkpoints, each its devices' shards.
+        self.process, self.processes = jax.process_index(), jax.process_count()
+        self.chief = self.process == 0
+        self.model_dir = ModelDirectory(model_dir)
+        self.work_dir = self.model_dir if self.chief else self.model_dir.worker(self.process)
+        file_system.makedirs(self.work_dir.path)
         self.tokens_per_example = config.seq_len
         self.tracer = jax_tracer
-        self.preemption = Preemption(None, config.preemption_grace_seconds, give_up=self._given_up, log=log)
+        self.preemption = Preemption(any_process if self.processes > 1 else None, config.preemption_grace_seconds,
+                                     give_up=self._given_up, log=log)
         if self.model_dir.has_tensorflow_checkpoints():
             raise UnreadableCheckpointError(
                 f"--model-dir {self.model_dir.path} holds the TensorFlow engine's checkpoints (ckpt-N under "
@@ -106,14 +118,14 @@ class JaxPretrainingEngine:
 
         keras.mixed_precision.set_global_policy(config.precision)
         seed_everything(config.seed)
-        if len(jax.local_devices()) > 1:
+        if jax.device_count() > 1:
             data_parallel()
         self.pretrainer = XLNetPretrainer(model_config, config.seq_len, config.num_predict, config.perm_size,
                                           manifest.special_ids, remat=config.remat)
         self.network = self.pretrainer.network
         self._train_step = PretrainingStep(self.pretrainer, config)
         self.checkpoints = OrbaxCheckpoints(self.model_dir.checkpoints, keep=config.keep_checkpoints,
-                                            asynchronous=config.async_checkpoint, warn=warn)
+                                            asynchronous=config.async_checkpoint, warn=warn, chief=self.chief)
         self._step, self.restored = 0, False
         self.state = self._restore(init_weights)
         self._eval_step = None
@@ -162,7 +174,8 @@ class JaxPretrainingEngine:
             self.close()
 
     def reader(self, split: str, batch: int, start_step: int = 0) -> NumpyStreamReader:
-        """The stream-ordered reader of ``split`` with this run's shapes and seed (the TensorFlow task's)."""
+        """The stream-ordered reader of ``split`` with this run's shapes and seed (the TensorFlow task's);
+        ``batch`` is the whole batch, of every process."""
         config = self.config
         return NumpyStreamReader(self.manifest, split, batch, config.seq_len, config.num_predict,
                                  self.model_config.bi_data, seed=config.seed, accumulation_steps=1,
@@ -170,7 +183,13 @@ class JaxPretrainingEngine:
 
     def start_input(self) -> None:
         self._running = (self._step, self._step, self._step)
-        self._input = self.reader("train", self.config.train_batch_size, self._step).host_batches()
+        reader = self.reader("train", self.config.train_batch_size, self._step)
+        if self.processes == 1:
+            self._input = reader.host_batches()
+        else:  # the rows of this process's devices: the reader's replicas, one per device of the run
+            local = self._jax.local_device_count()
+            self._input = reader.host_batches(self._jax.device_count(),
+                                              range(self.process * local, (self.process + 1) * local))
 
     def run_loop(self, step: int, count: int) -> LoopOutput:
         """``count`` steps after ``step``, each on the reader's next batch; the metrics are read back
@@ -246,7 +265,9 @@ class JaxPretrainingEngine:
         return {}
 
     def workers_all_present(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()  # one process: no collective to lose
+        # A lost process: JAX's coordination service stops the others (its heartbeat), not a failed
+        # collective this could name.
+        return contextlib.nullcontext()
 
     def close(self) -> None:
         """Waits for the checkpoint write in flight and stops the reader and Orbax's threads."""
@@ -285,11 +306,14 @@ class JaxPretrainingEngine:
         if model.mem_len > 0:
             mems = [np.zeros((config.eval_batch_size, model.mem_len, model.d_model), np.float32)
                     for _ in range(model.n_layer)]
+        trainable, non_trainable = self.state.trainable, self.state.non_trainable
+        if self.processes > 1:  # each process evaluates the whole batch on its own copy of the weights
+            trainable, non_trainable = ([local_rows(value) for value in group] for group in (trainable, non_trainable))
         totals = np.zeros(3)
         with self.reader("valid", config.eval_batch_size).host_batches() as batches:
             for _, features in zip(range(config.eval_steps), _evaluation_input(batches, self._step)):
                 batch = {name: value[0] for name, value in features.items()}
-                sums, mems = self._eval_step(self.state.trainable, self.state.non_trainable, batch, mems)
+                sums, mems = self._eval_step(trainable, non_trainable, batch, mems)
                 totals += np.asarray(sums, np.float64)
         loss = float(totals[0] / max(totals[2], 1.0))
         return {"loss": loss, "accuracy": float(totals[1] / max(totals[2], 1.0)),

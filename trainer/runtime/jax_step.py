@@ -18,7 +18,8 @@ weights. Precision follows the global dtype policy the pretrainer was built unde
 (``mixed_bfloat16``: bfloat16 compute, float32 variables and loss); remat is the network's.
 
 Data parallelism: under a ``keras.distribution.DataParallel`` (``data_parallel()``), the batch is
-split over the local devices and the weights replicated; jit inserts the all-reduce. The state is
+split over the devices and the weights replicated; jit inserts the all-reduce. With several
+processes (trainer/runtime/jax_processes.py) each gives the step its own devices' rows. The state is
 laid out once, as the step gives it back (the same shardings in and out), so that the second step
 runs the first one's compilation: with one device the distribution costs nothing.
 
@@ -54,7 +55,7 @@ def require_jax() -> None:
 
 
 def data_parallel(devices: Optional[Sequence[Any]] = None) -> keras.distribution.DataParallel:
-    """Data parallelism over ``devices`` (default: every local device), set as Keras's distribution.
+    """Data parallelism over ``devices`` (default: every device, of every process), set as Keras's distribution.
 
     Call before building the pretrainer: its variables are then created replicated, and a batch
     given to the step is split along its first axis over the devices."""
@@ -109,6 +110,7 @@ class PretrainingStep:
         # The optimizer's step counter among its variables: the schedule's input.
         self._iterations = [id(v) for v in self.optimizer.variables].index(id(self.optimizer.iterations))
         self._distribution = keras.distribution.distribution()
+        self._processes = jax.process_count()  # each gives the rows of its own devices (jax_processes.py)
         # Each variable's sharding, in and out of the step alike (None without a distribution): jit
         # tells an equivalent sharding from the one it gives back, and would compile the second step again.
         self._shardings = None
@@ -131,13 +133,14 @@ class PretrainingStep:
         self._check_fits(batch_size)
         mems = None
         if model.mem_len > 0:
-            mems = [self._split_by_rows(ops.zeros((batch_size, model.mem_len, model.d_model), "float32"))
+            shape = (batch_size, model.mem_len, model.d_model)
+            mems = [self._laid_out(np.zeros(shape, np.float32), self._rows_layout(shape))
                     for _ in range(model.n_layer)]
         values = [[v.value for v in variables] for variables in
                   (self.pretrainer.trainable_variables, self.pretrainer.non_trainable_variables,
                    self.optimizer.variables)]
         if self._shardings is not None:  # exactly as the step gives them back: no second compilation
-            values = [[self._jax.device_put(value, sharding) for value, sharding in zip(group, shardings)]
+            values = [[self._laid_out(value, sharding) for value, sharding in zip(group, shardings)]
                       for group, shardings in zip(values, self._shardings)]
         return StepState(*values, mems)
 
@@ -153,10 +156,26 @@ class PretrainingStep:
     def _split_by_rows(self, value):
         """``value`` laid out over the devices of Keras's distribution by its first axis (rows), as
         ``DataParallel`` lays out data; unchanged without a distribution. Always the same sharding
-        object for a shape (distribute_tensor keeps an equivalent one, which jit tells apart)."""
+        object for a shape (distribute_tensor keeps an equivalent one, which jit tells apart). With
+        several processes, ``value`` is this process's rows of the global batch (its devices' share)."""
         if self._distribution is None:
             return value
-        return self._jax.device_put(value, self._distribution.get_data_layout(ops.shape(value)).backend_layout)
+        if self._processes == 1:
+            return self._jax.device_put(value, self._rows_layout(ops.shape(value)))
+        shape = (np.shape(value)[0] * self._processes, *np.shape(value)[1:])
+        return self._jax.make_array_from_process_local_data(self._rows_layout(shape), np.asarray(value), shape)
+
+    def _rows_layout(self, shape):
+        return None if self._distribution is None else self._distribution.get_data_layout(shape).backend_layout
+
+    def _laid_out(self, value, sharding):
+        """``value`` (the same on every process: a weight, a zero memory) laid out as ``sharding``."""
+        if sharding is None:
+            return value
+        if self._processes == 1:
+            return self._jax.device_put(value, sharding)
+        host = np.asarray(value)
+        return self._jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
     def _check_fits(self, batch_size: int) -> None:
         """Refuses, naming mem_len, a step of ``batch_size`` rows that the planner's memory model puts
@@ -196,8 +215,9 @@ class PretrainingStep:
             if dtype.kind not in "biu":
                 raise UsageError(f"batch {name} is {dtype}: the step takes integer features (is_masked may be "
                                  "bool), as the reader gives them")
-        if state.mems is not None and state.mems[0].shape[0] != rows:
-            raise UsageError(f"the batch has {rows} rows, the state's memory {state.mems[0].shape[0]} "
+        if state.mems is not None and state.mems[0].shape[0] != rows * self._processes:
+            each = f" on each of {self._processes} processes" if self._processes > 1 else ""
+            raise UsageError(f"the batch has {rows} rows{each}, the state's memory {state.mems[0].shape[0]} "
                              f"(initial_state({state.mems[0].shape[0]})): give initial_state the batch's rows")
         if isinstance(batch["input_ids"], np.ndarray):
             check_ids(batch["input_ids"], self.pretrainer.model_config.vocab_size)
@@ -288,7 +308,8 @@ def device_memory() -> tuple[int, str]:
 
     from trainer.planning.devices import host_memory_bytes
 
-    limit = (jax.devices()[0].memory_stats() or {}).get("bytes_limit")
+    device = jax.local_devices()[0]  # of this process: another process's device reports nothing here
+    limit = (device.memory_stats() or {}).get("bytes_limit")
     if limit:
-        return int(limit), f"the {jax.devices()[0].device_kind}'s memory as JAX reports it"
+        return int(limit), f"the {device.device_kind}'s memory as JAX reports it"
     return host_memory_bytes(), "this machine's physical memory"

@@ -28,6 +28,7 @@ import sys
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from tfrecords.errors import UsageError
+from trainer.runtime.jax_processes import wait_for_every_process
 from trainer.runtime.training_stops import UnreadableCheckpointError
 
 DAMAGED = "damaged"
@@ -47,13 +48,17 @@ class OrbaxCheckpoints:
     """The checkpoints under ``directory`` (local or gs://): save, wait, restore the newest that reads."""
 
     def __init__(self, directory: str, *, keep: int, asynchronous: bool = True,
-                 warn: Callable[[str], None] = print):
+                 warn: Callable[[str], None] = print, chief: bool = True):
         import orbax.checkpoint as ocp  # the JAX engine's dependency only
 
         if keep < 1:
             raise UsageError(f"keep_checkpoints must be at least 1, got {keep}")
-        self._ocp, self.directory, self.warn = ocp, directory, warn
-        self._remove_unfinished_writes()
+        self._ocp, self.directory, self.warn, self.chief = ocp, directory, warn, chief
+        # With several processes (trainer/runtime/jax_processes.py) every one writes its shards into
+        # the same checkpoints; only the chief removes or moves one, the others waiting for it.
+        if chief:
+            self._remove_unfinished_writes()
+        wait_for_every_process("orbax-unfinished-writes-removed")
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=asynchronous,
                                                create=True, cleanup_tmp_directories=True)
         # The handlers named, so that a checkpoint's metadata can be read before its arrays (_check_shapes).
@@ -177,11 +182,13 @@ class OrbaxCheckpoints:
 
         source = epath.Path(posixpath.join(self.directory, str(step)))
         damaged = epath.Path(posixpath.join(self.directory, DAMAGED))
-        damaged.mkdir(parents=True, exist_ok=True)
         target, suffix = damaged / str(step), 1
-        while target.exists():
-            target, suffix = damaged / f"{step}.{suffix}", suffix + 1
-        source.rename(target)
+        if self.chief:
+            damaged.mkdir(parents=True, exist_ok=True)
+            while target.exists():
+                target, suffix = damaged / f"{step}.{suffix}", suffix + 1
+            source.rename(target)
+        wait_for_every_process(f"orbax-set-aside-{step}")
         self._manager.reload()
         return str(target)
 
