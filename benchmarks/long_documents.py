@@ -254,7 +254,7 @@ def base_task(workdir: Path, args: argparse.Namespace) -> tuple[Path, Path]:
     """The bundled vocabulary and a file of documents 8 segments of ``--base-length`` long (the task above)."""
     import bundled_data
 
-    vocab = Path(bundled_data.prepare(workdir / "bundled")).parent / "spiece.model"
+    vocab = bundled_data.vocabulary(workdir / "bundled")  # the vocabulary only: no records are read
     train = workdir / f"base-L{args.base_length}.tsv"
     if not train.exists():
         counter = PieceCounter.__new__(PieceCounter)

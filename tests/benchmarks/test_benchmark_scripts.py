@@ -27,14 +27,14 @@ def run_benchmark(script: str, *args: str) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # 183 s at load 10 on 2 cores (217 s with 20 steps): compiling dominates, 4 steps check as much
 def test_memory_benefit_reports_both_runs_by_position_and_their_difference(tmp_path, spm_model):
     shutil.copy(spm_model, tmp_path / "spiece.model")  # the benchmark trains a vocabulary only when none is there
-    memory, without, summary = run_benchmark("memory_benefit.py", "--workdir", str(tmp_path), "--steps", "20",
+    memory, without, summary = run_benchmark("memory_benefit.py", "--workdir", str(tmp_path), "--steps", "4",
                                              "--seeds", "0", "--eval-steps", "3")
 
     assert (memory["mem_len"], without["mem_len"]) == (32, 0)
-    assert memory["steps"] == without["steps"] == 20
+    assert memory["steps"] == without["steps"] == 4
     assert memory["valid"]["targets"] == 3 * 16 * 5  # eval batches x rows x num_predict
     assert sum(memory["valid"]["targets_by_position"].values()) == memory["valid"]["targets"]
     assert list(memory["valid"]["loss_by_position"]) == ["0-2", "2-4", "4-8", "8-16", "16-32"]
@@ -69,15 +69,22 @@ def test_preprocess_benchmark_reports_capacity_both_runners_set_ups_and_their_sp
 def finetune_workdir(tmp_path_factory, spm_model) -> Path:
     """One --workdir for both fine-tuning benchmarks: the bundled corpus is preprocessed and pretrained
     on once (finetune.py reuses a finished run there), with the session's vocabulary copied in. Its
-    ``bundled`` folder is train.py's --workdir too: the same record shapes (seq_len 128), so that
-    preprocessing the whole corpus (15 to 30 s on a loaded 2-core machine) is done once for the three."""
+    ``bundled`` folder is the --workdir of train.py, remat_step_cost.py and checkpoints.py too: the
+    same record shapes (seq_len 128), so that preprocessing the whole corpus (15 to 30 s on a loaded
+    2-core machine) is done once for the five, and no vocabulary is trained (45 s). They share one
+    xdist group (SHARES_FINETUNE_WORKDIR): on two workers each would build its own copy, the
+    pretraining run included."""
     workdir = tmp_path_factory.mktemp("finetune-bench")
     (workdir / "bundled").mkdir()
     shutil.copy(spm_model, workdir / "bundled" / "spiece.model")  # no vocabulary training
     return workdir
 
 
-@pytest.mark.slow
+SHARES_FINETUNE_WORKDIR = pytest.mark.xdist_group("finetune_workdir")
+
+
+@pytest.mark.slow  # 152 s at load 10 on 2 cores (249 s before): preprocessing, pretraining, two `xlnet finetune`
+@SHARES_FINETUNE_WORKDIR
 def test_finetune_benchmark_reports_random_and_pretrained_runs_with_the_same_settings(finetune_workdir):
     random, pretrained = run_benchmark("finetune.py", "--workdir", str(finetune_workdir), "--pretrain-steps", "0",
                                        "4", "--finetune-steps", "4")
@@ -90,7 +97,8 @@ def test_finetune_benchmark_reports_random_and_pretrained_runs_with_the_same_set
         assert set(line["dev"]) == {"accuracy", "macro_f1", "mcc", "loss"} and 0 <= line["dev"]["accuracy"] <= 1
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # 77 s at load 10 on 2 cores (146 s before): the workdir's pretraining reused, two `xlnet finetune`
+@SHARES_FINETUNE_WORKDIR
 def test_squad_benchmark_reports_trivial_baselines_then_random_and_pretrained_runs(finetune_workdir):
     # 4 steps of batch 32 read 128 questions: 200 training paragraphs are more than the runs see, and the
     # benchmark's 20000 (generated, written, read and cut into windows twice) cost the test about 40 s
@@ -120,10 +128,11 @@ def test_memory_reports_each_remat_modes_step_cost_against_none_of_the_same_roun
     assert summary["ratio_to_none_median"] == round(sum(ratios) / 2, 3)
 
 
-@pytest.mark.slow  # 40 s: the tiny preset's none and full controllers in one process
-def test_remat_step_cost_times_every_mode_in_each_round_and_divides_by_none_of_that_round(tmp_path):
+@pytest.mark.slow  # 137 s at load 10 on 2 cores (247 s training a vocabulary and preprocessing): none and full
+@SHARES_FINETUNE_WORKDIR  # the bundled corpus at seq_len 128, preprocessed once (no vocabulary trained either)
+def test_remat_step_cost_times_every_mode_in_each_round_and_divides_by_none_of_that_round(finetune_workdir):
     rows = run_benchmark("remat_step_cost.py", "--case", "tiny", "--batch", "8", "--modes", "full",
-                         "--rounds", "3", "--workdir", str(tmp_path))
+                         "--rounds", "3", "--workdir", str(finetune_workdir / "bundled"))
     rounds, (summary,) = rows[:3], rows[3:]
     assert [row["round"] for row in rounds] == [0, 1, 2]
     assert all(list(row["step_s"]) == ["none", "full"] and min(row["step_s"].values()) > 0 for row in rounds)
@@ -154,6 +163,7 @@ def test_train_step_times_query_rows_and_one_mode_of_ours_without_the_peer():
 
 
 @pytest.mark.slow  # the fine-tuning benchmarks' bundled corpus, preprocessed once, then one step per loop
+@SHARES_FINETUNE_WORKDIR
 def test_train_benchmark_reports_the_loop_the_bare_step_and_the_reader_of_the_tiny_shape(finetune_workdir):
     rows = run_benchmark("train.py", "--shapes", "tiny", "--steps", "1", "--repeats", "1",
                          "--workdir", str(finetune_workdir / "bundled"))
@@ -204,11 +214,11 @@ def test_serving_benchmark_times_each_signature_and_python_sentencepiece_on_one_
         assert row["sentences_per_second"] == pytest.approx(4 / row["median_batch_seconds"], rel=0.01)
 
 
-@pytest.mark.slow  # the bundled corpus preprocessed at seq_len 64 (the vocabulary copied in), two tiny rounds
-def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_mode(tmp_path, spm_model):
-    shutil.copy(spm_model, tmp_path / "spiece.model")  # the benchmark trains a vocabulary only when none is there
-    rows = run_benchmark("checkpoints.py", "--preset", "tiny", "--seq-len", "64", "--rounds", "2", "--every", "2",
-                         "--workdir", str(tmp_path))
+@pytest.mark.slow  # 57 s at load 10 (95 s preprocessing at seq_len 64): two tiny rounds on the shared bundled corpus
+@SHARES_FINETUNE_WORKDIR
+def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_mode(finetune_workdir):
+    rows = run_benchmark("checkpoints.py", "--preset", "tiny", "--seq-len", "128", "--rounds", "2", "--every", "2",
+                         "--workdir", str(finetune_workdir / "bundled"))
 
     modes = ["snapshot_held", "sync", "async_nice0", "async_nice19"]
     rounds, summaries, (verdict,) = rows[:2], rows[2:6], rows[6:]
@@ -224,7 +234,7 @@ def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_
     assert [row["mode"] for row in summaries] == modes
     for summary in summaries:
         mode = summary["mode"]
-        assert (summary["preset"], summary["n_layer"], summary["seq_len"], summary["every"]) == ("tiny", 4, 64, 2)
+        assert (summary["preset"], summary["n_layer"], summary["seq_len"], summary["every"]) == ("tiny", 4, 128, 2)
         assert summary["checkpoint_bytes"] > 10_000_000  # the tiny preset's weights and AdamW slots
         for key, cost in (("checkpoint_cost_s", "cost_s"), ("checkpoint_cost_cpu_s", "cost_cpu_s")):
             assert summary[key] == pytest.approx(sum(row[mode][cost] for row in rounds) / 2, abs=0.002)
@@ -241,6 +251,8 @@ def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_
 @pytest.mark.slow  # 188 s on the loaded 2-core machine: two `xlnet finetune` runs, four measuring processes
 def test_long_documents_reports_each_n_the_training_step_the_reading_cost_and_the_goals(tmp_path, spm_model):
     model_dir = write_tiny_model_dir(tmp_path / "model", spm_model)
+    (tmp_path / "work" / "bundled").mkdir(parents=True)  # the cost parts' vocabulary: none is trained
+    shutil.copy(spm_model, tmp_path / "work" / "bundled" / "spiece.model")
     task, one, two, step_one, step_two, recurrence, one_pass, goals = run_benchmark(
         "long_documents.py", "--pretrained", str(model_dir), "--workdir", str(tmp_path / "work"), "--segments", "1",
         "2", "--segment-length", "16", "--train-documents", "16", "--dev-documents", "8", "--steps", "2",
