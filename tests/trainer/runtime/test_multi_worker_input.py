@@ -30,8 +30,10 @@ from trainer.runtime.model_dir import ModelDirectory
 from trainer.tasks.pretraining import PretrainingTask
 
 WORKERS = 4
-STEPS = 60  # forward stream 2 holds 45 records: its row starts a second epoch at step 46
-CHECKPOINT_EVERY = 20
+# Forward stream 2 holds 45 records: its row starts a second epoch at step 46, which every run, and
+# every resume from the checkpoint of step 16, still crosses with 48 steps (60 before: 12 steps more per run).
+STEPS = 48
+CHECKPOINT_EVERY = 16
 SETTINGS = ["n_layer=2", "d_model=64", "n_head=2", "d_head=32", "d_inner=128", "mem_len=32", "train_batch_size=8",
             "eval_batch_size=8", "steps_per_loop=2", "warmup_steps=2", "dropout=0", "dropatt=0", "eval_every=0",
             f"vocab_size={SMALL_DATA['vocab_size']}", f"train_steps={STEPS}",
@@ -69,7 +71,7 @@ def step_losses(model_dir: Path, worker: int = 0) -> list[float]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(small_data_dir, tmp_path_factory) -> Path:
-    """The model directory of a 60-step `xlnet train` by four workers, uninterrupted."""
+    """The model directory of a 48-step `xlnet train` by four workers, uninterrupted."""
     model_dir = tmp_path_factory.mktemp("four_workers") / "model"
     with four_workers(["-m", "xlnet_cli", *train_args(small_data_dir, model_dir)]) as processes:
         run_to_the_end(processes)
@@ -154,7 +156,7 @@ def keep_checkpoints_up_to(directory: Path, step: int) -> None:
 @pytest.mark.slow
 def test_workers_whose_newest_checkpoints_differ_resume_together_from_the_newest_step_all_have(
         uninterrupted, small_data_dir, tmp_path):
-    # as when worker 2 is killed while writing its checkpoint of step 40, after the others wrote theirs
+    # as when worker 2 is killed while writing its checkpoint of step 32, after the others wrote theirs
     model_dir = tmp_path / "model"
     shutil.copytree(uninterrupted, model_dir)
     directories = [model_dir] + [model_dir / "workers" / f"worker-{index}" for index in range(1, WORKERS)]
