@@ -22,13 +22,17 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from support.bundled_data import REPO
 
-ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+# JAX runs share one compilation cache (a JAX engine's run loads a program another compiled), kept
+# out of the home directory the engine would use by default.
+ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
+               "JAX_COMPILATION_CACHE_DIR": os.path.join(tempfile.gettempdir(), f"xlnet-tests-jax-{os.getuid()}")}
 
 
 def start(args: Sequence[str], *, env: dict[str, str] | None = None, stdout: Any = subprocess.PIPE,

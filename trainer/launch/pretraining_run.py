@@ -205,7 +205,7 @@ def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None
     from tfrecords.input_layout import BatchLayout, check_layout
     from trainer.launch.run_setup import hold_run_lock
     from trainer.launch.utilisation import jax_step_flops
-    from trainer.runtime.jax_engine import JaxPretrainingEngine
+    from trainer.runtime.jax_engine import JaxPretrainingEngine, use_compilation_cache
     from trainer.runtime.jax_processes import start_processes
     from trainer.runtime.model_dir import ModelDirectory
     from trainer.runtime.training_loop import warn_on_stderr
@@ -215,6 +215,7 @@ def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None
     model, train, manifest = resolved.model, resolved.train, resolved.manifests[0]
     check_jax_settings(train)
     processes = start_processes()  # before JAX starts its devices: a run of several processes joins here
+    use_compilation_cache()  # before the first compilation (the MFU peak's timed matmul is one)
     layout = BatchLayout(train.train_batch_size, jax.device_count(), processes, model.bi_data,
                          "train.train_batch_size")
     check_layout(layout, [manifest], "train", f"--data {run.data[0]}'s train split")

@@ -18,6 +18,8 @@ the NaN guard, preemption and the progress lines are the loop's, shared with the
   optimizer's slots and step, the memory, and the data position (the step the reader resumes at).
   A resumed run reads on from the record after the checkpoint's and logs the same losses as a run
   never stopped;
+* JAX's persistent compilation cache (:func:`use_compilation_cache`, which the launcher turns on
+  before anything compiles): a run started again loads its compiled step instead of compiling it;
 * evaluation on the valid split, memory from zero, as the TensorFlow task's (with several processes,
   each evaluates the whole batch on its own copy of the weights);
 * the devices' peak memory as JAX's allocator reports it (``peak_bytes_in_use``: the largest since
@@ -29,6 +31,7 @@ mixtures and ``--eval-data``, gradient accumulation, float16.
 from __future__ import annotations
 
 import contextlib
+import os
 import posixpath
 import random
 import time
@@ -54,6 +57,31 @@ from trainer.runtime.throughput import StepFlops
 from trainer.runtime.training_loop import LoopOutput, TrainingLoop, TrainResult, warn_on_stderr
 from trainer.runtime.training_stops import TrainingDataError, TrainingDivergedError, UnreadableCheckpointError
 
+
+
+def default_compilation_cache() -> str:
+    """Where the JAX engine keeps its compiled programs when JAX's own variables say nothing: this
+    machine's cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``), ``xlnet/jax-compilation``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "xlnet", "jax-compilation")
+
+
+def use_compilation_cache() -> str | None:
+    """Turns on JAX's persistent compilation cache (call before the process's first compilation:
+    JAX settles its cache then, for the process's life; the launcher calls it first thing), so that a run
+    started again (a preemption, a crash, a rerun) loads its compiled step instead of compiling it
+    (the ``compile`` share of goodput): ``JAX_COMPILATION_CACHE_DIR`` if set, else
+    :func:`default_compilation_cache` (unbounded, as JAX's own; a bound, JAX's
+    ``JAX_COMPILATION_CACHE_MAX_SIZE``, needs the ``filelock`` package). Off with JAX's own
+    ``JAX_ENABLE_COMPILATION_CACHE=false``. Returns the directory, or None when off. Programs are
+    keyed by their HLO, compile options, device and JAX version: a changed model compiles anew."""
+    import jax
+
+    if not jax.config.values["jax_enable_compilation_cache"]:
+        return None
+    if not jax.config.values["jax_compilation_cache_dir"]:
+        jax.config.update("jax_compilation_cache_dir", default_compilation_cache())
+    return jax.config.values["jax_compilation_cache_dir"]
 
 
 def seed_everything(seed: int) -> None:

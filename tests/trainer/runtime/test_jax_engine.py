@@ -26,8 +26,8 @@ def train_args(data: str, model_dir: Path, *settings: str, backend: str = "jax")
     return ["-m", "xlnet_cli", "train", "--backend", backend, "--data", data, "--model-dir", str(model_dir), *sets]
 
 
-def train(data: str, model_dir: Path, *settings: str) -> str:
-    process = start(train_args(data, model_dir, *settings), env={"KERAS_BACKEND": "jax"})
+def train(data: str, model_dir: Path, *settings: str, env: dict[str, str | None] | None = None) -> str:
+    process = start(train_args(data, model_dir, *settings), env={"KERAS_BACKEND": "jax", **(env or {})})
     output = output_of(process, timeout=600)[0]
     assert process.returncode == 0, output[-3000:]
     return output
@@ -39,9 +39,19 @@ def step_rows(model_dir: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def jax_run(small_data_dir, tmp_path_factory) -> tuple[Path, str]:
-    """A JAX run of 4 steps, a checkpoint every 2, evaluated at step 4."""
-    model_dir = tmp_path_factory.mktemp("jax") / "model"
-    return model_dir, train(small_data_dir, model_dir, "train_steps=4", "checkpoint_every=2", "eval_every=4")
+    """A JAX run of 4 steps, a checkpoint every 2, evaluated at step 4, with the machine's cache
+    directory under the test's (JAX's variable unset: the engine's default compilation cache)."""
+    base = tmp_path_factory.mktemp("jax")
+    model_dir = base / "model"
+    env = {"XDG_CACHE_HOME": str(base / "cache"), "JAX_COMPILATION_CACHE_DIR": None}
+    return model_dir, train(small_data_dir, model_dir, "train_steps=4", "checkpoint_every=2", "eval_every=4", env=env)
+
+
+def test_a_jax_run_keeps_its_compiled_programs_in_the_machines_cache_directory(jax_run):
+    """What a run started again loads instead of compiling (use_compilation_cache)."""
+    model_dir, _ = jax_run
+    cache = model_dir.parent / "cache" / "xlnet" / "jax-compilation"
+    assert cache.is_dir() and any(cache.iterdir())
 
 
 def test_a_jax_run_logs_every_step_with_the_step_log_fields(jax_run):
