@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 
 from tfrecords.errors import UsageError
 
@@ -71,6 +72,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "train.seed=1, train.perm_size=32, train.train_batch_size=8 (repeatable)")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                         help="with --verify: shard files read at the same time")
+
+
+def needs_tensorflow(args: argparse.Namespace) -> bool:
+    """Whether this inspection needs TensorFlow (xlnet_cli.py imports it, quietly, only then): every
+    mode but --cleaning of a local DATA_DIR, which reads manifest.json alone."""
+    from trainer.commands.flag_checks import is_local_path
+
+    return not (args.cleaning and is_local_path(args.data_dir))
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -195,13 +204,14 @@ def _cleaning(args: argparse.Namespace) -> None:
 
 def _manifest(data_dir: str):
     """DATA_DIR's manifest; a UsageError (exit 2) naming DATA_DIR when there is none to read."""
-    import tensorflow as tf
-
     from tfrecords.manifest import ManifestError, load_manifest
 
+    refused: tuple[type[Exception], ...] = (ManifestError,)
+    if "tensorflow" in sys.modules:  # loaded for a gs:// DATA_DIR (needs_tensorflow): its filesystem's refusals
+        refused += (sys.modules["tensorflow"].errors.OpError,)
     try:
         return load_manifest(data_dir)
-    except (ManifestError, tf.errors.OpError) as error:  # OpError: the filesystem refused, e.g. no access
+    except refused as error:
         raise UsageError(f"DATA_DIR {data_dir}: {error}") from None
 
 
