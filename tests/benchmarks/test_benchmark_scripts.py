@@ -248,7 +248,7 @@ def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_
             assert verdict[f"{summary['mode']}_over_sync_{unit}"] == expected
 
 
-@pytest.mark.slow  # 188 s on the loaded 2-core machine: two `xlnet finetune` runs, four measuring processes
+@pytest.mark.slow  # 134 s at load 1 (156 s preprocessing for the vocabulary): two `xlnet finetune`, four children
 def test_long_documents_reports_each_n_the_training_step_the_reading_cost_and_the_goals(tmp_path, spm_model):
     model_dir = write_tiny_model_dir(tmp_path / "model", spm_model)
     (tmp_path / "work" / "bundled").mkdir(parents=True)  # the cost parts' vocabulary: none is trained
