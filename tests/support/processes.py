@@ -138,3 +138,12 @@ def exited_pid() -> int:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
     return process.pid
+
+
+def cli_loads_tensorflow(argv: Sequence[str]) -> bool:
+    """Whether ``xlnet_cli.main(argv)``, run in a fresh interpreter, imports TensorFlow; the command
+    must succeed (exit status 0)."""
+    code = f"import sys, xlnet_cli\nassert xlnet_cli.main({list(argv)!r}) == 0\nprint('tensorflow' in sys.modules)\n"
+    finished = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr
+    return finished.stdout.splitlines()[-1] == "True"
