@@ -252,9 +252,7 @@ def check_jax_run(run: PretrainingRun) -> None:
 
 
 def check_jax_settings(train) -> None:
-    if train.accumulation_steps != 1:
-        raise UsageError(f"accumulation_steps {train.accumulation_steps}: --backend jax applies every batch "
-                         "(accumulation_steps 1); raise train_batch_size instead, or use --backend tensorflow")
+    """The settings the JAX engine does not do, refused in one line naming the way that does."""
     if train.precision == "mixed_float16":
         raise UsageError("precision mixed_float16 needs dynamic loss scaling, which --backend jax does not do; use "
                          "mixed_bfloat16 (or float32), or --backend tensorflow")

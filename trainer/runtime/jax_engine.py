@@ -206,7 +206,8 @@ class JaxPretrainingEngine:
         ``batch`` is the whole batch, of every process."""
         config = self.config
         return NumpyStreamReader(self.manifest, split, batch, config.seq_len, config.num_predict,
-                                 self.model_config.bi_data, seed=config.seed, accumulation_steps=1,
+                                 self.model_config.bi_data, seed=config.seed,
+                                 accumulation_steps=config.accumulation_steps if split == "train" else 1,
                                  start_step=start_step, resample_masks=config.resample_masks and split == "train")
 
     def start_input(self) -> None:
@@ -242,17 +243,19 @@ class JaxPretrainingEngine:
                           self._input.wait_seconds - waited)
 
     def _next_batch(self, step: int) -> dict[str, np.ndarray]:
-        """The reader's next batch (its one micro-step), ids checked on the host; an input that cannot
-        be read is a TrainingDataError naming it and what is kept."""
+        """The reader's next batch ([rows, ...]; [accumulation_steps, rows, ...] with accumulation, as
+        the step takes it), ids checked on the host; an input that cannot be read is a
+        TrainingDataError naming it and what is kept."""
         try:
             features = next(self._input)
         except (DataError, OSError) as error:  # the reader's: a damaged shard, a short stream, a vanished file
             kept = self.latest_checkpoint() or "no checkpoint yet"
             raise TrainingDataError(f"the training input could not be read after step {step}: {error}. Training "
                                     f"stopped; the checkpoints so far are kept (latest: {kept})") from None
-        batch = {name: value[0] for name, value in features.items()}
-        check_ids(batch["input_ids"], self.model_config.vocab_size)
-        return batch
+        if self.config.accumulation_steps == 1:
+            features = {name: value[0] for name, value in features.items()}
+        check_ids(features["input_ids"], self.model_config.vocab_size)
+        return features
 
     def _peak_memory(self) -> int | None:
         peaks = [(device.memory_stats() or {}).get("peak_bytes_in_use") for device in self._jax.local_devices()]

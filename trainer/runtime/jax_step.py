@@ -8,6 +8,11 @@ write the step log or resume: trainer/runtime/jax_engine.py does, in the loop bo
 The arithmetic is the controller's step:
 - the gradient of the summed cross-entropy of the batch's real targets, divided by their number
   (``max(count, 1)``), the loss likewise;
+- with ``accumulation_steps`` A > 1, the batch is A micro-batches of ``train_batch_size`` rows
+  ([A, rows, ...], as the reader lays them out): their gradients of the summed loss are summed
+  (a ``lax.scan`` over the micro-steps, so the compiled program does not grow with A), the memory
+  and dropout's seed state carried from one micro-step to the next, then divided by the targets of
+  all of them, clipped and applied once; the loss and accuracy are over all of them;
 - clipped by global norm (``clip_norm``; 0: no clipping), the norm before clipping reported;
 - AdamW (decoupled weight decay, LayerNorm and biases excluded) with the warm-up + decay schedule
   (trainer/runtime/optimization.py, the same builder);
@@ -25,11 +30,11 @@ runs the first one's compilation: with one device the distribution costs nothing
 
 What it refuses before any step: a network that computes in float16 (whatever made it so: the
 config's precision or Keras's global dtype policy when the network was built), a batch whose
-features, shapes, dtypes or row count do not match the state, input ids outside the vocabulary
+features, shapes (the micro-step count among them), dtypes or row count do not match the state, input ids outside the vocabulary
 (checked on the host for host arrays), and a ``mem_len`` whose step would not fit the device's
 memory (trainer/planning/plan.py ``refuse_beyond_memory``, the bound `xlnet generate` checks).
 The NaN guard, as the TensorFlow controller's: a step whose loss or gradient norm is not finite, or
-whose input ids (device arrays) leave the vocabulary, does not apply its update: the state it
+whose input ids (device arrays) leave the vocabulary, in any of its micro-steps, does not apply its update: the state it
 gives back is the one it was given, and reading its metrics (``as_numpy``) raises
 ``StepNotAppliedError`` naming the step.
 """
@@ -88,7 +93,8 @@ class PretrainingStep:
     """A jitted pretraining step: ``state, metrics = step(state, batch)``.
 
     ``batch``: the reader's compact features as arrays (input_ids, segment_ids [B, L] int32,
-    is_masked [B, L] bool or int, perm_seed [B, 2] int32). ``metrics``: loss, accuracy,
+    is_masked [B, L] bool or int, perm_seed [B, 2] int32); with ``accumulation_steps`` A > 1, each
+    with the micro-steps first ([A, B, ...], B = ``train_batch_size``). ``metrics``: loss, accuracy,
     num_targets, grad_norm (before clipping) and learning_rate, float32 scalars on device.
     """
 
@@ -101,10 +107,9 @@ class PretrainingStep:
             raise UsageError("precision mixed_float16 needs dynamic loss scaling, which the JAX step does not do; "
                              "use mixed_bfloat16 (or float32)")
         refuse_float16_compute(pretrainer, config)
-        if config.accumulation_steps != 1:
-            raise UsageError(f"accumulation_steps {config.accumulation_steps}: the JAX step applies every batch "
-                             "it is given (accumulation_steps 1); give it the whole batch")
         self.pretrainer, self.config = pretrainer, config
+        self.accumulation_steps = config.accumulation_steps
+        self._rows_axis = 0 if self.accumulation_steps == 1 else 1  # of every feature of a batch
         self.optimizer = build_optimizer(config, pretrainer.trainable_variables)
         self._schedule = learning_rate_schedule(config)
         # The optimizer's step counter among its variables: the schedule's input.
@@ -114,12 +119,17 @@ class PretrainingStep:
         # Each variable's sharding, in and out of the step alike (None without a distribution): jit
         # tells an equivalent sharding from the one it gives back, and would compile the second step again.
         self._shardings = None
+        self._micro_steps_layout = None
         out_shardings = None
         if self._distribution is not None:
             self._shardings = [[self._distribution.get_variable_layout(v).backend_layout for v in variables]
                                for variables in (pretrainer.trainable_variables, pretrainer.non_trainable_variables,
                                                  self.optimizer.variables)]
             rows = self._distribution.get_data_layout((1, 1, 1)).backend_layout
+            # [A, rows, ...] split by rows (axis 1), one sharding object for every step (an equal one
+            # made anew would compile the step again)
+            self._micro_steps_layout = jax.sharding.NamedSharding(
+                rows.mesh, jax.sharding.PartitionSpec(None, rows.spec[0]))
             mems = None if pretrainer.model_config.mem_len == 0 else [rows] * pretrainer.model_config.n_layer
             scalar = jax.sharding.NamedSharding(rows.mesh, jax.sharding.PartitionSpec())
             out_shardings = (StepState(*self._shardings, mems), scalar)
@@ -154,16 +164,20 @@ class PretrainingStep:
         return float(np.asarray(self._schedule(step)))
 
     def _split_by_rows(self, value):
-        """``value`` laid out over the devices of Keras's distribution by its first axis (rows), as
-        ``DataParallel`` lays out data; unchanged without a distribution. Always the same sharding
-        object for a shape (distribute_tensor keeps an equivalent one, which jit tells apart). With
-        several processes, ``value`` is this process's rows of the global batch (its devices' share)."""
+        """``value`` laid out over the devices of Keras's distribution by its rows (the first axis, as
+        ``DataParallel`` lays out data; the second, after the micro-steps, with accumulation);
+        unchanged without a distribution. Always the same sharding object for a shape
+        (distribute_tensor keeps an equivalent one, which jit tells apart). With several processes,
+        ``value`` is this process's rows of the global batch (its devices' share)."""
         if self._distribution is None:
             return value
+        axis = self._rows_axis
+        shape = np.shape(value)
+        shape = (*shape[:axis], shape[axis] * self._processes, *shape[axis + 1:])
+        layout = self._rows_layout(shape) if axis == 0 else self._micro_steps_layout
         if self._processes == 1:
-            return self._jax.device_put(value, self._rows_layout(ops.shape(value)))
-        shape = (np.shape(value)[0] * self._processes, *np.shape(value)[1:])
-        return self._jax.make_array_from_process_local_data(self._rows_layout(shape), np.asarray(value), shape)
+            return self._jax.device_put(value, layout)
+        return self._jax.make_array_from_process_local_data(layout, np.asarray(value), shape)
 
     def _rows_layout(self, shape):
         return None if self._distribution is None else self._distribution.get_data_layout(shape).backend_layout
@@ -188,13 +202,15 @@ class PretrainingStep:
         rows = max(1, batch_size // replicas)
 
         def needed(mem_len: int) -> int:
+            # config's accumulation_steps kept: the model counts the gradient accumulator of the micro-steps
             workload = Workload(model.replace(mem_len=mem_len), config.replace(train_batch_size=batch_size))
             shape = workload.shape(rows).replace(eval_batch=0)  # the JAX step keeps no eval memory
             return memory_breakdown(workload.model, shape, self.pretrainer.network.remat).total
 
+        micro_steps = f" x {config.accumulation_steps} micro-steps" if config.accumulation_steps > 1 else ""
         refuse_beyond_memory("mem_len", model.mem_len, needed, device_memory(),
-                             f"a pretraining step of {rows} rows per device at seq_len {config.seq_len} with a "
-                             f"memory of {model.mem_len} positions",
+                             f"a pretraining step of {rows} rows per device{micro_steps} at seq_len {config.seq_len} "
+                             f"with a memory of {model.mem_len} positions",
                              "not even a memory of 1 position fits: lower the batch or seq_len",
                              detail=" (the planner's memory model, trainer/planning/memory.py)")
 
@@ -204,14 +220,18 @@ class PretrainingStep:
         missing = [name for name in FEATURES if name not in batch]
         if missing:
             raise UsageError(f"the batch lacks {', '.join(missing)}; the step takes {', '.join(FEATURES)}")
-        seq_len, rows = self.pretrainer.seq_len, np.shape(batch["input_ids"])[0]
+        seq_len, ids_shape = self.pretrainer.seq_len, np.shape(batch["input_ids"])
+        rows = ids_shape[-2] if len(ids_shape) >= 2 else 0
+        micro_steps = () if self.accumulation_steps == 1 else (self.accumulation_steps,)
         for name in FEATURES:
             value = batch[name] if hasattr(batch[name], "dtype") else np.asarray(batch[name])  # a list
             shape, dtype = tuple(np.shape(value)), np.dtype(value.dtype)
-            expected = (rows, 2) if name == "perm_seed" else (rows, seq_len)
+            expected = (*micro_steps, rows, 2 if name == "perm_seed" else seq_len)
             if shape != expected:
+                axes = [f"accumulation_steps {self.accumulation_steps}"] * len(micro_steps) + [
+                    "rows", "2" if name == "perm_seed" else f"seq_len {seq_len}"]
                 raise UsageError(f"batch {name} has shape {list(shape)}, the step takes {list(expected)} "
-                                 f"(rows, {'2' if name == 'perm_seed' else f'seq_len {seq_len}'})")
+                                 f"({', '.join(axes)})")
             if dtype.kind not in "biu":
                 raise UsageError(f"batch {name} is {dtype}: the step takes integer features (is_masked may be "
                                  "bool), as the reader gives them")
@@ -239,26 +259,50 @@ class PretrainingStep:
         # As the TensorFlow task reports it (trainer/tasks/pretraining.py): mean loss x count.
         return ops.cast(out["loss"], "float32") * count, (out, non_trainable)
 
-    def _compute(self, state: StepState, batch: dict) -> tuple[StepState, dict]:
+    def _micro_step(self, trainable, non_trainable, mems, batch):
+        """One micro-batch: (gradients of its summed loss, [loss sum, correct targets, targets], the
+        non-trainable variables and the memory it leaves)."""
         grad_fn = self._jax.value_and_grad(self._loss, has_aux=True)
-        (loss_sum, (out, non_trainable)), grads = grad_fn(state.trainable, state.non_trainable, batch, state.mems)
+        (loss_sum, (out, non_trainable)), grads = grad_fn(trainable, non_trainable, batch, mems)
         count = ops.cast(out["num_targets"], "float32")
+        sums = ops.stack([loss_sum, ops.cast(out["accuracy"], "float32") * count, count])
+        mems = None if out["new_mems"] is None else \
+            [ops.stop_gradient(ops.cast(m, "float32")) for m in out["new_mems"]]
+        return grads, sums, non_trainable, mems
+
+    def _micro_steps(self, state: StepState, batch: dict):
+        """The micro-steps of one step, as the controller's ``_micro_steps``: their gradients and sums
+        added up, the memory and the seed state carried through them; what :meth:`_micro_step` returns."""
+        if self.accumulation_steps == 1:
+            return self._micro_step(state.trainable, state.non_trainable, state.mems, batch)
+
+        def add_micro_step(carry, micro_batch):
+            grad_sums, sums, non_trainable, mems = carry
+            grads, micro_sums, non_trainable, mems = self._micro_step(state.trainable, non_trainable, mems,
+                                                                      micro_batch)
+            return ([total + g for total, g in zip(grad_sums, grads)], sums + micro_sums, non_trainable, mems), None
+
+        start = ([ops.zeros_like(v) for v in state.trainable], ops.zeros((3,), "float32"), state.non_trainable,
+                 state.mems)
+        return self._jax.lax.scan(add_micro_step, start, batch)[0]
+
+    def _compute(self, state: StepState, batch: dict) -> tuple[StepState, dict]:
+        grads, sums, non_trainable, mems = self._micro_steps(state, batch)
+        count = sums[2]
         denominator = ops.maximum(count, 1.0)
         grads = [g / ops.cast(denominator, g.dtype) for g in grads]
         grads, norm = clip_by_global_norm(grads, self.config.clip_norm)
         iterations = state.optimizer[self._iterations]
         learning_rate = self._schedule(iterations)
         trainable, optimizer = self.optimizer.stateless_apply(state.optimizer, grads, state.trainable)
-        mems = None if out["new_mems"] is None else \
-            [ops.stop_gradient(ops.cast(m, "float32")) for m in out["new_mems"]]
-        loss = loss_sum / denominator
-        ids = batch["input_ids"]
+        loss = sums[0] / denominator
+        ids = batch["input_ids"]  # every micro-step's
         ids_in_vocabulary = ops.all((ids >= 0) & (ids < self.pretrainer.model_config.vocab_size))
         # The NaN guard: a bad step gives back the state it was given, as the controller saves nothing.
         applied = ids_in_vocabulary & ops.all(ops.isfinite(loss)) & ops.all(ops.isfinite(norm))
         new = self._jax.tree_util.tree_map(lambda after, before: ops.where(applied, after, before),
                                            StepState(trainable, non_trainable, optimizer, mems), state)
-        metrics = {"loss": loss, "accuracy": ops.cast(out["accuracy"], "float32"),
+        metrics = {"loss": loss, "accuracy": sums[1] / denominator,
                    "num_targets": count, "grad_norm": ops.cast(norm, "float32"),
                    "learning_rate": ops.cast(learning_rate, "float32"),
                    "step": ops.cast(iterations, "float32") + 1.0, "update_applied": ops.cast(applied, "float32"),
@@ -282,12 +326,12 @@ def as_numpy(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 def check_ids(input_ids: np.ndarray, vocab_size: int) -> None:
-    """A DataError naming the first input id outside [0, vocab_size) of a host batch (bad ids would
-    look up no embedding and give a NaN loss)."""
+    """A DataError naming the first input id outside [0, vocab_size) of a host batch ([rows, L], or
+    [micro-steps, rows, L]) by its index (bad ids would look up no embedding and give a NaN loss)."""
     bad = np.argwhere((input_ids < 0) | (input_ids >= vocab_size))
     if bad.size:
-        row, column = (int(i) for i in bad[0])
-        raise DataError(f"batch input_ids[{row}, {column}] is {int(input_ids[row, column])}, outside the "
+        where = tuple(int(i) for i in bad[0])
+        raise DataError(f"batch input_ids[{', '.join(map(str, where))}] is {int(input_ids[where])}, outside the "
                         f"vocabulary [0, {vocab_size}) ({len(bad)} such ids)")
 
 

@@ -142,11 +142,13 @@ def test_an_unknown_backend_is_refused_naming_the_two(small_data_dir, tmp_path):
     assert result.returncode == 2 and "invalid choice: 'torch' (choose from 'tensorflow', 'jax')" in result.stderr
 
 
-def test_settings_the_jax_engine_does_not_do_are_refused_naming_the_way_that_does(small_data_dir, tmp_path):
+def test_mixed_float16_is_refused_under_jax_naming_the_way_that_does(small_data_dir, tmp_path):
     result = refused("--backend", "jax", "--data", small_data_dir, "--model-dir", str(tmp_path / "m"),
-                     *[arg for item in SMALL + ["accumulation_steps=2"] for arg in ("--set", item)])
+                     *[arg for item in SMALL + ["precision=mixed_float16"] for arg in ("--set", item)])
     assert result.returncode == 2, result.stderr[-2000:]
-    assert "accumulation_steps 2: --backend jax applies every batch" in result.stderr
+    assert result.stderr.strip() == ("xlnet train: error: precision mixed_float16 needs dynamic loss scaling, which "
+                                     "--backend jax does not do; use mixed_bfloat16 (or float32), or --backend "
+                                     "tensorflow")
     assert not (tmp_path / "m").exists()  # refused before the model directory is written
 
 
