@@ -140,7 +140,7 @@ def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = N
     from trainer.launch.fit_check import fit_to_device
     from trainer.launch.run_setup import hold_run_lock, start_run
     from trainer.launch.utilisation import run_step_flops
-    from trainer.runtime.distribution import is_chief
+    from trainer.runtime.distribution import input_pipelines, is_chief
     from trainer.runtime.model_dir import ModelDirectory
     from trainer.tasks.pretraining import pretraining_controller
 
@@ -149,7 +149,8 @@ def build_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = N
     strategy = start_run(resolved.train, run.strategy, run.tpu, strategy)
     _check_stream_starts(resolved)
     train = fit_to_device("xlnet train", model, resolved.train, strategy, run.device_memory, log)
-    check_input_layout(run, resolved.manifests, resolved.eval_manifests, model, train, strategy)
+    check_input_layout(run, resolved.manifests, resolved.eval_manifests, model, train,
+                       strategy.num_replicas_in_sync, input_pipelines(strategy))
     after_first_save = None
     if is_chief(strategy):
         model_dir = ModelDirectory(run.model_dir)
@@ -198,11 +199,11 @@ def huggingface_init(run: PretrainingRun) -> Callable | None:
 def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None = None,
                           log: Callable[[str], None] = console_log):
     """The JAX engine of ``run`` (trainer/runtime/jax_engine.py), as :func:`build_pretraining` builds
-    the TensorFlow one: configurations resolved and checked against the data, the input layout
-    checked over the local devices, the run lock taken, the model directory prepared."""
+    the TensorFlow one: configurations resolved and checked against the data (a mixture's and
+    ``--eval-data``'s directories too), the input layout checked over the devices of every process,
+    the run lock taken, the model directory prepared."""
     import jax
 
-    from tfrecords.input_layout import BatchLayout, check_layout
     from trainer.launch.run_setup import hold_run_lock
     from trainer.launch.utilisation import jax_step_flops
     from trainer.runtime.jax_engine import JaxPretrainingEngine, use_compilation_cache
@@ -216,28 +217,22 @@ def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None
     check_jax_settings(train)
     processes = start_processes()  # before JAX starts its devices: a run of several processes joins here
     use_compilation_cache()  # before the first compilation (the MFU peak's timed matmul is one)
-    layout = BatchLayout(train.train_batch_size, jax.device_count(), processes, model.bi_data,
-                         "train.train_batch_size")
-    check_layout(layout, [manifest], "train", f"--data {run.data[0]}'s train split")
-    if train.eval_every:
-        check_layout(BatchLayout(train.eval_batch_size, 1, 1, model.bi_data, "train.eval_batch_size"), [manifest],
-                     "valid", f"{run.data[0]}'s valid split (evaluated every {train.eval_every} steps; "
-                     "train.eval_every=0 turns evaluation off)")
+    # each process reads its devices' rows; each evaluates the whole eval batch (one replica, one pipeline)
+    check_input_layout(run, resolved.manifests, resolved.eval_manifests, model, train, jax.device_count(),
+                       processes, evaluated_over=(1, 1))
     model_dir, after_first_save = ModelDirectory(run.model_dir), None
     if jax.process_index() == 0:  # the chief writes the model directory; the others wait in the engine's set-up
         hold_run_lock(held, model_dir, True, log)
         after_first_save = _prepare_model_dir(model_dir, model, train, manifest.special_ids, resolved.vocab_path,
                                               uncased=bool(manifest.config.get("uncased", False)), log=log)
-    return JaxPretrainingEngine(model, train, manifest=manifest, model_dir=run.model_dir, init_weights=huggingface_init(run),
-                                log=log, warn=warn_on_stderr, after_first_save=after_first_save,
-                                step_flops=jax_step_flops(model, train))
+    return JaxPretrainingEngine(model, train, manifest=manifest, model_dir=run.model_dir,
+                                mixture=resolved.mixture(run), eval_sources=resolved.eval_sources(run),
+                                init_weights=huggingface_init(run), log=log, warn=warn_on_stderr,
+                                after_first_save=after_first_save, step_flops=jax_step_flops(model, train))
 
 
 def check_jax_run(run: PretrainingRun) -> None:
-    """What the JAX engine does not do yet, refused in one line naming the way that does."""
-    if len(run.data) > 1 or run.eval_data:
-        raise UsageError("--backend jax trains on one --data directory (no mixture or --eval-data yet); "
-                         "use --backend tensorflow for a mixture")
+    """The flags the JAX engine does not take, refused in one line naming the way that does."""
     if run.strategy != "auto" or run.tpu:
         raise UsageError("--strategy and --tpu are the TensorFlow engine's (tf.distribute); --backend jax "
                          "trains on every local device (keras.distribution's DataParallel)")
@@ -282,26 +277,26 @@ def _check_stream_starts(resolved: ResolvedPretraining) -> None:
         check_stream_starts(manifest)
 
 
-def check_input_layout(run: PretrainingRun, manifests, eval_manifests, model, train, strategy) -> None:
+def check_input_layout(run: PretrainingRun, manifests, eval_manifests, model, train, replicas: int, pipelines: int,
+                       evaluated_over: tuple[int, int] | None = None) -> None:
     """The rule of shards, streams and hosts (tfrecords/input_layout.py) at start-up, after the fit
     check settled the micro-batch and before the model directory is written: the train split of
     ``--data`` (the streams of all its directories, for a mixture) must give every forward row of
-    ``train_batch_size`` a stream of its own over the strategy's replicas and input pipelines, and
-    so must each valid split evaluated (``eval_every`` > 0) for ``eval_batch_size``. Otherwise the
-    readers refuse the batch only when they are built, as a traceback on every worker, and an
-    evaluation's only at the first evaluation, hours in. Raises InputLayoutError (exit status 2)."""
+    ``train_batch_size`` a stream of its own over the ``replicas`` and input ``pipelines`` (the
+    strategy's, or the JAX engine's devices and processes), and so must each valid split evaluated
+    (``eval_every`` > 0) for ``eval_batch_size``, over ``evaluated_over`` (replicas, pipelines) when
+    the evaluation reads over others. Otherwise the readers refuse the batch only when they are
+    built, as a traceback on every worker, and an evaluation's only at the first evaluation, hours
+    in. Raises InputLayoutError (exit status 2)."""
     from tfrecords.input_layout import BatchLayout, check_layout
-    from trainer.runtime.distribution import input_pipelines
 
-    replicas, pipelines = strategy.num_replicas_in_sync, input_pipelines(strategy)
-
-    def layout(batch: int, field: str) -> BatchLayout:
-        return BatchLayout(batch, replicas, pipelines, model.bi_data, field)
+    def layout(batch: int, field: str, over: tuple[int, int] = (replicas, pipelines)) -> BatchLayout:
+        return BatchLayout(batch, *over, model.bi_data, field)
 
     data = ", ".join(run.data)
     where = f"--data {data}'s train split" if len(run.data) == 1 else f"the mixture of --data {data} (train splits)"
     check_layout(layout(train.train_batch_size, "train.train_batch_size"), list(manifests), "train", where)
-    eval_layout = layout(train.eval_batch_size, "train.eval_batch_size")
+    eval_layout = layout(train.eval_batch_size, "train.eval_batch_size", evaluated_over or (replicas, pipelines))
     eval_layout.per_replica()  # the evaluation memory is sized at build time, evaluated or not
     if train.eval_every == 0:
         return

@@ -10,9 +10,12 @@ the NaN guard, preemption and the progress lines are the loop's, shared with the
   process, or of several (trainer/runtime/jax_processes.py: each process reads its own devices'
   rows; process 0 writes the model directory, each process its step log, all of them the one set of
   checkpoints; a signal to any process stops all at the same step);
-* the input: tfrecords/numpy_reader.py's reader, the tf.data reader's batches element for element,
+* the input: tfrecords/numpy_reader.py's readers (one directory, or a mixture of several), the tf.data
+  readers' batches element for element (with ``accumulation_steps``, the micro-steps of each step),
   read ahead in a background thread; the time a loop of steps waits for it is the
-  ``input_wait_seconds`` of its step-log rows (and of TensorBoard);
+  ``input_wait_seconds`` of its step-log rows (and of TensorBoard); a mixture's records by directory
+  in the step log and its shares in TensorBoard, as the TensorFlow task's
+  (trainer/runtime/mixture_progress.py, which both engines share);
 * checkpoints: trainer/runtime/orbax_checkpoints.py (Orbax's CheckpointManager) under
   ``checkpoints/<step>/``: the weights, the non-trainable variables (dropout's seed generators), the
   optimizer's slots and step, the memory, and the data position (the step the reader resumes at).
@@ -20,13 +23,16 @@ the NaN guard, preemption and the progress lines are the loop's, shared with the
   never stopped;
 * JAX's persistent compilation cache (:func:`use_compilation_cache`, which the launcher turns on
   before anything compiles): a run started again loads its compiled step instead of compiling it;
-* evaluation on the valid split, memory from zero, as the TensorFlow task's (with several processes,
-  each evaluates the whole batch on its own copy of the weights);
+* evaluation on the valid split, memory from zero, as the TensorFlow task's: with a mixture or
+  ``--eval-data``, each directory's valid split, and the training directories' figures mixed by
+  weight (mixture_progress.py); with several processes, each evaluates the whole batch on its own
+  copy of the weights;
 * the devices' peak memory as JAX's allocator reports it (``peak_bytes_in_use``: the largest since
   the process started, JAX keeping no per-window peak), None on a CPU.
 
-What it does not do yet is refused at start-up by the launcher (trainer/launch/pretraining_run.py):
-mixtures and ``--eval-data``, gradient accumulation, float16.
+What it does not do is refused at start-up by the launcher (trainer/launch/pretraining_run.py):
+float16 (``mixed_float16`` needs dynamic loss scaling), ``--strategy``/``--tpu`` (tf.distribute's),
+and a TensorFlow model directory as ``--init-checkpoint`` or to resume.
 """
 from __future__ import annotations
 
@@ -35,19 +41,21 @@ import os
 import posixpath
 import random
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import keras
 import numpy as np
 
 from tfrecords.errors import DataError
 from tfrecords.manifest import Manifest
-from tfrecords.numpy_reader import NumpyStreamReader
+from tfrecords.mixture_schedule import MixtureSource
+from tfrecords.numpy_reader import NumpyMixtureReader, NumpyStreamReader
 from trainer.configs.training import TrainConfig
 from trainer.models.config import ModelConfig
 from trainer.runtime import file_system
 from trainer.runtime.jax_processes import any_process, local_rows, wait_for_every_process
 from trainer.runtime.jax_step import PretrainingStep, StepState, check_ids, data_parallel, require_jax
+from trainer.runtime.mixture_progress import MixtureProgress, perplexity
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.orbax_checkpoints import OrbaxCheckpoints
 from trainer.runtime.preemption import Preemption
@@ -100,6 +108,8 @@ class JaxPretrainingEngine:
     """The pretraining run of ``model_config`` and ``config`` on ``manifest``'s data, on JAX.
 
     Args:
+      mixture: the training directories and weights when there are several (``manifest`` is then the
+        first one's); eval_sources: directories only evaluated on (``--eval-data``).
       model_dir: where checkpoints, summaries and the step log go (the launcher prepared it).
       init_weights: called with the network of a new run (not a resumed one) to give it its first
         weights (``--init-checkpoint``); returns what it loaded, for the log.
@@ -112,6 +122,7 @@ class JaxPretrainingEngine:
     metric_names = {"accuracy": "plm_accuracy"}
 
     def __init__(self, model_config: ModelConfig, config: TrainConfig, *, manifest: Manifest, model_dir: str,
+                 mixture: Sequence[MixtureSource] = (), eval_sources: Sequence[MixtureSource] = (),
                  init_weights: Callable[[Any], str] | None = None, log: Callable[[str], None] = print,
                  warn: Callable[[str], None] = warn_on_stderr, after_first_save: Callable[[int], None] | None = None,
                  step_flops: StepFlops | None = None):
@@ -124,6 +135,7 @@ class JaxPretrainingEngine:
         self.started = command_start_time(default=time.time())
         self.config, self.model_config, self.manifest = config, model_config, manifest
         self.log, self.warn, self.step_flops = log, warn, step_flops
+        self.progress = MixtureProgress(config, model_config.bi_data, mixture, eval_sources)
         self._after_first_save = after_first_save
         # Several processes (trainer/runtime/jax_processes.py): process 0 writes the model directory,
         # every process its own step log (workers/worker-N/, as the TensorFlow engine's workers), and
@@ -201,18 +213,22 @@ class JaxPretrainingEngine:
         finally:
             self.close()
 
-    def reader(self, split: str, batch: int, start_step: int = 0) -> NumpyStreamReader:
-        """The stream-ordered reader of ``split`` with this run's shapes and seed (the TensorFlow task's);
-        ``batch`` is the whole batch, of every process."""
+    def reader(self, split: str, batch: int, start_step: int = 0,
+               manifest: Manifest | None = None) -> NumpyStreamReader:
+        """The stream-ordered reader of ``split`` (of ``manifest``, by default the run's) with this run's
+        shapes and seed (the TensorFlow task's); ``batch`` is the whole batch, of every process."""
         config = self.config
-        return NumpyStreamReader(self.manifest, split, batch, config.seq_len, config.num_predict,
+        return NumpyStreamReader(manifest or self.manifest, split, batch, config.seq_len, config.num_predict,
                                  self.model_config.bi_data, seed=config.seed,
                                  accumulation_steps=config.accumulation_steps if split == "train" else 1,
                                  start_step=start_step, resample_masks=config.resample_masks and split == "train")
 
     def start_input(self) -> None:
         self._running = (self._step, self._step, self._step)
-        reader = self.reader("train", self.config.train_batch_size, self._step)
+        if self.progress.mixture:
+            reader = self.progress.reader(NumpyMixtureReader, self._step)
+        else:
+            reader = self.reader("train", self.config.train_batch_size, self._step)
         if self.processes == 1:
             self._input = reader.host_batches()
         else:  # the rows of this process's devices: the reader's replicas, one per device of the run
@@ -232,10 +248,11 @@ class JaxPretrainingEngine:
         values = self._jax.device_get(metrics)
         for row in values:
             if float(row["ids_in_vocabulary"]) == 0.0:
+                manifests = [source.manifest for source in self.progress.mixture] or [self.manifest]
                 raise TrainingDivergedError(
                     f"input_ids left the vocabulary at step {int(row['step'])}; training stopped without saving. "
                     f"Last good checkpoint: {self.latest_checkpoint() or 'none yet'}. Check the data "
-                    f"(`xlnet inspect {self.manifest.directory} --verify`)")
+                    f"({' and '.join(f'`xlnet inspect {manifest.directory} --verify`' for manifest in manifests)})")
         self._step = step + count  # a step not applied (a NaN) stops the run in the loop's guard, unsaved
         return LoopOutput(np.array([float(row["loss"]) for row in values], np.float32),
                           {"accuracy": np.array([float(row["accuracy"]) for row in values], np.float32)},
@@ -290,10 +307,10 @@ class JaxPretrainingEngine:
         return self._train_step.learning_rate(step)
 
     def step_details(self, step: int) -> dict[str, Any]:
-        return {}
+        return self.progress.step_details(step)
 
     def step_summaries(self, step: int) -> dict[str, float]:
-        return {}
+        return self.progress.step_summaries(step)
 
     def workers_all_present(self) -> contextlib.AbstractContextManager[None]:
         # A lost process: JAX's coordination service stops the others (its heartbeat), not a failed
@@ -319,7 +336,12 @@ class JaxPretrainingEngine:
 
     # ------------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, float]:
-        """Loss, accuracy and perplexity on ``eval_steps`` batches of the valid split, memory from zero."""
+        """Loss, accuracy and perplexity on ``eval_steps`` batches of the valid split, memory from zero;
+        with a mixture or ``--eval-data``, of each directory's too (MixtureProgress.evaluate)."""
+        return self.progress.evaluate(self._evaluate_split, self.manifest)
+
+    def _evaluate_split(self, manifest: Manifest) -> dict[str, float]:
+        """Loss, accuracy and perplexity on ``eval_steps`` batches of ``manifest``'s valid split."""
         from keras import ops
 
         config, model = self.config, self.model_config
@@ -341,14 +363,13 @@ class JaxPretrainingEngine:
         if self.processes > 1:  # each process evaluates the whole batch on its own copy of the weights
             trainable, non_trainable = ([local_rows(value) for value in group] for group in (trainable, non_trainable))
         totals = np.zeros(3)
-        with self.reader("valid", config.eval_batch_size).host_batches() as batches:
+        with self.reader("valid", config.eval_batch_size, manifest=manifest).host_batches() as batches:
             for _, features in zip(range(config.eval_steps), _evaluation_input(batches, self._step)):
                 batch = {name: value[0] for name, value in features.items()}
                 sums, mems = self._eval_step(trainable, non_trainable, batch, mems)
                 totals += np.asarray(sums, np.float64)
         loss = float(totals[0] / max(totals[2], 1.0))
-        return {"loss": loss, "accuracy": float(totals[1] / max(totals[2], 1.0)),
-                "perplexity": float(np.exp(min(loss, 50.0)))}
+        return {"loss": loss, "accuracy": float(totals[1] / max(totals[2], 1.0)), "perplexity": perplexity(loss)}
 
 
 def _evaluation_input(batches: Iterator, step: int) -> Iterator:

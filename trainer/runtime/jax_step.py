@@ -30,13 +30,14 @@ runs the first one's compilation: with one device the distribution costs nothing
 
 What it refuses before any step: a network that computes in float16 (whatever made it so: the
 config's precision or Keras's global dtype policy when the network was built), a batch whose
-features, shapes (the micro-step count among them), dtypes or row count do not match the state, input ids outside the vocabulary
-(checked on the host for host arrays), and a ``mem_len`` whose step would not fit the device's
-memory (trainer/planning/plan.py ``refuse_beyond_memory``, the bound `xlnet generate` checks).
+features, shapes (the micro-step count among them), dtypes or row count do not match the state,
+input ids outside the vocabulary (checked on the host for host arrays), and a ``mem_len`` whose
+step would not fit the device's memory (trainer/planning/plan.py ``refuse_beyond_memory``, the
+bound `xlnet generate` checks).
 The NaN guard, as the TensorFlow controller's: a step whose loss or gradient norm is not finite, or
-whose input ids (device arrays) leave the vocabulary, in any of its micro-steps, does not apply its update: the state it
-gives back is the one it was given, and reading its metrics (``as_numpy``) raises
-``StepNotAppliedError`` naming the step.
+whose input ids (device arrays) leave the vocabulary, in any of its micro-steps, does not apply its
+update: the state it gives back is the one it was given, and reading its metrics (``as_numpy``)
+raises ``StepNotAppliedError`` naming the step.
 """
 from __future__ import annotations
 

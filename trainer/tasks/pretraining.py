@@ -11,29 +11,23 @@ continues exactly where it stopped.
 """
 from __future__ import annotations
 
-import functools
-import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
 from tfrecords.manifest import Manifest
-from tfrecords.mixture import MixtureReader, MixtureSource, by_name, records_read, shares, source_labels
+from tfrecords.mixture import MixtureReader, MixtureSource
 from tfrecords.reader import StreamReader
 from trainer.configs.training import TrainConfig
 from trainer.models.config import ModelConfig
 from trainer.runtime.controller import Controller
+from trainer.runtime.mixture_progress import MixtureProgress, perplexity
 from trainer.runtime.model_dir import ModelDirectory
 from trainer.runtime.task_protocol import StepOutputs, Task
 from trainer.runtime.throughput import StepFlops
 
 STEP_LOG = ModelDirectory.STEP_LOG
-
-
-def perplexity(loss: float) -> float:
-    """exp(loss), capped where the exponential would overflow."""
-    return float(math.exp(min(loss, 50.0)))
 
 
 class MemoryState:
@@ -86,7 +80,8 @@ class PretrainingTask(Task):
 
     Step-log metric: ``accuracy`` of the predicted targets (TensorBoard ``plm_accuracy``).
     Evaluation: loss, accuracy and perplexity on ``eval_steps`` batches of the valid split,
-    memory carried from zero.
+    memory carried from zero. A mixture's bookkeeping (its step-log fields, TensorBoard scalars and
+    per-directory evaluation) is trainer/runtime/mixture_progress.py's, which the JAX engine shares.
     """
 
     metric_names = {"accuracy": "plm_accuracy"}
@@ -96,11 +91,9 @@ class PretrainingTask(Task):
         """``mixture``: the training directories and weights when there are several (``manifest`` is
         then the first one's); ``eval_sources``: directories only evaluated on (``--eval-data``)."""
         self.model_config, self.config, self.manifest = model_config, config, manifest
-        self.mixture, self.eval_sources = tuple(mixture), tuple(eval_sources)
+        self.progress = MixtureProgress(config, model_config.bi_data, mixture, eval_sources)
+        self.mixture, self.eval_sources = self.progress.mixture, self.progress.eval_sources
         self.tokens_per_example = config.seq_len
-        labels = source_labels([source.name for source in self.mixture + self.eval_sources])
-        self.labels = dict(zip([source.name for source in self.mixture + self.eval_sources], labels))
-        self._schedule = self._mixture_reader().schedule() if self.mixture else None
 
     def describe_input_error(self, error: Exception) -> str:
         """Which file of the data the training input could not read, and its first bad record: the
@@ -154,36 +147,16 @@ class PretrainingTask(Task):
     def checkpoint_items(self, first_replica: int) -> dict[str, Any]:
         return {"model": self.network, "mems": self.train_memory.trackable(first_replica)}
 
-    def _mixture_reader(self, start_step: int = 0) -> MixtureReader:
-        config = self.config
-        return MixtureReader(self.mixture, config.train_batch_size, config.seq_len, self.model_config.bi_data,
-                             seed=config.seed, accumulation_steps=config.accumulation_steps, start_step=start_step,
-                             resample_masks=config.resample_masks)
-
     def train_dataset(self, strategy: tf.distribute.Strategy, start_step: int) -> tf.distribute.DistributedDataset:
         if self.mixture:
-            return self._mixture_reader(start_step).distribute(strategy)
+            return self.progress.reader(MixtureReader, start_step).distribute(strategy)
         return self.reader("train", self.config.train_batch_size, start_step).distribute(strategy)
 
     def step_details(self, step: int) -> dict[str, Any]:
-        """What a mixture adds to the step log's row of optimizer step ``step``: the records each
-        directory gave so far (cumulative, keyed as the command line named it) and its epoch."""
-        if self._schedule is None:
-            return {}
-        records, epochs = self._records_read(step)
-        return {"records_by_source": by_name(self.mixture, records), "epoch_by_source": by_name(self.mixture, epochs)}
-
-    @functools.lru_cache(maxsize=1)  # the step log and TensorBoard ask for the loop's last step in turn
-    def _records_read(self, step: int) -> tuple[list[int], list[int]]:
-        return records_read(self._schedule, step, self.config.accumulation_steps, self.model_config.bi_data)
+        return self.progress.step_details(step)
 
     def step_summaries(self, step: int) -> dict[str, float]:
-        """TensorBoard scalars of a mixture at ``step``: each directory's share of the records so far."""
-        if self._schedule is None:
-            return {}
-        records, _ = self._records_read(step)
-        return {f"mixture_share/{self.labels[source.name]}": share
-                for source, share in zip(self.mixture, shares(records))}
+        return self.progress.step_summaries(step)
 
     def read_state(self) -> list[tf.Tensor] | None:
         return self.train_memory.read()
@@ -218,24 +191,9 @@ class PretrainingTask(Task):
         return totals
 
     def evaluate(self, controller: Controller) -> dict[str, float]:
-        """Loss, accuracy and perplexity on ``eval_steps`` batches of the valid split, memory from zero.
-
-        With a mixture or ``--eval-data``, each directory's valid split is evaluated so, as a run on
-        that directory alone would ("loss/LABEL", "accuracy/LABEL", "perplexity/LABEL"), and the
-        unlabelled figures are the training directories' mixed by their weights."""
-        if not self.mixture and not self.eval_sources:
-            return self._evaluate_split(controller, self.manifest)
-        results = {}
-        for source in self.mixture + self.eval_sources:
-            figures = self._evaluate_split(controller, source.manifest)
-            results.update({f"{name}/{self.labels[source.name]}": value for name, value in figures.items()})
-        if self.mixture:
-            mixed = {name: sum(source.weight * results[f"{name}/{self.labels[source.name]}"] for source in self.mixture)
-                     for name in ("loss", "accuracy")}
-        else:
-            mixed = self._evaluate_split(controller, self.manifest)
-        mixed["perplexity"] = perplexity(mixed["loss"])
-        return {**{name: mixed[name] for name in ("loss", "accuracy", "perplexity")}, **results}
+        """Loss, accuracy and perplexity on ``eval_steps`` batches of the valid split, memory from zero;
+        with a mixture or ``--eval-data``, of each directory's too (MixtureProgress.evaluate)."""
+        return self.progress.evaluate(lambda manifest: self._evaluate_split(controller, manifest), self.manifest)
 
     def _evaluate_split(self, controller: Controller, manifest: Manifest) -> dict[str, float]:
         strategy = controller.strategy

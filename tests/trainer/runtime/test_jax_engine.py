@@ -1,13 +1,15 @@
 """`xlnet train --backend jax` (trainer/runtime/jax_engine.py under trainer/runtime/training_loop.py): the
-model directory the TensorFlow engine writes, written without TensorFlow; exact resume after SIGKILL; the
-flags only the other engine takes refused in one line. Every run is a process of its own on JAX (the test
-process runs Keras on TensorFlow)."""
+model directory the TensorFlow engine writes, written without TensorFlow; exact resume after SIGKILL; a
+mixture with --eval-data and accumulation; the flags only the other engine takes refused in one line. Every
+run is a process of its own on JAX (the test process runs Keras on TensorFlow)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -21,13 +23,16 @@ STEP_LOG_FIELDS = {"step", "loss", "accuracy", "grad_norm", "peak_memory_bytes",
                    "model_flops_per_sec", "mfu", "mfu_peak_source"}
 
 
-def train_args(data: str, model_dir: Path, *settings: str, backend: str = "jax") -> list[str]:
+def train_args(data: str, model_dir: Path, *settings: str, backend: str = "jax", flags: Sequence[str] = ()
+               ) -> list[str]:
     sets = [arg for item in SMALL + list(settings) for arg in ("--set", item)]
-    return ["-m", "xlnet_cli", "train", "--backend", backend, "--data", data, "--model-dir", str(model_dir), *sets]
+    return ["-m", "xlnet_cli", "train", "--backend", backend, "--data", data, "--model-dir", str(model_dir), *flags,
+            *sets]
 
 
-def train(data: str, model_dir: Path, *settings: str, env: dict[str, str | None] | None = None) -> str:
-    process = start(train_args(data, model_dir, *settings), env={"KERAS_BACKEND": "jax", **(env or {})})
+def train(data: str, model_dir: Path, *settings: str, env: dict[str, str | None] | None = None,
+          flags: Sequence[str] = ()) -> str:
+    process = start(train_args(data, model_dir, *settings, flags=flags), env={"KERAS_BACKEND": "jax", **(env or {})})
     output = output_of(process, timeout=600)[0]
     assert process.returncode == 0, output[-3000:]
     return output
@@ -112,6 +117,90 @@ def test_a_killed_jax_run_resumes_with_the_losses_of_a_run_never_stopped(small_d
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-6, abs=1e-6), a["step"]
 
 
+def copy_of(data: str, directory: Path, valid_is_train: bool = False) -> str:
+    """A copy of the data directory ``data``; ``valid_is_train``: its valid split made of its train records
+    (other records to evaluate on, for a manifest edit rather than another preprocessing)."""
+    shutil.copytree(data, directory)
+    if valid_is_train:
+        manifest = json.loads((directory / "manifest.json").read_text())
+        manifest["splits"]["valid"] = manifest["splits"]["train"]
+        (directory / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def mixture(small_data_dir, tmp_path_factory) -> dict[str, str]:
+    """Two directories to mix (first, second: the same train records, other valid ones) and one to
+    evaluate on only (held-out: a copy of first)."""
+    base = tmp_path_factory.mktemp("mixture")
+    return {"first": copy_of(small_data_dir, base / "first"),
+            "second": copy_of(small_data_dir, base / "second", valid_is_train=True),
+            "held-out": copy_of(small_data_dir, base / "held-out")}
+
+
+@pytest.fixture(scope="module")
+def mixture_run(mixture, tmp_path_factory) -> tuple[Path, str]:
+    """A JAX run of 4 steps of 2 micro-steps on first and second weighted 1:3, evaluated at step 4 with
+    held-out (--eval-data)."""
+    model_dir = tmp_path_factory.mktemp("jax_mixture") / "model"
+    flags = ["--data", mixture["second"], "--mixture-weights", "1,3", "--eval-data", mixture["held-out"]]
+    return model_dir, train(mixture["first"], model_dir, "train_steps=4", "checkpoint_every=4", "eval_every=4",
+                            "accumulation_steps=2", flags=flags)
+
+
+@pytest.mark.slow  # a JAX run of 4 accumulated steps and 3 evaluations (about 40 s), shared with the test below
+def test_a_jax_mixture_run_logs_each_directorys_records_and_epochs_as_the_schedule_gives_them(mixture, mixture_run):
+    from tfrecords.manifest import load_manifest
+    from tfrecords.mixture_schedule import MixtureLayout, MixtureSource, by_name, records_read
+    from trainer.runtime.model_dir import ModelDirectory
+
+    model_dir, _ = mixture_run
+    seed = json.loads((model_dir / "train_config.json").read_text())["seed"]
+    sources = [MixtureSource(mixture[name], load_manifest(mixture[name]), weight)
+               for name, weight in (("first", 0.25), ("second", 0.75))]
+    schedule = MixtureLayout(sources, 8, 64, True, seed=seed, accumulation_steps=2).schedule()
+    rows = step_rows(model_dir)
+    assert [row["step"] for row in rows] == [1, 2, 3, 4]
+    for row in rows:
+        records, epochs = records_read(schedule, row["step"], 2, True)
+        assert row["records_by_source"] == by_name(sources, records)
+        assert row["epoch_by_source"] == by_name(sources, epochs)
+        assert sum(row["records_by_source"].values()) == 8 * 2 * row["step"]  # 2 micro-steps of 8 rows a step
+    last = rows[-1]["records_by_source"]
+    shares = ModelDirectory(str(model_dir)).scalars("train", "mixture_share/second")
+    assert shares[4] == pytest.approx(last[mixture["second"]] / (8 * 2 * 4))
+
+
+@pytest.mark.slow  # the run above
+def test_a_jax_mixture_run_evaluates_each_directory_and_mixes_the_training_ones_by_weight(mixture_run):
+    from trainer.runtime.model_dir import ModelDirectory
+
+    model_dir, output = mixture_run
+    directory = ModelDirectory(str(model_dir))
+    figures = {tag: directory.scalars("eval", tag)[4] for tag in directory.scalar_tags("eval")}
+    assert {f"{name}/{label}" for name in ("loss", "accuracy", "perplexity")
+            for label in ("first", "second", "held-out")} | {"loss", "accuracy", "perplexity"} <= set(figures)
+    for name in ("loss", "accuracy"):
+        assert figures[name] == pytest.approx(0.25 * figures[f"{name}/first"] + 0.75 * figures[f"{name}/second"],
+                                              rel=1e-6)
+        assert figures[f"{name}/held-out"] == pytest.approx(figures[f"{name}/first"], rel=1e-6)  # the same records
+    assert figures["loss/second"] != pytest.approx(figures["loss/first"], rel=1e-3)  # other records
+    assert json.loads(output.strip().splitlines()[-1])["eval"]["loss/held-out"] == pytest.approx(
+        figures["loss/held-out"], rel=1e-6)
+
+
+def test_a_mixture_batch_its_directories_streams_cannot_feed_is_refused_at_start_up(mixture, tmp_path):
+    """The streams of both directories count (8 forward streams): 12 forward rows are too many."""
+    result = refused("--backend", "jax", "--data", mixture["first"], "--data", mixture["second"],
+                     "--mixture-weights", "1,1", "--model-dir", str(tmp_path / "m"),
+                     *[arg for item in SMALL + ["train_batch_size=24"] for arg in ("--set", item)])
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().startswith(
+        f"xlnet train: error: the mixture of --data {mixture['first']}, {mixture['second']} (train splits) has 8 "
+        "non-empty forward text stream(s)")
+    assert not (tmp_path / "m").exists()
+
+
 def refused(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "xlnet_cli", "train", *args], capture_output=True, text=True,
                           env=env, timeout=120, cwd=Path(__file__).resolve().parents[3])
@@ -120,10 +209,8 @@ def refused(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("flags, words", [
     (["--strategy", "mirrored"], "--strategy and --tpu are the TensorFlow engine's"),
     (["--tpu", "local"], "--strategy and --tpu are the TensorFlow engine's"),
-    (["--mixture-weights", "1,1", "--data", "SECOND"], "no mixture or --eval-data yet"),
 ])
 def test_flags_of_the_tensorflow_engine_are_refused_under_jax_in_one_line(small_data_dir, tmp_path, flags, words):
-    flags = [small_data_dir if flag == "SECOND" else flag for flag in flags]
     result = refused("--backend", "jax", "--data", small_data_dir, "--model-dir", str(tmp_path / "m"), *flags)
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.strip().startswith("xlnet train: error: ") and words in result.stderr
