@@ -7,18 +7,34 @@ Jaccard similarity of 5-word shingle sets is computed, and whether the stage's r
 takes it for a duplicate. Then the quality filters' and the signatures' throughput over the same
 documents, timed ``--repeats`` times (the median).
 
-Then the same through the Beam pipeline (``--pipeline-documents`` N > 0): a JSON-lines corpus of N other
-summaries, each beside one planted copy (the i-th edited by the i-th share of ``--edits``, cyclically), run
-by the real ``xlnet preprocess`` (FnApiRunner, ``--workers``) once without cleaning and once with
-``--dedup near --removed DIR``; a pair is caught when the audit names one of the two as removed with the
-other as the copy kept. The vocabulary: ``--vocab``, or one of 2,000 pieces trained on the corpus first
-(not timed).
+Then the same through the Beam pipeline (``--pipeline-documents`` N > 0): a JSON-lines corpus run by the real
+``xlnet preprocess`` (FnApiRunner, ``--workers``) without cleaning and with each of ``--pipeline-cleaning``
+(``near``: ``--dedup near``; ``full``: ``--filters gopher,c4,fineweb --dedup exact,near``; both with
+``--removed DIR``), all of them ``--pipeline-rounds`` times in turn (plain, near, full, plain, near, full, ...),
+each run's seconds and peak resident memory printed as it ends (``PeakMemory``: the launcher, this process,
+and the largest of its worker processes, sampled from /proc); per cleaning the medians' ratio, what the audit
+lists by stage, and a planted pair caught when the audit names one of the two as removed with the other as
+the copy kept. The corpus (``--pipeline-corpus``):
+
+- ``planted`` (default): N other summaries of at least ``--min-words`` words, each beside one planted copy
+  (the i-th edited by the i-th share of ``--edits``, cyclically), one file, 2 + 1 shards;
+- ``crawl``: N distinct documents (``unique_texts``: every bundled summary, then the Bible's chapters, then
+  documents of lines drawn at random from those), of which ``--near-share`` each get one near copy and another
+  ``--exact-share`` one exact copy (``crawl_corpus``), shuffled into 8 files, 8 + 1 shards; then each cleaning
+  part's cost on one core over a sample, scaled to the corpus and the workers (``pipeline_part_costs``).
+
+The vocabulary: ``--vocab``, or one of 2,000 pieces trained on the corpus first (for ``crawl`` its first 5,000
+documents; not timed).
 
 With ``--peer-python PATH`` (a venv with datatrove: ``make datatrove-venv`` builds .venv-datatrove), the
 peer beside ours, datatrove run by that Python in a subprocess on files in a temporary folder:
 
-- near duplicates: the ``--documents`` summaries (``o<i>``) each beside one planted copy (``c<i>``, edited by
-  the i-th share of ``--edits``, cyclically), as one JSON-lines file; datatrove's four MinHash stages
+- near duplicates: with ``--peer-corpus pairs`` (default) the ``--documents`` summaries (``o<i>``) each beside
+  one planted copy (``c<i>``, edited by the i-th share of ``--edits``, cyclically); with ``--peer-corpus crawl``
+  a corpus shaped like a crawl, mostly unique documents: every bundled summary of at least
+  ``--crawl-min-words`` words (``o<i>``, its lines kept), ``--near-share`` of them each with one near copy
+  (``c<i>``) and another ``--exact-share`` each with one exact copy (``e<i>``), shuffled; as one JSON-lines
+  file; datatrove's four MinHash stages
   (signatures, buckets, clusters, filter; its LocalPipelineExecutor, one worker) with our settings (5-word
   shingles, 14 buckets of 8 hashes, 64-bit), against our stage's rule without Beam (``our_near_duplicates``:
   band groups, ``pairs_in_band``, connected components, one kept per cluster), and the same without its
@@ -26,7 +42,9 @@ peer beside ours, datatrove run by that Python in a subprocess on files in a tem
   Jaccard band the share of pairs each puts in one cluster, and the share ours and datatrove decide the same;
   per variant of ours, the share of documents decided the same (``duplicate_agreement``: in a cluster or
   not; ``removed_agreement``: removed or not, which also counts the two sides keeping different copies of a
-  cluster); the signatures' documents/s on one core, ours over datatrove's
+  cluster), the exact pairs each side caught, the documents each side removed that are in no planted pair, and
+  the clusters joining documents of different planted groups (``mixed_clusters``); the signatures' documents/s
+  on one core (the first 2 x ``--documents`` documents for ``crawl``), ours over datatrove's
   (``MinhashDedupSignature.get_shingles`` and ``get_signature``, its spaCy tokenizer loaded first), and the
   seconds of each of datatrove's stages.
 - filters: the first ``--documents`` bundled summaries with their lines (``w<i>``) and a degraded copy of each
@@ -42,20 +60,25 @@ peer beside ours, datatrove run by that Python in a subprocess on files in a tem
 Prints JSON lines: one per Jaccard band (pairs, share caught), then one per timed part (documents/s,
 words/s, on one core), then with the peer the lines above (parts ``peer_near_duplicates``,
 ``peer_near_agreement``, ``peer_minhash_signature``, ``peer_filter``, ``peer_filter_differences``), then with
-the pipeline one per Jaccard band of its pairs and one with both runs' seconds and documents/s, then the
-settings (``peer``: datatrove's version, or null).
+the pipeline one per run (``pipeline_run``), per cleaning one per Jaccard band of its planted pairs and one
+with the median seconds of the plain and the cleaned runs (``pipeline``), for ``crawl`` the parts' costs,
+then the settings (``peer``: datatrove's version, or null).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -63,12 +86,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bundled_data import wikipedia_documents  # noqa: E402
+from bundled_data import REPO, wikipedia_documents  # noqa: E402
 from pipeline import quality_filters  # noqa: E402
 from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, estimated_jaccard,  # noqa: E402
-                                      kept_and_removed, pairs_in_band, signature, true_jaccard)
+                                      exact_key, kept_and_removed, pairs_in_band, signature, true_jaccard)
 
+BIBLE = REPO / "data" / "corpus" / "kjv_bible.txt.gz"
 BANDS = ((0.9, 1.01), (0.85, 0.9), (0.8, 0.85), (0.7, 0.8), (0.6, 0.7), (0.5, 0.6), (0.0, 0.5))
+# --pipeline-corpus crawl: its files (a file is read whole by one worker) and its train shards (one worker writes each)
+PIPELINE_FILES = 8
+# --pipeline-cleaning: the `xlnet preprocess` settings each cleaned run adds (with --removed DIR) to the plain run's
+CLEANINGS = {"near": {"dedup": ("near",)},
+             "full": {"filters": ("gopher", "c4", "fineweb"), "dedup": ("exact", "near")}}
 
 
 def edited(text: str, share: float, rng: np.random.Generator) -> str:
@@ -94,41 +123,234 @@ def band_lines(part: str, judged: np.ndarray) -> list[dict]:
     return lines
 
 
-def pipeline_run(corpus: Path, vocab: str, output: Path, workers: int, **cleaning) -> float:
-    """Seconds of one real `xlnet preprocess` of ``corpus`` (small records, so that the corpus fills them)."""
+def edited_lines(text: str, share: float, rng: np.random.Generator) -> str:
+    """``edited`` keeping the text's lines: the share of all its words replaced, wherever they stand."""
+    lines = [line.split() for line in text.split("\n")]
+    places = [(row, column) for row, words in enumerate(lines) for column in range(len(words))]
+    for index in rng.choice(len(places), int(round(share * len(places))), replace=False):
+        row, column = places[index]
+        lines[row][column] = f"zq{rng.integers(10 ** 9)}"
+    return "\n".join(" ".join(words) for words in lines)
+
+
+@dataclasses.dataclass
+class Corpus:
+    """Documents (id, text) in the order they are written, and the planted (original, copy) id pairs."""
+    documents: list[tuple[str, str]]
+    near_pairs: list[tuple[str, str]]
+    exact_pairs: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    def planted(self) -> set[str]:
+        return {document for pair in self.near_pairs + self.exact_pairs for document in pair}
+
+
+def crawl_corpus(texts: list[str], near_share: float, exact_share: float, edits: list[float],
+                 rng: np.random.Generator) -> Corpus:
+    """A corpus shaped like a crawl: every one of ``texts`` as ``o<i>``; a random ``near_share`` of them each
+    with one near copy ``c<i>`` (the j-th copy edited by the j-th share of ``edits``, cyclically, its lines
+    kept), another ``exact_share`` each with one exact copy ``e<i>``; all in a random order."""
+    order = rng.permutation(len(texts))
+    near_count, exact_count = int(round(near_share * len(texts))), int(round(exact_share * len(texts)))
+    near_of, exact_of = sorted(order[:near_count].tolist()), sorted(order[near_count:near_count + exact_count].tolist())
+    documents = [(f"o{i}", text) for i, text in enumerate(texts)]
+    documents += [(f"c{i}", edited_lines(texts[i], edits[j % len(edits)], rng)) for j, i in enumerate(near_of)]
+    documents += [(f"e{i}", texts[i]) for i in exact_of]
+    return Corpus([documents[k] for k in rng.permutation(len(documents))], [(f"o{i}", f"c{i}") for i in near_of],
+                  [(f"o{i}", f"e{i}") for i in exact_of])
+
+
+def crawl_texts(min_words: int = 0) -> list[str]:
+    """Every bundled Wikipedia summary of at least ``min_words`` words, its lines kept."""
+    return ["\n".join(lines) for lines in wikipedia_documents(10 ** 9)
+            if len(" ".join(lines).split()) >= max(min_words, 1)]
+
+
+def unique_texts(count: int, seed: int) -> list[str]:
+    """``count`` distinct documents, lines kept: every bundled Wikipedia summary, then the Bible's chapters, then
+    as many as are still missing made of lines drawn at random (uniformly, with replacement) from all those
+    documents' lines, as many lines as a summary drawn at random has."""
+    with gzip.open(BIBLE, "rt", encoding="utf-8") as handle:
+        chapters = [chapter.strip("\n") for chapter in handle.read().split("\n\n") if chapter.strip()]
+    summaries = crawl_texts()
+    texts = summaries + chapters
+    if count > len(texts):
+        pool = [line for text in texts for line in text.split("\n") if line.strip()]
+        lengths = [text.count("\n") + 1 for text in summaries]
+        rng = np.random.default_rng(seed + 4)
+        seen = set(texts)
+        while len(texts) < count:
+            text = "\n".join(pool[j] for j in rng.integers(len(pool), size=lengths[rng.integers(len(lengths))]))
+            if text not in seen:
+                seen.add(text)
+                texts.append(text)
+    return texts[:count]
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (Beam's worker processes), from /proc (empty where there is none)."""
+    parents = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def status_kib(pid: int, field: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class PeakMemory:
+    """While open, samples every ``every`` s the resident memory of this process (VmRSS: the launcher, with the
+    benchmark's own data) and the peak (VmHWM) of each process below it (Beam's workers): ``launcher_mib`` and
+    ``worker_mib`` (the largest worker's), None where /proc cannot tell (growth in a worker's last
+    ``every`` s is missed)."""
+
+    def __init__(self, every: float = 0.25):
+        self.every, self.launcher, self.workers = every, 0, {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            self.launcher = max(self.launcher, status_kib(os.getpid(), "VmRSS") or 0)
+            for pid in descendants(os.getpid()):
+                peak = status_kib(pid, "VmHWM")
+                if peak:
+                    self.workers[pid] = max(self.workers.get(pid, 0), peak)
+            if self._stop.wait(self.every):
+                return
+
+    def __enter__(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def launcher_mib(self) -> float | None:
+        return round(self.launcher / 1024, 1) if self.launcher else None
+
+    @property
+    def worker_mib(self) -> float | None:
+        return round(max(self.workers.values()) / 1024, 1) if self.workers else None
+
+
+def pipeline_run(inputs: list[Path], vocab: str, output: Path, workers: int, shards: tuple[int, int],
+                 **cleaning) -> float:
+    """Seconds of one real `xlnet preprocess` of ``inputs`` (small records, so that the corpus fills them)."""
     from pipeline.preprocess_command import preprocess
     from pipeline.preprocess_config import PreprocessConfig
 
-    config = PreprocessConfig(inputs=(str(corpus),), output=str(output), vocab=vocab, seq_len=128, reuse_len=64,
-                              num_predict=21, num_streams=8, num_shards=2, valid_shards=1, **cleaning)
+    config = PreprocessConfig(inputs=tuple(map(str, inputs)), output=str(output), vocab=vocab, seq_len=128,
+                              reuse_len=64, num_predict=21, num_streams=8, num_shards=shards[0],
+                              valid_shards=shards[1], **cleaning)
     began = time.perf_counter()
     preprocess(config, workers=workers,
                runner_options=["--direct_running_mode=in_memory"] if workers == 1 else [])
     return time.perf_counter() - began
 
 
-def through_the_pipeline(texts: list[str], args: argparse.Namespace, settings: MinHashSettings) -> list[dict]:
-    """The planted pairs of ``texts`` through a plain and a --dedup near run: the lines to print."""
+def planted_pipeline_corpus(texts: list[str], args: argparse.Namespace) -> Corpus:
+    """``texts`` (``o<i>``), each followed by one planted copy (``c<i>``, the i-th edited by the i-th share of
+    ``--edits``, cyclically)."""
     rng = np.random.default_rng(args.seed + 1)
     copies = [edited(text, args.edits[i % len(args.edits)], rng) for i, text in enumerate(texts)]
+    return Corpus([(f"{kind}{i}", text) for i, pair in enumerate(zip(texts, copies)) for kind, text in zip("oc", pair)],
+                  [(f"o{i}", f"c{i}") for i in range(len(texts))])
+
+
+def part_costs(corpus: Corpus, workers: int, repeats: int, sample: int = 1000) -> dict:
+    """Each cleaning part's seconds on one core over a sample of the corpus, scaled to the whole corpus and
+    shared by ``workers``: what it would add to a run if every document passed every part."""
+    texts = [text for _, text in corpus.documents[:sample]]
+    parts = {"minhash_signature": lambda: [signature(text, MinHashSettings()) for text in texts],
+             "exact_key": lambda: [exact_key(text) for text in texts],
+             "gopher_repetition": lambda: [quality_filters.gopher_repetition(text) for text in texts],
+             "gopher_quality": lambda: [quality_filters.gopher_quality(text) for text in texts],
+             "c4": lambda: [quality_filters.c4_clean(text) for text in texts],
+             "fineweb": lambda: [quality_filters.fineweb_quality(text) for text in texts]}
+    scale = len(corpus.documents) / len(texts) / workers
+    return {name: round(scale * len(texts) / median_rate(action, len(texts), repeats), 2)
+            for name, action in parts.items()}
+
+
+def through_the_pipeline(corpus: Corpus, args: argparse.Namespace, settings: MinHashSettings,
+                         vocab_texts: list[str], files: int, shards: tuple[int, int]) -> list[dict]:
+    """``corpus`` through `xlnet preprocess`, ``--pipeline-rounds`` times plain then each of
+    ``--pipeline-cleaning`` in turn (A B A B), each run's line printed as it ends: the lines to print after."""
+    lines, seconds, memory, audits = [], defaultdict(list), defaultdict(list), {}
+    count = len(corpus.documents)
     with tempfile.TemporaryDirectory(prefix="cleaning-benchmark-") as directory:
         work = Path(directory)
-        corpus = work / "planted.jsonl"
-        corpus.write_text("".join(json.dumps({"id": f"{kind}{i}", "text": text}) + "\n"
-                                  for i, pair in enumerate(zip(texts, copies)) for kind, text in zip("oc", pair)),
-                          encoding="utf-8")
-        vocab = args.vocab or trained_vocab(texts + copies, work)
-        plain = pipeline_run(corpus, vocab, work / "plain", args.workers)
-        near = pipeline_run(corpus, vocab, work / "near", args.workers, dedup=("near",), removed=str(work / "removed"))
-        removed = {(line["id"], line["kept"]) for path in sorted((work / "removed").glob("*.jsonl"))
-                   for line in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
-    judged = np.array([(true_jaccard(a, b, settings), (f"o{i}", f"c{i}") in removed or (f"c{i}", f"o{i}") in removed)
-                       for i, (a, b) in enumerate(zip(texts, copies))])
-    documents = 2 * len(texts)
-    return band_lines("pipeline_near_duplicates", judged) + [{
-        "part": "pipeline", "documents": documents, "workers": args.workers, "plain_s": round(plain, 2),
-        "near_s": round(near, 2), "plain_documents_per_s": round(documents / plain, 1),
-        "near_documents_per_s": round(documents / near, 1), "removed": len(removed)}]
+        inputs = [work / ("planted.jsonl" if files == 1 else f"crawl-{k:02d}.jsonl") for k in range(files)]
+        per_file = -(-count // files)
+        for k, path in enumerate(inputs):
+            path.write_text("".join(json.dumps({"id": document, "text": text}) + "\n"
+                                    for document, text in corpus.documents[k * per_file:(k + 1) * per_file]),
+                            encoding="utf-8")
+        vocab = args.vocab or trained_vocab(vocab_texts, work)
+        for round_ in range(args.pipeline_rounds):
+            for cleaning in ["plain"] + args.pipeline_cleaning:
+                output, removed = work / f"{cleaning}-{round_}", work / f"removed-{cleaning}-{round_}"
+                options = {} if cleaning == "plain" else {**CLEANINGS[cleaning], "removed": str(removed)}
+                with PeakMemory() as peak:
+                    took = pipeline_run(inputs, vocab, output, args.workers, shards, **options)
+                seconds[cleaning].append(took)
+                memory[cleaning].append(peak.worker_mib)
+                print(json.dumps({"part": "pipeline_run", "round": round_, "cleaning": cleaning,
+                                  "seconds": round(took, 2), "documents_per_s": round(count / took, 1),
+                                  "launcher_peak_mib": peak.launcher_mib, "worker_peak_mib": peak.worker_mib}),
+                      flush=True)
+                if cleaning != "plain":
+                    audits[cleaning] = [json.loads(line) for path in sorted(removed.glob("*.jsonl"))
+                                        for line in path.read_text(encoding="utf-8").splitlines()]
+                shutil.rmtree(output, ignore_errors=True)
+                shutil.rmtree(removed, ignore_errors=True)
+    texts = dict(corpus.documents)
+    jaccards = [true_jaccard(texts[a], texts[b], settings) for a, b in corpus.near_pairs]
+    planted = corpus.planted()
+    summaries = []
+    for cleaning in args.pipeline_cleaning:
+        named = {(line["id"], line.get("kept")) for line in audits[cleaning]}
+        caught = [(a, b) in named or (b, a) in named for a, b in corpus.near_pairs]
+        lines += [{**line, "cleaning": cleaning} for line in
+                  band_lines("pipeline_near_duplicates", np.array(list(zip(jaccards, caught))).reshape(-1, 2))]
+        plain_s, cleaned_s = statistics.median(seconds["plain"]), statistics.median(seconds[cleaning])
+        outside = [[line["id"], line["kept"]] for line in audits[cleaning]
+                   if line["stage"] in ("exact", "near") and line["id"] not in planted]
+        summaries.append({
+            "part": "pipeline", "cleaning": cleaning, "corpus": args.pipeline_corpus, "documents": count,
+            "workers": args.workers, "rounds": args.pipeline_rounds, "plain_s": round(plain_s, 2),
+            "cleaned_s": round(cleaned_s, 2), "ratio": round(cleaned_s / plain_s, 3),
+            "plain_documents_per_s": round(count / plain_s, 1), "cleaned_documents_per_s": round(count / cleaned_s, 1),
+            "plain_worker_peak_mib": max(memory["plain"], key=lambda value: value or 0),
+            "cleaned_worker_peak_mib": max(memory[cleaning], key=lambda value: value or 0),
+            "removed": len(audits[cleaning]),
+            "removed_by_stage": dict(sorted(Counter(line["stage"] for line in audits[cleaning]).items())),
+            "near_pairs": len(corpus.near_pairs), "near_pairs_caught": sum(caught),
+            "exact_pairs": len(corpus.exact_pairs),
+            "exact_pairs_caught": sum((a, b) in named or (b, a) in named for a, b in corpus.exact_pairs),
+            "deduplicated_outside_planted": len(outside),
+            "deduplicated_outside_planted_first": sorted(outside, key=lambda pair: id_order(pair[0]))[:10]})
+    if args.pipeline_corpus == "crawl":
+        summaries.append({"part": "pipeline_part_costs", "documents": count, "workers": args.workers,
+                          "seconds_per_worker": part_costs(corpus, args.workers, args.repeats)})
+    return lines + summaries
 
 
 def trained_vocab(texts: list[str], work: Path) -> str:
@@ -187,7 +409,8 @@ config = MinhashConfig(n_grams=request["shingle_words"], num_buckets=request["ba
 near = [json.loads(line) for line in (work / "near" / "near.jsonl").read_text(encoding="utf-8").splitlines()]
 signer = MinhashDedupSignature(output_folder=str(work / "unused"), config=config)
 signer.get_signature(signer.get_shingles(near[0]["text"]))  # the tokenizer loaded before the clock starts
-signature_s = median_seconds(lambda: [signer.get_signature(signer.get_shingles(doc["text"])) for doc in near])
+timed = near[:request["timed"]]
+signature_s = median_seconds(lambda: [signer.get_signature(signer.get_shingles(doc["text"])) for doc in timed])
 
 stages = {}
 def run(name, pipeline, tasks=1):
@@ -321,18 +544,33 @@ def differences(ours: dict, peer: dict) -> list[dict]:
             for key, ids in sorted(groups.items(), key=lambda item: (-len(item[1]), str(item[0])))]
 
 
-def pair_caught(pairs: int, cluster: dict) -> list[bool]:
-    """Whether each planted pair (o<i>, c<i>) is in one cluster: ``cluster`` maps an id to its cluster (absent,
-    None or -1: in none)."""
-    def of(document):
-        value = cluster.get(document, -1)
-        return None if value in (None, -1) else value
-    return [of(f"o{i}") is not None and of(f"o{i}") == of(f"c{i}") for i in range(pairs)]
+def in_cluster(cluster: dict, document: str):
+    """``document``'s cluster in ``cluster`` (an id -> cluster map; absent, None or -1: in none, None)."""
+    value = cluster.get(document, -1)
+    return None if value in (None, -1) else value
+
+
+def pair_caught(pairs: list[tuple[str, str]], cluster: dict) -> list[bool]:
+    """Whether each planted pair (two ids) is in one cluster: ``cluster`` maps an id to its cluster."""
+    return [in_cluster(cluster, a) is not None and in_cluster(cluster, a) == in_cluster(cluster, b) for a, b in pairs]
+
+
+def mixed_clusters(cluster: dict) -> list[list[str]]:
+    """The clusters of ``cluster`` (an id -> cluster map) holding documents of more than one planted group (the
+    number after an id's letter: ``o7``, its copies ``c7`` and ``e7``), each as its sorted ids: clusters that
+    join documents no copy was planted between."""
+    members = defaultdict(list)
+    for document in cluster:
+        if in_cluster(cluster, document) is not None:
+            members[in_cluster(cluster, document)].append(document)
+    return sorted((sorted(ids, key=id_order) for ids in members.values() if len({d[1:] for d in ids}) > 1),
+                  key=lambda ids: id_order(ids[0]))
 
 
 def run_peer(python: str, near: list[tuple[str, str]], documents: list[tuple[str, str]], settings: MinHashSettings,
-             repeats: int) -> dict:
-    """datatrove's MinHash pipeline on ``near`` and its filters on ``documents``, in the peer venv."""
+             repeats: int, timed: int) -> dict:
+    """datatrove's MinHash pipeline on ``near`` (its signatures timed on the first ``timed``) and its filters on
+    ``documents``, in the peer venv."""
     with tempfile.TemporaryDirectory(prefix="cleaning-peer-") as directory:
         work = Path(directory)
         (work / "near").mkdir()
@@ -341,7 +579,7 @@ def run_peer(python: str, near: list[tuple[str, str]], documents: list[tuple[str
                             encoding="utf-8")
         (work / "request.json").write_text(json.dumps({
             "repeats": repeats, "shingle_words": settings.shingle_words, "bands": settings.bands,
-            "rows": settings.rows}))
+            "rows": settings.rows, "timed": timed}))
         out = subprocess.run([str(Path(python).absolute()), "-c", PEER_SCRIPT, str(work)], capture_output=True,
                              text=True, check=False, cwd=work)
     if out.returncode:
@@ -355,38 +593,59 @@ OUR_FILTERS = {"gopher_quality": quality_filters.gopher_quality, "gopher_repetit
 
 def peer_lines(python: str, texts: list[str], args: argparse.Namespace,
                settings: MinHashSettings) -> tuple[list[dict], str]:
-    """Ours beside datatrove's: near duplicates on planted pairs, signatures' documents/s, the filters on a
-    degraded corpus: (the lines to print, datatrove's version)."""
-    near = planted_corpus(texts, args.edits, np.random.default_rng(args.seed + 3))
+    """Ours beside datatrove's: near duplicates on planted pairs (``--peer-corpus pairs``) or on a crawl-shaped
+    corpus (``crawl``), signatures' documents/s, the filters on a degraded corpus: (the lines to print,
+    datatrove's version)."""
+    rng = np.random.default_rng(args.seed + 3)
+    if args.peer_corpus == "pairs":
+        corpus = Corpus(planted_corpus(texts, args.edits, rng), [(f"o{i}", f"c{i}") for i in range(len(texts))])
+    else:
+        corpus = crawl_corpus(crawl_texts(args.crawl_min_words), args.near_share, args.exact_share, args.edits, rng)
+    near = corpus.documents
+    timed = len(near) if args.peer_corpus == "pairs" else min(len(near), 2 * args.documents)
     documents = filter_corpus(args.documents, args.seed)
-    peer = run_peer(python, near, documents, settings, args.repeats)
+    peer = run_peer(python, near, documents, settings, args.repeats, timed)
     ids = [document for document, _ in near]
-    jaccards = [true_jaccard(near[2 * i][1], near[2 * i + 1][1], settings) for i in range(len(texts))]
-    peer_caught = pair_caught(len(texts), peer["cluster"])
-    peer_clustered = {document for document, value in peer["cluster"].items() if value not in (None, -1)}
+    text_of = dict(near)
+    jaccards = [true_jaccard(text_of[a], text_of[b], settings) for a, b in corpus.near_pairs]
+    peer_caught = pair_caught(corpus.near_pairs, peer["cluster"])
+    peer_clustered = {document for document in peer["cluster"] if in_cluster(peer["cluster"], document) is not None}
     # ours as the stage runs (a candidate pair verified by its estimated Jaccard), and without the verification
     # (min_jaccard 0: any shared band makes a pair, as datatrove's buckets do)
     variants = {"caught_ours": settings, "caught_ours_unverified": dataclasses.replace(settings, min_jaccard=0.0)}
     decided = {name: our_near_duplicates(near, variant) for name, variant in variants.items()}
-    caught = {name: pair_caught(len(texts), cluster) for name, (_, cluster) in decided.items()}
+    caught = {name: pair_caught(corpus.near_pairs, cluster) for name, (_, cluster) in decided.items()}
     same = np.equal(caught["caught_ours"], peer_caught)
-    by_band = {name: band_lines("peer_near_duplicates", np.array(list(zip(jaccards, values))))
+    by_band = {name: band_lines("peer_near_duplicates", np.array(list(zip(jaccards, values))).reshape(-1, 2))
                for name, values in {**caught, "caught_datatrove": peer_caught, "decided_same": same}.items()}
     lines = [{**{key: line[key] for key in ("part", "jaccard_from", "jaccard_below", "pairs")},
               **{name: by_band[name][band]["caught"] for name in by_band}}
              for band, line in enumerate(by_band["caught_datatrove"])]
+    planted = corpus.planted()
+    peer_mixed = mixed_clusters(peer["cluster"])
     for name, variant in variants.items():
         removed, cluster = decided[name]
-        lines.append({"part": "peer_near_agreement", "min_jaccard": variant.min_jaccard, "documents": len(ids),
+        mixed = mixed_clusters(cluster)
+        lines.append({"part": "peer_near_agreement", "corpus": args.peer_corpus, "min_jaccard": variant.min_jaccard,
+                      "documents": len(ids), "near_pairs": len(corpus.near_pairs),
+                      "exact_pairs": len(corpus.exact_pairs),
                       "removed_ours": len(removed), "removed_datatrove": len(peer["removed"]),
                       "duplicate_agreement": round(agreement(ids, set(cluster), peer_clustered), 4),
                       "removed_agreement": round(agreement(ids, set(removed), set(peer["removed"])), 4),
-                      "pairs_decided_same": round(float(np.mean(np.equal(caught[name], peer_caught))), 4)})
-    ours_rate = median_rate(lambda: [signature(text, settings) for _, text in near], len(near), args.repeats)
-    lines.append({"part": "peer_minhash_signature", "documents": len(near),
+                      "pairs_decided_same": round(float(np.mean(np.equal(caught[name], peer_caught))), 4)
+                      if corpus.near_pairs else None,
+                      "exact_caught_ours": sum(pair_caught(corpus.exact_pairs, cluster)),
+                      "exact_caught_datatrove": sum(pair_caught(corpus.exact_pairs, peer["cluster"])),
+                      "removed_unplanted_ours": sorted((d for d in removed if d not in planted), key=id_order),
+                      "removed_unplanted_datatrove": sorted((d for d in peer["removed"] if d not in planted),
+                                                            key=id_order),
+                      "mixed_clusters_ours": mixed, "mixed_clusters_datatrove": peer_mixed})
+    timed_texts = [text for _, text in near[:timed]]
+    ours_rate = median_rate(lambda: [signature(text, settings) for text in timed_texts], timed, args.repeats)
+    lines.append({"part": "peer_minhash_signature", "documents": timed,
                   "ours_documents_per_s": round(ours_rate, 1),
-                  "datatrove_documents_per_s": round(len(near) / peer["signature_s"], 1),
-                  "ratio": round(ours_rate * peer["signature_s"] / len(near), 2),
+                  "datatrove_documents_per_s": round(timed / peer["signature_s"], 1),
+                  "ratio": round(ours_rate * peer["signature_s"] / timed, 2),
                   "datatrove_stages_s": {name: round(value, 2) for name, value in peer["stages"].items()}})
     for name, decided in peer["filters"].items():
         ours_filter = OUR_FILTERS[name.split("_tfds")[0]]
@@ -418,8 +677,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timings per part (the median is printed)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pipeline-documents", type=int, default=0,
-                        help="other summaries planted with one copy each and run through `xlnet preprocess` "
-                             "(0: not run)")
+                        help="documents run through `xlnet preprocess` (0: not run): with --pipeline-corpus planted, "
+                             "other summaries planted with one copy each; with crawl, unique documents of which "
+                             "--near-share and --exact-share get a copy")
+    parser.add_argument("--pipeline-corpus", choices=("planted", "crawl"), default="planted",
+                        help="planted: summaries of at least --min-words words, each with one near copy, one file; "
+                             "crawl: every summary, the Bible's chapters, then documents of lines drawn at random, "
+                             f"in {PIPELINE_FILES} files")
+    parser.add_argument("--pipeline-cleaning", nargs="+", choices=tuple(CLEANINGS), default=["near"],
+                        help="the cleaned runs timed beside the plain one: near (--dedup near), full (--filters "
+                             "gopher,c4,fineweb --dedup exact,near)")
+    parser.add_argument("--pipeline-rounds", type=int, default=1,
+                        help="times the plain run and each cleaned one run, alternately (the medians compared)")
+    parser.add_argument("--peer-corpus", choices=("pairs", "crawl"), default="pairs",
+                        help="the near-duplicate corpus compared with datatrove: pairs (--documents summaries, each "
+                             "with one copy) or crawl (every summary of at least --crawl-min-words words, "
+                             "--near-share and --exact-share of them with a copy)")
+    parser.add_argument("--crawl-min-words", type=int, default=50,
+                        help="--peer-corpus crawl: the shortest summary used, in words")
+    parser.add_argument("--near-share", type=float, default=0.1,
+                        help="crawl corpora: the share of documents given one near copy (edited by --edits in turn)")
+    parser.add_argument("--exact-share", type=float, default=0.01,
+                        help="crawl corpora: the share of other documents given one exact copy")
     parser.add_argument("--workers", type=int, default=1, help="the pipeline runs' worker processes")
     parser.add_argument("--vocab", default=None, help="SentencePiece model for the pipeline runs (default: trained)")
     parser.add_argument("--peer-python", default=None,
@@ -432,6 +711,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--pipeline-documents must be at least 0, --workers at least 1")
     if args.peer_python and not Path(args.peer_python).is_file():
         parser.error(f"--peer-python {args.peer_python}: no such file (make datatrove-venv builds .venv-datatrove)")
+    if args.pipeline_rounds < 1 or args.crawl_min_words < 0:
+        parser.error("--pipeline-rounds must be at least 1, --crawl-min-words at least 0")
+    if not (0 <= args.near_share <= 1 and 0 <= args.exact_share <= 1 and args.near_share + args.exact_share <= 1):
+        parser.error("--near-share and --exact-share must be in [0, 1], their sum at most 1")
+    if args.peer_corpus == "crawl" and not args.peer_python:
+        parser.error("--peer-corpus crawl compares with datatrove: give --peer-python")
+    if args.pipeline_corpus == "crawl" and not args.pipeline_documents:
+        parser.error("--pipeline-corpus crawl: give --pipeline-documents N (the unique documents)")
     settings = MinHashSettings(seed=args.seed)
     texts = [" ".join(lines) for lines in wikipedia_documents(args.documents * 20)]
     texts = [text for text in texts if len(text.split()) >= args.min_words][:args.documents]
@@ -455,15 +742,26 @@ def main(argv: list[str] | None = None) -> int:
         for line in lines:
             print(json.dumps(line), flush=True)
     if args.pipeline_documents:
-        others = [" ".join(lines) for lines in wikipedia_documents((args.documents + args.pipeline_documents) * 20)]
-        others = [text for text in others if len(text.split()) >= args.min_words]
-        for line in through_the_pipeline(others[args.documents:args.documents + args.pipeline_documents], args,
-                                         settings):
+        if args.pipeline_corpus == "planted":
+            others = [" ".join(lines) for lines in wikipedia_documents((args.documents + args.pipeline_documents) * 20)]
+            others = [text for text in others if len(text.split()) >= args.min_words]
+            corpus = planted_pipeline_corpus(others[args.documents:args.documents + args.pipeline_documents], args)
+            vocab_texts = [text for kind in "oc" for document, text in corpus.documents if document[0] == kind]
+            files, shards = 1, (2, 1)
+        else:
+            unique = unique_texts(args.pipeline_documents, args.seed)
+            corpus = crawl_corpus(unique, args.near_share, args.exact_share, args.edits,
+                                  np.random.default_rng(args.seed + 5))
+            vocab_texts, files, shards = unique[:5000], PIPELINE_FILES, (PIPELINE_FILES, 1)
+        for line in through_the_pipeline(corpus, args, settings, vocab_texts, files, shards):
             print(json.dumps(line), flush=True)
     print(json.dumps({"part": "settings", "documents": len(texts), "edits": args.edits, "shingle_words":
                       settings.shingle_words, "bands": settings.bands, "rows": settings.rows,
                       "min_jaccard": settings.min_jaccard, "repeats": args.repeats,
-                      "pipeline_documents": args.pipeline_documents, "peer": peer_version}), flush=True)
+                      "pipeline_documents": args.pipeline_documents, "pipeline_corpus": args.pipeline_corpus,
+                      "pipeline_cleaning": args.pipeline_cleaning, "pipeline_rounds": args.pipeline_rounds,
+                      "peer_corpus": args.peer_corpus, "near_share": args.near_share, "exact_share": args.exact_share,
+                      "crawl_min_words": args.crawl_min_words, "peer": peer_version}), flush=True)
     return 0
 
 
