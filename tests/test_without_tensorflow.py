@@ -61,6 +61,22 @@ def test_a_command_that_needs_tensorflow_names_the_extra_to_install(tmp_path, sm
                                      'not need it)')
 
 
+
+def test_a_tensorflow_model_directory_as_the_jax_init_checkpoint_says_to_export_it_where_tensorflow_is(
+        tmp_path, small_data_dir):
+    init = tmp_path / "tf_model"
+    (init / "checkpoints").mkdir(parents=True)
+    (init / "checkpoints" / "ckpt-3.index").write_bytes(b"the TensorFlow engine's")
+    (init / "model_config.json").write_text("{}")
+    result = run_without_tensorflow(tmp_path, str(REPO / "xlnet_cli.py"), "train", "--data", small_data_dir,
+                                    "--model-dir", str(tmp_path / "model"), "--backend", "jax",
+                                    "--init-checkpoint", str(init))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip() == (
+        f"xlnet train: error: --init-checkpoint {init} holds the TensorFlow engine's checkpoints, which --backend "
+        "jax reads through TensorFlow, not installed here: on a machine with it, `xlnet export --model-dir "
+        f"{init} --format huggingface --output DIR`, then --init-checkpoint DIR")
+
 READ_AND_CHECKPOINT = """
 import sys
 import jax.numpy as jnp

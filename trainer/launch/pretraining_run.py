@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
+import os
+import subprocess
 import sys
+import tempfile
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from tfrecords.errors import UsageError
@@ -227,7 +231,7 @@ def build_jax_pretraining(run: PretrainingRun, held: contextlib.ExitStack | None
                                               uncased=bool(manifest.config.get("uncased", False)), log=log)
     return JaxPretrainingEngine(model, train, manifest=manifest, model_dir=run.model_dir,
                                 mixture=resolved.mixture(run), eval_sources=resolved.eval_sources(run),
-                                init_weights=huggingface_init(run), log=log, warn=warn_on_stderr,
+                                init_weights=jax_init_weights(run), log=log, warn=warn_on_stderr,
                                 after_first_save=after_first_save, step_flops=jax_step_flops(model, train))
 
 
@@ -240,10 +244,66 @@ def check_jax_run(run: PretrainingRun) -> None:
         from trainer.runtime.model_dir import ModelDirectory
 
         init = ModelDirectory(run.init_checkpoint)
-        if init.exists() and not is_huggingface_directory(init):
-            raise UsageError(f"--init-checkpoint {init.path} is a model directory; --backend jax starts from a "
-                             "Hugging Face directory (config.json, model.safetensors): write one with `xlnet export "
-                             f"--model-dir {init.path} --format huggingface --output DIR`")
+        if init.exists() and not is_huggingface_directory(init) and not init.orbax_steps():
+            if not init.latest_checkpoint():
+                raise UsageError(f"--init-checkpoint {init.path} holds no checkpoint under checkpoints/ (train first)")
+            if importlib.util.find_spec("tensorflow") is None:
+                raise UsageError(f"--init-checkpoint {init.path} holds the TensorFlow engine's checkpoints, which "
+                                 "--backend jax reads through TensorFlow, not installed here: on a machine with "
+                                 f"it, `xlnet export --model-dir {init.path} --format huggingface --output DIR`, "
+                                 "then --init-checkpoint DIR")
+
+
+def jax_init_weights(run: PretrainingRun) -> Callable | None:
+    """What gives a new JAX run's network the weights of ``--init-checkpoint``; None without one.
+
+    A Hugging Face directory is read as on the TensorFlow engine; a model directory the JAX engine
+    trained gives its newest Orbax step; one the TensorFlow engine trained is first written as a
+    Hugging Face directory by `xlnet export --format huggingface` under TensorFlow, in a child process
+    (Keras runs on one backend per process), into a temporary folder read back at once: the one way
+    of turning the TensorFlow engine's checkpoints into weights by name."""
+    from trainer.runtime.model_dir import ModelDirectory
+
+    loader = huggingface_init(run)
+    if loader is not None or not run.init_checkpoint:
+        return loader
+    init = ModelDirectory(run.init_checkpoint)
+    if init.orbax_steps():
+        from trainer.runtime.restore import assign_network_weights
+
+        checkpoint = init.join("checkpoints", str(init.orbax_steps()[-1]))
+
+        def load_orbax(network) -> str:
+            assign_network_weights(network, checkpoint)
+            return checkpoint
+
+        return load_orbax
+
+    def load_exported(network) -> str:
+        from trainer.conversion.huggingface_weights import load_tensors, read_huggingface_weights
+
+        with tempfile.TemporaryDirectory(prefix="xlnet-init-") as folder:
+            _export_with_tensorflow(init.path, folder)
+            load_tensors(read_huggingface_weights(folder, "--init-checkpoint"), network)
+        return f"{init.latest_checkpoint()} (the TensorFlow engine's, read through a Hugging Face export)"
+
+    return load_exported
+
+
+def _export_with_tensorflow(model_dir: str, output: str) -> None:
+    """`xlnet export --model-dir MODEL_DIR --format huggingface --output OUTPUT` under TensorFlow, in a
+    child process; its last line, as a RestoreError, when it fails."""
+    from trainer.runtime.restore import RestoreError
+
+    command = [sys.executable, "-m", "xlnet_cli", "export", "--model-dir", model_dir, "--format", "huggingface",
+               "--output", output]
+    done = subprocess.run(command, env={**os.environ, "KERAS_BACKEND": "tensorflow"}, capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        said = [line for line in done.stderr.splitlines() if line.strip()]
+        raise RestoreError(f"--init-checkpoint {model_dir}: its weights could not be exported for the JAX engine "
+                           f"(`xlnet export --format huggingface` exited {done.returncode}: "
+                           f"{said[-1] if said else 'no message'})")
 
 
 def check_jax_settings(train) -> None:

@@ -32,7 +32,8 @@ the NaN guard, preemption and the progress lines are the loop's, shared with the
 
 What it does not do is refused at start-up by the launcher (trainer/launch/pretraining_run.py):
 float16 (``mixed_float16`` needs dynamic loss scaling), ``--strategy``/``--tpu`` (tf.distribute's),
-and a TensorFlow model directory as ``--init-checkpoint`` or to resume.
+and resuming a TensorFlow model directory (as ``--init-checkpoint`` it is read through a Hugging Face
+export: the launcher's ``jax_init_weights``).
 """
 from __future__ import annotations
 
@@ -153,8 +154,8 @@ class JaxPretrainingEngine:
             raise UnreadableCheckpointError(
                 f"--model-dir {self.model_dir.path} holds the TensorFlow engine's checkpoints (ckpt-N under "
                 f"{self.model_dir.checkpoints}): resume it with --backend tensorflow, or start the JAX engine in a "
-                "new --model-dir (--init-checkpoint takes a Hugging Face directory: `xlnet export --format "
-                "huggingface` writes one from this directory)")
+                f"new --model-dir with --init-checkpoint {self.model_dir.path} (its weights are read through "
+                "`xlnet export --format huggingface`)")
 
         keras.mixed_precision.set_global_policy(config.precision)
         seed_everything(config.seed)

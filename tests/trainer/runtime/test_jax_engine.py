@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pytest
 
 from support.bundled_data import SMALL_DATA, SMALL_DATA_TRAINING
@@ -304,17 +305,69 @@ def test_a_model_directory_the_jax_engine_trained_exports_its_weights_to_hugging
     assert (tensors["transformer.word_embedding.weight"] == embedding).all()
 
 
-@pytest.mark.slow
-def test_the_tensorflow_engine_starts_from_a_model_directory_the_jax_engine_trained(jax_run, small_data_dir,
-                                                                                     tmp_path):
+@pytest.fixture(scope="module")
+def tensorflow_from_jax(jax_run, small_data_dir, tmp_path_factory) -> tuple[Path, str]:
+    """A TensorFlow run of 1 step started from jax_run's model directory. Its first update is of learning
+    rate 0 (the warm-up's first step), so its checkpoint holds jax_run's last weights exactly."""
     model_dir, _ = jax_run
+    tf_dir = tmp_path_factory.mktemp("tf_from_jax") / "tf"
     args = ["-m", "xlnet_cli", "train", "--backend", "tensorflow", "--data", small_data_dir, "--model-dir",
-            str(tmp_path / "tf"), "--init-checkpoint", str(model_dir),
+            str(tf_dir), "--init-checkpoint", str(model_dir),
             *[arg for item in SMALL + ["train_steps=1", "eval_every=0"] for arg in ("--set", item)]]
     process = start(args, env={"KERAS_BACKEND": "tensorflow"})
     text = output_of(process, timeout=600)[0]
     assert process.returncode == 0, text[-3000:]
-    assert f"initialised the model from {model_dir / 'checkpoints' / '4'}" in text
+    return tf_dir, text
+
+
+@pytest.mark.slow
+def test_the_tensorflow_engine_starts_from_a_model_directory_the_jax_engine_trained(jax_run, tensorflow_from_jax):
+    model_dir, _ = jax_run
+    assert f"initialised the model from {model_dir / 'checkpoints' / '4'}" in tensorflow_from_jax[1]
+
+
+def first_step_weights(init: Path, data: str, tmp_path: Path) -> tuple[list, str]:
+    """The network weights of step 1 (an update of learning rate 0) of a JAX run started from ``init``."""
+    from trainer.runtime.orbax_checkpoints import read_network_weights
+
+    model_dir = tmp_path / "jax"
+    output = train(data, model_dir, "train_steps=1", "eval_every=0", flags=["--init-checkpoint", str(init)])
+    return read_network_weights(str(model_dir / "checkpoints"), 1), output
+
+
+@pytest.mark.slow
+def test_the_jax_engine_starts_from_a_model_directory_the_jax_engine_trained(jax_run, small_data_dir, tmp_path):
+    from trainer.runtime.orbax_checkpoints import read_network_weights
+
+    model_dir, _ = jax_run
+    weights, output = first_step_weights(model_dir, small_data_dir, tmp_path)
+    assert f"initialised the model from {model_dir / 'checkpoints' / '4'}" in output
+    for got, want in zip(weights, read_network_weights(str(model_dir / "checkpoints"), 4), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.slow
+def test_the_jax_engine_starts_from_a_model_directory_the_tensorflow_engine_trained(jax_run, tensorflow_from_jax,
+                                                                                  small_data_dir, tmp_path):
+    """Through a Hugging Face export under TensorFlow in a child process: jax_run's weights come back
+    exactly, after a round trip JAX -> TensorFlow -> JAX."""
+    from trainer.runtime.orbax_checkpoints import read_network_weights
+
+    (model_dir, _), (tf_dir, _) = jax_run, tensorflow_from_jax
+    weights, output = first_step_weights(tf_dir, small_data_dir, tmp_path)
+    assert f"initialised the model from {tf_dir / 'checkpoints' / 'ckpt-1'} (the TensorFlow engine's" in output
+    for got, want in zip(weights, read_network_weights(str(model_dir / "checkpoints"), 4), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_tensorflow_model_directory_without_a_checkpoint_is_refused_under_jax(small_data_dir, tmp_path):
+    init = tmp_path / "init"
+    (init / "checkpoints").mkdir(parents=True)
+    (init / "model_config.json").write_text("{}")
+    result = refused("--backend", "jax", "--data", small_data_dir, "--model-dir", str(tmp_path / "m"),
+                     "--init-checkpoint", str(init), *[arg for item in SMALL for arg in ("--set", item)])
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"--init-checkpoint {init} holds no checkpoint under checkpoints/ (train first)" in result.stderr
 
 
 @pytest.mark.slow
