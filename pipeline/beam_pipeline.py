@@ -4,7 +4,8 @@ Stages (each DoFn loads what it needs once per worker in ``setup``: the Sentence
 is read from ``--vocab``, which workers must be able to read, and checked against the
 SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
 
-    matched files interleaved with one EveryShard marker per shard (Create redistributes them)
+    one ReadTask per matched file, each with some of the EveryShard markers (one per shard)
+    (Create deals them to the workers in turn: every worker reads files)
         -> ReadDocuments: documents, placed by the seeded hash of their key, as compact
            ((split, shard), RawDocuments) batches, then the file's read report on shard
            train-0's key (REPORT_CARRIER); a marker seeds its shard with None so that empty
@@ -155,18 +156,34 @@ class _ShardBuffer:
 
 
 class EveryShard(NamedTuple):
-    """A marker that travels with the matched files, one per shard: ReadDocuments seeds that shard's
-    key with None, so that an empty shard gets its (empty) file too.
+    """A marker that travels with the matched files (in their ReadTasks), one per shard: ReadDocuments
+    seeds that shard's key with None, so that an empty shard gets its (empty) file too.
 
     Markers rather than a second Create flattened into the shuffle because the local runner
-    runs such a Flatten as a stage of its own that copies all the read text once more; one per
-    shard (not one for all) so that a runner partitioning its input by count (Dask) spreads the
-    shards' work too."""
+    runs such a Flatten as a stage of its own that copies all the read text once more."""
 
     split: str
     shard: int
 
 
+class ReadTask(NamedTuple):
+    """One element of the matched files: a file to read (None only in a run without files) and the
+    markers of the shards it seeds."""
+
+    file: InputFile | None
+    markers: tuple[EveryShard, ...] = ()
+
+
+def read_tasks(files: list[InputFile], markers: list[EveryShard]) -> list[ReadTask]:
+    """One task per file, the markers dealt among them in turn, so that every element is a file to read.
+
+    Runners hand a Create's elements to their workers by position: FnApiRunner deals them in turn (the
+    i-th to worker i mod n), Dask cuts them into consecutive partitions; either way each worker gets
+    files. Files and markers as separate elements, alternating, put every file at an even position, and
+    FnApiRunner's two workers then had one read every file while the other seeded shards."""
+    if not files:
+        return [ReadTask(None, tuple(markers))]
+    return [ReadTask(file, tuple(markers[k::len(files)])) for k, file in enumerate(files)]
 
 
 class DuplicateCandidate(NamedTuple):
@@ -261,11 +278,10 @@ SHARD_STATS = ("empty_documents", "short_streams", "uncovered_tokens")
 
 
 class ReadDocuments(beam.DoFn):
-    """InputFile -> ((split, shard), RawDocuments): each document placed by its key, batched per shard,
-    then (REPORT_CARRIER, the file's read report: a dict with kind "read").
-
-    EveryShard -> ((split, shard), None) for its shard. Under --dedup, also a KeyedCandidate for every
-    document the filters kept."""
+    """ReadTask -> ((split, shard), None) for each of its markers' shards, then its file's documents as
+    ((split, shard), RawDocuments): each document placed by its key, batched per shard, then
+    (REPORT_CARRIER, the file's read report: a dict with kind "read"). Under --dedup, also a
+    KeyedCandidate for every document the filters kept."""
 
     def __init__(self, config: PreprocessConfig):
         self._config = config
@@ -273,12 +289,16 @@ class ReadDocuments(beam.DoFn):
         self._language = LanguageFilter(config.languages, config.language_threshold) if config.languages else None
         self._counters = Counters(*READ_STATS)
 
-    def process(self, input_file: InputFile | EveryShard) -> Iterator[tuple[tuple[str, int],
-                                                                           RawDocuments | dict | None]]:
+    def process(self, task: ReadTask) -> Iterator[tuple[tuple[str, int], RawDocuments | dict | None]
+                                                  | KeyedCandidate]:
+        for marker in task.markers:
+            yield (marker.split, marker.shard), None
+        if task.file is not None:
+            yield from self._read(task.file)
+
+    def _read(self, input_file: InputFile) -> Iterator[tuple[tuple[str, int], RawDocuments | dict | None]
+                                                       | KeyedCandidate]:
         c = self._config
-        if isinstance(input_file, EveryShard):
-            yield (input_file.split, input_file.shard), None
-            return
         stats: Counter = Counter()
         index = -1
         start = time.time()
@@ -710,12 +730,6 @@ def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dic
                     counters=counters)
 
 
-def interleaved(files: list[InputFile], markers: list[EveryShard]) -> list[InputFile | EveryShard]:
-    """Files and shard markers alternating, so that a runner cutting the list into consecutive
-    partitions (Dask) gives every partition some reading to do."""
-    return [item for pair in itertools.zip_longest(files, markers) for item in pair if item is not None]
-
-
 def duplicates_removed(candidates, config: PreprocessConfig) -> list:
     """The dedup stages from ReadDocuments' KeyedCandidates: the PCollections of ((split, shard),
     DuplicateRemoved) to join to the shards. Exact first; the near stage takes the copies it kept (or, without
@@ -751,7 +765,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Voc
     staging = staging_directory(config.output, run_id)
     open_staging(staging)
     path = report_path(config.output, run_id)
-    matched = pipeline | "MatchedFiles" >> beam.Create(interleaved(files, every_shard(config)))  # Create spreads them
+    # Create hands its elements to the workers by position: one file each (read_tasks) spreads the reading.
+    matched = pipeline | "MatchedFiles" >> beam.Create(read_tasks(files, every_shard(config)))
     if config.dedup:
         read = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
         documents = (read | "ShardElements" >> beam.Filter(is_shard_element),

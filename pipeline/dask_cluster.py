@@ -8,8 +8,8 @@
 * Before any work, every worker must import the pipeline (Apache Beam, SentencePiece, this
   project): a worker that cannot is named, with the missing package.
 * Partitions: Beam's default (128 elements each) would put every read and every shard into one
-  task. The run instead splits its elements (input files and shard markers) into at least twice
-  as many partitions as the cluster has workers, when there are that many elements;
+  task. The run instead splits its elements (one per input file, with the shard markers) into at
+  least twice as many partitions as the cluster has workers, when there are that many elements;
   ``--dask_npartitions`` or ``--dask_partition_size`` override it.
 * A scheduler that cannot be reached, or that goes away mid-run, and workers lost beyond what Dask
   retries, are one DaskError (exit 3) naming ``--dask-scheduler``.

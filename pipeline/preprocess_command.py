@@ -354,7 +354,7 @@ def preprocess(config: PreprocessConfig, runner: str = "FnApiRunner", workers: i
             if is_dask(runner):
                 cluster = stack.enter_context(dask_cluster(dask_scheduler or scheduler_option(runner_options),
                                                            workers, connection_timeout(runner_options)))
-                elements = len(files) + config.num_shards + config.valid_shards
+                elements = max(1, len(files))  # the Create's elements: one ReadTask per file (beam_pipeline)
                 runner_options = cluster.runner_options(runner_options, elements)
                 workers = len(cluster.workers)
             options = pipeline_options(runner, workers, runner_options)

@@ -119,10 +119,15 @@ def written_with_workers(tmp_path: Path, inputs: list[str], spm_model: str, work
     output, removed = tmp_path / f"workers{workers}", tmp_path / f"removed{workers}"
     config = PreprocessConfig(inputs=tuple(inputs), output=str(output), vocab=spm_model, removed=str(removed),
                               **cleaning, **settings)
-    preprocess(config, workers=workers)
+    _, counters = preprocess(config, workers=workers)
     manifest = json.loads((output / "manifest.json").read_text())
+    readers[workers] = len(counters.report.reads)
     return {**{p.name: p.read_bytes() for p in sorted([*output.glob("*.tfrecord"), *removed.glob("*.jsonl")])},
             "counters": json.dumps(manifest["counters"], sort_keys=True).encode()}
+
+
+# How many worker processes read files in the last run written_with_workers made with that many workers.
+readers: dict[int, int] = {}
 
 
 @pytest.mark.slow  # two runs with worker processes (about 40 s)
@@ -229,6 +234,7 @@ def test_deduplicated_runs_write_the_same_bytes_with_one_or_two_worker_processes
     outputs = [written_with_workers(tmp_path, copied_corpus[0], spm_model, workers, filters=("c4",),
                                     dedup=("exact", "near")) for workers in (1, 2)]
     assert outputs[0] == outputs[1] and b'"removed_documents_near": 40' in outputs[0]["counters"]
+    assert readers[2] == 2  # the three files are read on both workers, not one after another on one
 
 @pytest.mark.slow  # a Dask cluster of two workers, and the same run on FnApiRunner (about 40 s)
 def test_cleaned_runs_on_a_dask_cluster_write_fnapirunners_bytes_and_counters(tmp_path, copied_corpus, spm_model):

@@ -349,14 +349,14 @@ def test_local_default_is_multi_processing_with_one_worker_per_core(tmp_path):
 
 
 def test_reader_sends_each_document_to_the_shard_of_its_stream(corpus_sample, spm_model):
-    from pipeline.beam_pipeline import ReadDocuments
+    from pipeline.beam_pipeline import ReadDocuments, ReadTask
     from pipeline.corpus import expand_inputs, read_documents
     from pipeline.streams import place_document, shard_of_stream
 
     config = PreprocessConfig(inputs=(corpus_sample,), output="unused", vocab=spm_model, **TINY_DATA)
     (input_file,) = expand_inputs(config.inputs)
     received, reports = {}, []
-    for (split, shard), batch in ReadDocuments(config).process(input_file):
+    for (split, shard), batch in ReadDocuments(config).process(ReadTask(input_file)):
         if isinstance(batch, dict):  # the file's read report, bound for the last stage
             reports.append(((split, shard), batch))
             continue
@@ -370,6 +370,25 @@ def test_reader_sends_each_document_to_the_shard_of_its_stream(corpus_sample, sp
     ((carrier, report),) = reports
     assert carrier == ("train", 0) and report["file"] == input_file.path
     assert (report["files"], report["documents_read"]) == (1, len(expected))
+
+
+def test_every_element_the_readers_get_is_a_file_and_every_shard_is_seeded_once(spm_model):
+    """Runners deal a Create's elements to their workers by position (FnApiRunner in turn, Dask in consecutive
+    runs): one file per element gives every worker reading, whatever the number of workers."""
+    from pipeline.beam_pipeline import EveryShard, ReadDocuments, ReadTask, every_shard, read_tasks
+    from pipeline.corpus import InputFile
+
+    config = PreprocessConfig(inputs=("unused",), output="unused", vocab=spm_model, **TINY_DATA)
+    markers = every_shard(config)
+    for count in (1, 2, 3, len(markers) + 2):
+        files = [InputFile(f"/corpus/{i}.txt", f"{i}.txt", 1) for i in range(count)]
+        tasks = read_tasks(files, markers)
+        assert [task.file for task in tasks] == files
+        assert sorted(marker for task in tasks for marker in task.markers) == sorted(markers)
+    (task,) = read_tasks([], markers)
+    assert task == ReadTask(None, tuple(markers))
+    seeded = list(ReadDocuments(config).process(ReadTask(None, (EveryShard("valid", 0), EveryShard("train", 1)))))
+    assert seeded == [(("valid", 0), None), (("train", 1), None)]
 
 
 def test_dataflow_refuses_local_paths_its_workers_cannot_read(tmp_path, corpus_sample, spm_model):
