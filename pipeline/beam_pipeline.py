@@ -12,11 +12,13 @@ SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
            shards get their (empty) file too
         (--dedup: ReadDocuments also gives each document as a KeyedCandidate (its exact key, its
            MinHash signature); exact: GroupByText groups the copies of a text, ExactDuplicates names
-           every copy but the kept one to its shard and passes the kept one on; near: SignatureBands ->
-           GroupByBand (a worker holds one band group's members) -> NearPairs (each member with the
-           group's least-ranked one, the estimated Jaccard checked) -> AllPairs (one group of the pairs
-           found, on one worker: edges between duplicates only) -> NearClusters names every member of a
-           connected component but the kept one to its shard)
+           every copy but the kept one to its shard and passes the kept one on; near: SignatureBands
+           (band keys and document keys, no signature) -> GroupByBand (a worker holds one band group's
+           keys) -> BandPairs (each member with the group's least-ranked one) -> JoinSignatures (by
+           document, with the candidates) -> GroupByPair (a candidate pair's two signatures) -> NearPairs
+           (the estimated Jaccard checked) -> AllPairs (one group of the pairs found, on one worker: edges
+           between duplicates only) -> NearClusters names every member of a connected component but the
+           kept one to its shard)
         -> GroupByKey: the only shuffle of the text
         -> WriteShard: normalise + tokenise the shard's documents, per stream concatenate
            them in hash order, build records (forward, then reversed with bi_data), write the
@@ -70,8 +72,8 @@ from apache_beam.metrics import Metrics
 
 from pipeline.cleaning import (clean_document, dedup_flow, dedup_input_counters, removal_counters,
                                stage_counters)
-from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, exact_key, keep_rank, kept_and_removed,
-                                      pairs_in_band, signature)
+from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, band_pairs, estimated_jaccard, exact_key,
+                                      keep_rank, kept_and_removed, signature)
 from pipeline.corpus import CorpusError, InputFile, read_documents, read_identified_documents
 from pipeline.language_id import LanguageFilter
 from pipeline.data_directory import (OutputWriteError, create_in_run, open_staging, remove_staged_shards, report_path,
@@ -188,7 +190,7 @@ def read_tasks(files: list[InputFile], markers: list[EveryShard]) -> list[ReadTa
 
 class DuplicateCandidate(NamedTuple):
     """A document as the dedup stages group it: its key, where it goes, its size; under --dedup near also its
-    MinHash signature (uint64 bytes, dropped once its band groups are formed)."""
+    MinHash signature (uint64 bytes, shuffled once to the candidate pairs it is in, then dropped)."""
 
     key: str
     split: str
@@ -400,31 +402,56 @@ class ExactDuplicates(beam.DoFn):
                                                                   kept.id)
 
 
-def band_members(candidate: DuplicateCandidate, settings: MinHashSettings) -> Iterator[
-        tuple[bytes, DuplicateCandidate]]:
-    """(band key, candidate) for each of the candidate's LSH bands: the near-duplicate stage's shuffle."""
+def band_members(candidate: DuplicateCandidate, settings: MinHashSettings) -> Iterator[tuple[bytes, str]]:
+    """(band key, document key) for each of the candidate's LSH bands: the near-duplicate stage's largest
+    shuffle (``bands`` elements per document), so it carries plain bytes and text that Beam's coder handles
+    without pickling, and no signature: most band groups hold one document and need none."""
     for band in band_keys(np.frombuffer(candidate.signature, dtype=np.uint64), settings):
-        yield band, candidate
+        yield band, candidate.key
+
+
+class BandPairs(beam.DoFn):
+    """(band key, the keys of the documents sharing it) -> (document key, pair) for both documents of each
+    candidate pair the group gives (``band_pairs``: each member with the group's least-ranked one), so that
+    the join by document brings the pair the two signatures. A group of one (most) gives nothing."""
+
+    def __init__(self, seed: int):
+        self._seed = seed
+
+    def process(self, element: tuple[bytes, Iterable[str]]) -> Iterator[tuple[str, tuple[str, str]]]:
+        for pair in band_pairs(element[1], self._seed):
+            yield pair[0], pair
+            yield pair[1], pair
+
+
+def signed_pair_ends(element: tuple[str, dict[str, Iterable]]) -> Iterator[tuple[tuple[str, str], DuplicateCandidate]]:
+    """(document key, {"candidate": its candidate, "pairs": the candidate pairs it is in}) -> (pair, candidate)
+    once per distinct pair (several bands may give the same pair): a signature travels only to the pairs
+    found, never with every band."""
+    _, joined = element
+    pairs = set(joined["pairs"])
+    if pairs:
+        (candidate,) = joined["candidate"]
+        for pair in sorted(pairs):
+            yield pair, candidate
 
 
 class NearPairs(beam.DoFn):
-    """(band key, the candidates sharing it) -> (None, (a, b)) for each duplicate pair the group gives
-    (``pairs_in_band``: each member with the group's least-ranked one, the estimated Jaccard checked), the
-    candidates without their signatures. A worker holds the members of one band group at a time: its
-    memory grows with the duplicates grouped, not with the corpus."""
+    """((a, b), the two candidates) -> (None, (a, b)) when their signatures' estimated Jaccard is at least
+    ``min_jaccard`` (``pairs_in_band``'s check), the candidates without their signatures."""
 
     def __init__(self, settings: MinHashSettings):
         self._settings = settings
 
-    def process(self, element: tuple[bytes, Iterable[DuplicateCandidate]]) -> Iterator[
+    def process(self, element: tuple[tuple[str, str], Iterable[DuplicateCandidate]]) -> Iterator[
             tuple[None, tuple[DuplicateCandidate, DuplicateCandidate]]]:
-        _, members = element
-        by_key = {member.key: member for member in members}
-        if len(by_key) < 2:
-            return
-        signed = [(key, np.frombuffer(member.signature, dtype=np.uint64)) for key, member in by_key.items()]
-        for a, b in pairs_in_band(signed, self._settings.min_jaccard, self._settings.seed):
-            yield None, (by_key[a]._replace(signature=b""), by_key[b]._replace(signature=b""))
+        (a_key, b_key), ends = element
+        by_key = {end.key: end for end in ends}
+        a, b = by_key[a_key], by_key[b_key]
+        similarity = estimated_jaccard(np.frombuffer(a.signature, dtype=np.uint64),
+                                       np.frombuffer(b.signature, dtype=np.uint64))
+        if similarity >= self._settings.min_jaccard:
+            yield None, (a._replace(signature=b""), b._replace(signature=b""))
 
 
 class NearClusters(beam.DoFn):
@@ -733,8 +760,9 @@ def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dic
 def duplicates_removed(candidates, config: PreprocessConfig) -> list:
     """The dedup stages from ReadDocuments' KeyedCandidates: the PCollections of ((split, shard),
     DuplicateRemoved) to join to the shards. Exact first; the near stage takes the copies it kept (or, without
-    exact dedup, every candidate): signature bands -> GroupByKey per band -> pairs verified -> one group of
-    every pair -> clusters -> every member but the kept one."""
+    exact dedup, every candidate): band keys with document keys -> GroupByKey per band -> candidate pairs ->
+    joined by document with the candidates (their signatures) -> GroupByKey per pair -> pairs verified -> one
+    group of every pair -> clusters -> every member but the kept one."""
     removed = []
     if "exact" in config.dedup:
         exact = (candidates
@@ -745,9 +773,15 @@ def duplicates_removed(candidates, config: PreprocessConfig) -> list:
         candidates = exact | "ExactKept" >> beam.Filter(is_candidate)
     if "near" in config.dedup:
         settings = config.minhash_settings()
-        removed.append(candidates
-                       | "SignatureBands" >> beam.FlatMap(lambda element: band_members(element.candidate, settings))
-                       | "GroupByBand" >> beam.GroupByKey()
+        pair_ends = (candidates
+                     | "SignatureBands" >> beam.FlatMap(lambda element: band_members(element.candidate, settings))
+                     | "GroupByBand" >> beam.GroupByKey()
+                     | "BandPairs" >> beam.ParDo(BandPairs(settings.seed)))
+        by_document = candidates | "ByDocument" >> beam.Map(lambda element: (element.candidate.key, element.candidate))
+        removed.append({"candidate": by_document, "pairs": pair_ends}
+                       | "JoinSignatures" >> beam.CoGroupByKey()
+                       | "SignedPairEnds" >> beam.FlatMap(signed_pair_ends)
+                       | "GroupByPair" >> beam.GroupByKey()
                        | "NearPairs" >> beam.ParDo(NearPairs(settings))
                        | "AllPairs" >> beam.GroupByKey()
                        | "NearClusters" >> beam.ParDo(NearClusters(config.seed)))

@@ -156,16 +156,22 @@ class Clusters:
         return out
 
 
-def pairs_in_band(members: Iterable[tuple[str, np.ndarray]], min_jaccard: float, seed: int = 0) -> list[tuple[str, str]]:
-    """The duplicate pairs one band group gives: each member paired with the group's member of least
-    ``keep_rank`` (never every pair: a group of n gives at most n - 1), kept where the two signatures'
-    estimated Jaccard is at least ``min_jaccard``. Members are (document id, signature)."""
-    ordered = sorted(members, key=lambda member: (keep_rank(member[0], seed), member[0]))
-    if len(ordered) < 2:
+def band_pairs(members: Iterable[str], seed: int = 0) -> list[tuple[str, str]]:
+    """The candidate pairs one band group gives, before any signature is compared: each member (document id)
+    paired with the group's member of least ``keep_rank`` (never every pair: a group of n gives n - 1)."""
+    distinct = set(members)
+    if len(distinct) < 2:  # most band groups: no rank to compute
         return []
-    first, first_signature = ordered[0]
-    return [(first, document) for document, values in ordered[1:]
-            if estimated_jaccard(first_signature, values) >= min_jaccard]
+    ordered = sorted(distinct, key=lambda document: (keep_rank(document, seed), document))
+    return [(ordered[0], document) for document in ordered[1:]]
+
+
+def pairs_in_band(members: Iterable[tuple[str, np.ndarray]], min_jaccard: float, seed: int = 0) -> list[tuple[str, str]]:
+    """The duplicate pairs one band group gives: its ``band_pairs`` whose two signatures' estimated Jaccard is
+    at least ``min_jaccard``. Members are (document id, signature)."""
+    signatures = dict(members)
+    return [(a, b) for a, b in band_pairs(signatures, seed)
+            if estimated_jaccard(signatures[a], signatures[b]) >= min_jaccard]
 
 
 def kept_and_removed(groups: Iterable[list[str]], seed: int = 0) -> Mapping[str, str]:

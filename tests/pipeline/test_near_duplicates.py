@@ -10,6 +10,7 @@ from pipeline.near_duplicates import (
     Clusters,
     MinHashSettings,
     band_keys,
+    band_pairs,
     dedup_text,
     estimated_jaccard,
     exact_key,
@@ -117,6 +118,16 @@ def test_a_band_group_of_n_gives_n_minus_1_pairs_each_with_its_least_ranked_memb
     pairs = pairs_in_band(members, SETTINGS.min_jaccard)
     assert len(pairs) == 199 and len({first for first, _ in pairs}) == 1
     assert pairs == pairs_in_band(list(reversed(members)), SETTINGS.min_jaccard)
+
+
+def test_a_band_groups_candidate_pairs_need_only_its_members_keys_whatever_their_order():
+    # The pipeline groups document keys per band and brings the signatures to these pairs only afterwards.
+    members = [f"doc-{i}" for i in range(50)]
+    pairs = band_pairs(members)
+    assert len(pairs) == 49 and len({first for first, _ in pairs}) == 1
+    assert pairs == band_pairs(list(reversed(members))) == band_pairs(members + members[:5])
+    assert band_pairs(["alone"]) == band_pairs([]) == []
+    assert band_pairs(members, seed=1) != pairs
 
 
 def test_a_band_group_pairs_only_members_whose_signatures_agree_enough(documents):
