@@ -2,6 +2,10 @@
 and keeps one just within it, with the anchors' default thresholds; real prose passes all of them."""
 from __future__ import annotations
 
+import dataclasses
+import random
+from collections import Counter
+
 import pytest
 
 from pipeline.quality_filters import (
@@ -9,6 +13,8 @@ from pipeline.quality_filters import (
     FineWebRules,
     GopherQuality,
     GopherRepetition,
+    PUNCTUATION,
+    WordNGrams,
     c4_clean,
     duplicate_ngram_share,
     fineweb_quality,
@@ -101,6 +107,82 @@ def test_the_top_two_gram_share_is_its_characters_times_its_count_over_all_words
 def test_the_duplicate_ngram_share_counts_each_covered_word_once():
     # the 2-gram "x y" occurs twice; the 4 words it covers hold 4 of the 6 words' 6 characters
     assert duplicate_ngram_share(["x", "y", "x", "y", "p", "q"], 2) == pytest.approx(4 / 6)
+
+
+def reference_top_share(words: list[str], n: int) -> float:
+    """The top n-gram rule as first written: tuples of the words themselves."""
+    grams = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    total = sum(map(len, words))
+    if not grams or not total:
+        return 0.0
+    gram, count = max(grams.items(), key=lambda item: (item[1], item[0]))
+    return sum(map(len, gram)) * count / total
+
+
+def reference_duplicate_share(words: list[str], n: int) -> float:
+    """The duplicate n-gram rule as first written: every share computed, word tuples sliced."""
+    starts = range(len(words) - n + 1)
+    grams = Counter(tuple(words[i:i + n]) for i in starts)
+    covered = bytearray(len(words))
+    for i in starts:
+        if grams[tuple(words[i:i + n])] > 1:
+            covered[i:i + n] = b"\x01" * n
+    total = sum(map(len, words))
+    return sum(len(word) for word, inside in zip(words, covered) if inside) / total if total else 0.0
+
+
+def reference_ngram_reason(text: str, rules: GopherRepetition = GopherRepetition()) -> str | None:
+    """What the n-gram rules decide of ``text`` when each share is computed, in the rules' order."""
+    words = [word.lower() for word in words_of(text) if word not in PUNCTUATION]
+    for n, limit in rules.top_ngram_chars:
+        if reference_top_share(words, n) > limit:
+            return f"gopher_top_{n}_gram"
+    for n, limit in rules.duplicate_ngram_chars:
+        if reference_duplicate_share(words, n) > limit:
+            return f"gopher_duplicate_{n}_grams"
+    return None
+
+
+def pages_with_repeats(count: int) -> list[str]:
+    """Pages of words drawn from small vocabularies, some with a phrase repeated: every n-gram rule's share from
+    none to all, ties for the top n-gram among words of different lengths."""
+    rng = random.Random(46)
+    pages = []
+    for _ in range(count):
+        vocabulary = [rng.choice(["a", "an", "the", "river", "Rivers", "x", "über", "zq"]) + str(rng.randrange(9))
+                      for _ in range(rng.randrange(2, 60))]
+        words = [rng.choice(vocabulary) for _ in range(rng.randrange(0, 120))]
+        if words and rng.random() < 0.5:
+            start = rng.randrange(len(words))
+            phrase = words[start:start + rng.randrange(5, 12)]
+            words[rng.randrange(len(words)):0] = phrase
+        pages.append(" ".join(words))
+    return pages
+
+
+def test_the_ngram_rules_give_the_exact_shares_and_reasons_of_word_tuples():
+    """The integer n-grams (and the duplicate shares skipped when a shorter n bounds them) decide exactly as
+    tuples of words, each share computed, on real summaries and on pages full of repeats; also with limits
+    that do not fall as n grows."""
+    texts = [" ".join(lines) for lines in read_corpus_documents(WIKI_SUMMARIES, 100)] + pages_with_repeats(300)
+    other = GopherRepetition(top_ngram_chars=((1, 0.6), (3, 0.3)),
+                             duplicate_ngram_chars=((5, 0.3), (6, 0.2), (7, 0.25), (8, 0.05), (10, 0.01)))
+    reasons = {}
+    for rules in (GopherRepetition(), other):
+        ngram_rules_only = dataclasses.replace(rules, max_duplicate_paragraphs=1.0, max_duplicate_paragraph_chars=1.0,
+                                               max_duplicate_lines=1.0, max_duplicate_line_chars=1.0)
+        decided = [gopher_repetition(text, ngram_rules_only) for text in texts if text.strip()]
+        assert decided == [reference_ngram_reason(text, ngram_rules_only) for text in texts if text.strip()]
+        reasons[rules] = set(decided)
+    assert {None, "gopher_top_2_gram", "gopher_duplicate_5_grams", "gopher_duplicate_7_grams"} <= reasons[
+        GopherRepetition()]  # a duplicate rule met after shares skipped
+    assert {"gopher_duplicate_6_grams", "gopher_duplicate_8_grams"} <= reasons[other]
+    for text in texts[:150]:
+        words = [word.lower() for word in words_of(text) if word not in PUNCTUATION]
+        ngrams = WordNGrams(words)
+        for n in range(1, 12):
+            assert ngrams.top_share(n) == reference_top_share(words, n)
+            assert ngrams.duplicate_share(n) == reference_duplicate_share(words, n)
 
 
 @pytest.mark.parametrize("copies, reason", [(3, None), (4, "gopher_duplicate_lines")])
