@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv interop-venv datatrove-venv test test-slow test-all test-interop demo bench clean
+.PHONY: venv interop-venv jax-venv datatrove-venv test test-slow test-all test-interop test-jax-venv demo bench clean
 
 venv: $(STAMP)
 
@@ -48,6 +48,25 @@ interop-venv: $(INTEROP_STAMP)
 test-interop: $(INTEROP_STAMP)
 	$(INTEROP_PY) -m pytest -q tests/trainer/conversion/test_interop_transformers.py
 
+# A real `pip install -e ".[jax]"` in its own venv, as a GPU machine or TPU VM running JAX only has it:
+# pip's resolution of the extra (none of its dependencies may bring TensorFlow) and the commands run
+# where TensorFlow is not installed (tests/test_jax_only_venv.py). pytest only, not the test extra,
+# which brings TensorFlow and Beam; --noconftest, since tests/conftest.py imports TensorFlow at start.
+JAX_VENV := .venv-jax
+JAX_PY := $(JAX_VENV)/bin/python
+JAX_STAMP := $(JAX_VENV)/.installed
+
+$(JAX_STAMP): setup.py
+	test -x $(JAX_PY) || $(PYTHON) -m venv $(JAX_VENV)
+	$(JAX_PY) -m pip install -q --upgrade pip
+	$(JAX_PY) -m pip install -q -e ".[jax]" "pytest>=8"
+	touch $(JAX_STAMP)
+
+jax-venv: $(JAX_STAMP)
+
+test-jax-venv: $(JAX_STAMP)
+	$(JAX_PY) -m pytest -q --noconftest -rs tests/test_jax_only_venv.py
+
 # The corpus-cleaning peer (benchmarks/cleaning.py --peer-python .venv-datatrove/bin/python) in its own venv:
 # datatrove with what its MinHash and its Gopher, C4 and FineWeb filters import (spaCy's blank English
 # pipeline is its word and sentence splitter: no model to download; xxhash, regex, orjson, tokenizers),
@@ -69,4 +88,4 @@ demo: $(STAMP)
 	$(PY) demo.py $(if $(FROM),--from-step $(FROM))
 
 clean:
-	rm -rf $(VENV) $(INTEROP_VENV) build *.egg-info
+	rm -rf $(VENV) $(INTEROP_VENV) $(JAX_VENV) build *.egg-info
