@@ -23,11 +23,13 @@ What it promises, as docs/reliability.md does for the TensorFlow checkpoints:
 from __future__ import annotations
 
 import contextlib
+import os
 import posixpath
 import sys
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from tfrecords.errors import UsageError
+from trainer.runtime import file_system
 from trainer.runtime.jax_processes import wait_for_every_process
 from trainer.runtime.training_stops import UnreadableCheckpointError
 
@@ -63,7 +65,7 @@ class OrbaxCheckpoints:
                                                create=True, cleanup_tmp_directories=True)
         # The handlers named, so that a checkpoint's metadata can be read before its arrays (_check_shapes).
         handlers = {"state": ocp.StandardCheckpointHandler(), "position": ocp.JsonCheckpointHandler()}
-        self._manager = ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
+        self._manager = ocp.CheckpointManager(orbax_path(directory), options=options, item_handlers=handlers)
         self._quiet = _closed_loop_callbacks_ignored()
         self._quiet.__enter__()  # until close()
 
@@ -193,6 +195,13 @@ class OrbaxCheckpoints:
         return str(target)
 
 
+def orbax_path(directory: str) -> str:
+    """``directory`` as Orbax takes it: a local path made absolute (its tensorstore refuses a relative
+    one, "Checkpoint path should be absolute", so a relative --model-dir failed at the first save), a
+    gs:// URL as it is."""
+    return directory if file_system.has_scheme(directory) else os.path.abspath(directory)
+
+
 def read_network_weights(directory: str, step: int) -> list:
     """The network's weights (``StepState.trainable``: the pretrainer's trainable variables in order,
     which are its network's) of the JAX engine's checkpoint ``step`` under ``directory``, as NumPy
@@ -207,7 +216,7 @@ def read_network_weights(directory: str, step: int) -> list:
                          "pip install \"xlnet-pretrain[jax]\"") from None
     handlers = {"state": ocp.StandardCheckpointHandler(), "position": ocp.JsonCheckpointHandler()}
     with _closed_loop_callbacks_ignored():
-        manager = ocp.CheckpointManager(directory, item_handlers=handlers)
+        manager = ocp.CheckpointManager(orbax_path(directory), item_handlers=handlers)
         try:
             state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
             weights = state["trainable"] if isinstance(state, dict) else state[0]

@@ -19,7 +19,7 @@ import jax.numpy as jnp  # noqa: E402
 from support.bundled_data import REPO  # noqa: E402
 from tfrecords.errors import UsageError  # noqa: E402
 from trainer.runtime.jax_step import StepState  # noqa: E402
-from trainer.runtime.orbax_checkpoints import OrbaxCheckpoints  # noqa: E402
+from trainer.runtime.orbax_checkpoints import OrbaxCheckpoints, read_network_weights  # noqa: E402
 from trainer.runtime.training_stops import UnreadableCheckpointError  # noqa: E402
 
 
@@ -67,6 +67,17 @@ def test_a_state_without_memory_round_trips(tmp_path):
         checkpoints.wait()
         restored = checkpoints.restore_latest(state_of(0, mems=False))
     assert restored.state.mems is None and same(restored.state, state_of(2, mems=False))
+
+
+def test_a_relative_directory_saves_restores_and_gives_the_network_weights(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative --model-dir, as `xlnet train --model-dir models/jax` gives
+    save_steps(os.path.join("model", "checkpoints"), [2, 4])
+    assert sorted(os.listdir(tmp_path / "model" / "checkpoints")) == ["2", "4"]
+    with OrbaxCheckpoints(os.path.join("model", "checkpoints"), keep=3) as checkpoints:
+        restored = checkpoints.restore_latest(state_of(0))
+    assert restored.step == 4 and same(restored.state, state_of(4))
+    weights = read_network_weights(os.path.join("model", "checkpoints"), 4)
+    assert [w.tolist() for w in weights] == [np.asarray(w).tolist() for w in state_of(4).trainable]
 
 
 def test_an_empty_directory_restores_nothing(tmp_path):
