@@ -242,12 +242,14 @@ def check_jax_run(run: PretrainingRun) -> None:
                          "trains on every local device (keras.distribution's DataParallel)")
     if run.init_checkpoint:
         from trainer.runtime.model_dir import ModelDirectory
+        from trainer.runtime.restore import is_orbax_step
 
         init = ModelDirectory(run.init_checkpoint)
-        if init.exists() and not is_huggingface_directory(init) and not init.orbax_steps():
-            if not init.latest_checkpoint():
+        if init.exists() and not is_huggingface_directory(init):
+            newest = init.newest_checkpoint()
+            if newest is None:
                 raise UsageError(f"--init-checkpoint {init.path} holds no checkpoint under checkpoints/ (train first)")
-            if importlib.util.find_spec("tensorflow") is None:
+            if not is_orbax_step(newest) and importlib.util.find_spec("tensorflow") is None:
                 raise UsageError(f"--init-checkpoint {init.path} holds the TensorFlow engine's checkpoints, which "
                                  "--backend jax reads through TensorFlow, not installed here: on a machine with "
                                  f"it, `xlnet export --model-dir {init.path} --format huggingface --output DIR`, "
@@ -267,11 +269,11 @@ def jax_init_weights(run: PretrainingRun) -> Callable | None:
     loader = huggingface_init(run)
     if loader is not None or not run.init_checkpoint:
         return loader
-    init = ModelDirectory(run.init_checkpoint)
-    if init.orbax_steps():
-        from trainer.runtime.restore import assign_network_weights
+    from trainer.runtime.restore import assign_network_weights, is_orbax_step
 
-        checkpoint = init.join("checkpoints", str(init.orbax_steps()[-1]))
+    init = ModelDirectory(run.init_checkpoint)
+    checkpoint = init.newest_checkpoint()
+    if checkpoint is not None and is_orbax_step(checkpoint):
 
         def load_orbax(network) -> str:
             assign_network_weights(network, checkpoint)
@@ -285,7 +287,7 @@ def jax_init_weights(run: PretrainingRun) -> Callable | None:
         with tempfile.TemporaryDirectory(prefix="xlnet-init-") as folder:
             _export_with_tensorflow(init.path, folder)
             load_tensors(read_huggingface_weights(folder, "--init-checkpoint"), network)
-        return f"{init.latest_checkpoint()} (the TensorFlow engine's, read through a Hugging Face export)"
+        return f"{checkpoint} (the TensorFlow engine's, read through a Hugging Face export)"
 
     return load_exported
 

@@ -161,21 +161,19 @@ class Controller:
                       f"steps {self.work_dir.step_log} holds from a run that saved none will be logged again")
         if init_weights is not None:
             self.log(f"initialised the model from {init_weights(self.network)}")
-        if init_checkpoint and not ModelDirectory(init_checkpoint).latest_checkpoint() \
-                and ModelDirectory(init_checkpoint).orbax_steps():  # a directory the JAX engine trained
-            from trainer.runtime.restore import assign_network_weights  # the one reader of both engines' weights
+        if init_checkpoint:
+            from trainer.runtime.restore import assign_network_weights, is_orbax_step  # both engines' weights
 
             source = ModelDirectory(init_checkpoint)
-            latest = posixpath.join(source.checkpoints, str(source.orbax_steps()[-1]))
-            assign_network_weights(self.network, latest)
-            self.log(f"initialised the model from {latest}")
-        elif init_checkpoint:
-            source = ModelDirectory(init_checkpoint)
-            latest = source.latest_checkpoint()
+            latest = source.newest_checkpoint()
             if latest is None:
                 raise ModelDirectoryError(f"--init-checkpoint {init_checkpoint}: no checkpoint under "
                                           f"{source.checkpoints}")
-            tf.train.Checkpoint(model=self.network).restore(latest).expect_partial().assert_existing_objects_matched()
+            if is_orbax_step(latest):  # a directory the JAX engine trained
+                assign_network_weights(self.network, latest)
+            else:
+                tf.train.Checkpoint(model=self.network).restore(latest).expect_partial() \
+                    .assert_existing_objects_matched()
             self.log(f"initialised the model from {latest}")
         return False
 

@@ -164,6 +164,16 @@ class ModelDirectory:
         checkpoints/ is a CheckpointNameError (exit status 3)."""
         return self.checkpoint_history().latest
 
+    def newest_checkpoint(self) -> str | None:
+        """What a reader of this directory starts from: the TensorFlow engine's latest checkpoint
+        prefix (``latest_checkpoint``), else the JAX engine's newest Orbax step (``checkpoints/<step>``);
+        None when there is neither. The one place that decides it, for both engines' readers."""
+        latest = self.latest_checkpoint()
+        if latest is not None:
+            return latest
+        steps = self.orbax_steps()
+        return posixpath.join(self.checkpoints, str(steps[-1])) if steps else None
+
     def orbax_steps(self) -> list[int]:
         """The steps of the JAX engine's Orbax checkpoints under checkpoints/ (``<step>/`` directories), oldest first."""
         if not file_system.isdir(self.checkpoints):

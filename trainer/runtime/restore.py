@@ -83,15 +83,11 @@ def checkpoint_to_read(directory: ModelDirectory, checkpoint: str | None = None)
     """``checkpoint`` (a prefix, --checkpoint) when given, else the latest of ``directory``: a
     TensorFlow checkpoint prefix, or for a directory the JAX engine trained its newest Orbax step
     (``checkpoints/<step>``)."""
-    if checkpoint is None and not directory.latest_checkpoint() and directory.orbax_steps():
-        return posixpath.join(directory.checkpoints, str(directory.orbax_steps()[-1]))
-    if checkpoint is not None and is_orbax_step(checkpoint):
-        return checkpoint
     if checkpoint is None:
-        checkpoint = directory.latest_checkpoint()
+        checkpoint = directory.newest_checkpoint()
         if checkpoint is None:
             raise RestoreError(f"--model-dir {directory.path!r} has no checkpoint under checkpoints/ (train first)")
-    elif not file_system.exists(checkpoint + ".index"):
+    elif not is_orbax_step(checkpoint) and not file_system.exists(checkpoint + ".index"):
         raise RestoreError(f"--checkpoint {checkpoint!r} not found (expected {checkpoint}.index)")
     return checkpoint
 

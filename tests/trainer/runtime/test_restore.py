@@ -78,6 +78,19 @@ def test_the_checkpoint_read_is_the_latest_or_the_one_given(pretrained, tmp_path
         restore_model(ModelDirectory(str(tmp_path / "empty")))
 
 
+def test_the_newest_checkpoint_is_the_tensorflow_engines_latest_else_the_newest_orbax_step(pretrained, tmp_path):
+    directory = ModelDirectory(pretrained)
+    assert directory.newest_checkpoint() == directory.latest_checkpoint()
+    shutil.copytree(pretrained, tmp_path / "jax", ignore=shutil.ignore_patterns("checkpoints"))
+    jax_trained = ModelDirectory(str(tmp_path / "jax"))
+    assert jax_trained.newest_checkpoint() is None
+    for step in (3, 12, 9):  # by number: "9" sorts after "12" as text
+        (tmp_path / "jax" / "checkpoints" / str(step)).mkdir(parents=True)
+    newest = str(tmp_path / "jax" / "checkpoints" / "12")
+    assert jax_trained.newest_checkpoint() == newest
+    assert checkpoint_to_read(jax_trained) == newest
+
+
 def test_a_checkpoint_of_another_architecture_is_named(pretrained, tmp_path, vocab):
     shutil.copytree(pretrained, tmp_path / "m")
     config = json.loads((tmp_path / "m" / "model_config.json").read_text())
