@@ -31,7 +31,7 @@ def example_order(num_examples: int, seed: int, start: int = 0) -> tf.data.Datas
             tf.range(num_examples, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), index]))
         return tf.data.Dataset.from_tensor_slices(order)
 
-    return tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch).skip(offset)
+    return tf.data.Dataset.range(first_epoch, 2**62).flat_map(traced_as_written(epoch)).skip(offset)
 
 
 def training_dataset(columns: dict[str, np.ndarray], encode: Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]],
@@ -78,8 +78,15 @@ def training_dataset(columns: dict[str, np.ndarray], encode: Callable[[dict[str,
 
     num_examples = len(next(iter(columns.values())))
     order = example_order(num_examples, seed, start_step * step_size).batch(step_size, drop_remainder=True)
-    return order.flat_map(replica_batches).map(lookup, num_parallel_calls=tf.data.AUTOTUNE,
-                                               deterministic=True).prefetch(tf.data.AUTOTUNE)
+    return order.flat_map(traced_as_written(replica_batches)).map(
+        traced_as_written(lookup), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE)
+
+
+def traced_as_written(function: Callable) -> Callable:
+    """``function`` for tf.data, traced as written: without AutoGraph's conversion, which would spend
+    every process's start-up re-reading the source of the function and all it calls, to leave a
+    function without Python control flow on tensors as it is."""
+    return tf.autograph.experimental.do_not_convert(function)
 
 
 def pad_rows(columns: Any, multiple: int) -> Any:

@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from trainer.inputs.batching import batched_rows
+from trainer.inputs.batching import batched_rows, traced_as_written
 from trainer.inputs.text_files import FinetuneDataError, field, rows
 from trainer.serving.text_encoder import XLNetTextEncoder, question_with_option
 
@@ -361,8 +361,8 @@ def _batched(columns: dict[str, Any], targets: np.ndarray | None,
         raise ValueError(f"{len(targets)} targets for {num_examples} examples")
     dataset = batched_rows(columns if targets is None else (columns, targets), batch_size, pad_last_batch)
     if targets is None:
-        dataset = dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        dataset = dataset.map(traced_as_written(encode), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     else:
-        dataset = dataset.map(lambda batch, labels: (encode(batch), labels),
+        dataset = dataset.map(traced_as_written(lambda batch, labels: (encode(batch), labels)),
                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
