@@ -15,13 +15,19 @@ clusters and the copy kept, as pure functions the pipeline's dedup stages call.
   the pairs only); the copy kept in each is the one with the least :func:`keep_rank`, a seeded hash of its
   id, never the order documents arrive in, so every runner and worker count keeps the same one.
 
-Hashes: each distinct word is hashed once (BLAKE2b, 8 bytes, keyed by the seed); a shingle's hash mixes its
-words' hashes in NumPy; the ``bands x rows`` functions are multiply-add hashes modulo 2^64 with odd
-multipliers drawn from the seed. Every value is a function of the text and the seed only.
+Hashes: each word is hashed with BLAKE2b (8 bytes, little-endian, keyed by the seed); a shingle's hash mixes its
+words' hashes in order (``mixed = mixed * GOLDEN + rotl(word, 7 * position mod 64)`` mod 2^64, from 0); the
+``bands x rows`` functions are multiply-add hashes modulo 2^64 with odd multipliers drawn from the seed; a
+signature row is the least over the shingles. Every value is a function of the text and the seed only
+(tests/pipeline/test_near_duplicates.py computes them so, word by word, and checks these functions against it).
+How, for speed (signatures are most of ``--dedup near``'s cost): a process keeps its words' hashes across
+documents (bounded, :data:`WORD_CACHE_WORDS`), a shingle's mixing is one table of terms per document, and the
+hash functions are drawn once per process.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 import unicodedata
@@ -33,7 +39,13 @@ from tfrecords.record_config import ConfigError
 
 NON_WORD = re.compile(r"[^\w\s]+")
 SPACES = re.compile(r"\s+")
+WORD = re.compile(r"\w+")
 MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+GOLDEN = 0x9E3779B97F4A7C15  # the shingle mixing's odd multiplier
+# Words whose hashes one process keeps across documents (one seed's): about 135 bytes a word (the word,
+# its digest, the slot) measured on the bundled corpus, some 17 MiB at most.
+WORD_CACHE_WORDS = 1 << 17
+_word_cache: tuple[int, dict[str, bytes]] = (0, {})
 # Shingles hashed at once by the signature: at most 112 x 4096 x 8 bytes (3.7 MB) alive for any document.
 SHINGLES_PER_CHUNK = 4096
 
@@ -80,36 +92,26 @@ def keep_rank(document_id: str, seed: int = 0) -> bytes:
 def shingle_hashes(text: str, settings: MinHashSettings) -> np.ndarray:
     """The distinct hashes (uint64) of the document's shingles; a document of fewer words than a shingle
     is one shingle of all its words (none when it has no word)."""
-    words = dedup_text(text).split()
-    if not words:
-        return np.zeros(0, np.uint64)
-    key = _seed_key(settings.seed)
-    vocabulary = {word: int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8, key=key).digest(), "little")
-                  for word in set(words)}
-    word_hashes = np.array([vocabulary[word] for word in words], np.uint64)
-    n = min(settings.shingle_words, len(words))
-    count = len(words) - n + 1
-    mixed = np.zeros(count, np.uint64)
-    with np.errstate(over="ignore"):
-        for offset in range(n):  # order-dependent mixing: a rotation and an odd multiplier per position
-            part = word_hashes[offset:offset + count]
-            rotated = (part << np.uint64(offset * 7 % 64)) | (part >> np.uint64((64 - offset * 7 % 64) % 64))
-            mixed = (mixed * np.uint64(0x9E3779B97F4A7C15) + rotated) & MASK64
-    return np.unique(mixed)
+    return np.unique(_shingles(text, settings))
 
 
 def signature(text: str, settings: MinHashSettings) -> np.ndarray:
     """The MinHash signature (uint64, ``bands x rows``); all ones for a document without words."""
-    shingles = shingle_hashes(text, settings)
+    # Repeated shingles are kept: they change no least value and cost less than np.unique's sort.
+    shingles = _shingles(text, settings)
     if shingles.size == 0:
         return np.full(settings.hashes, MASK64, np.uint64)
-    multipliers, increments = _hash_functions(settings)
-    least = np.full(settings.hashes, MASK64, np.uint64)
-    with np.errstate(over="ignore"):
-        for start in range(0, shingles.size, SHINGLES_PER_CHUNK):  # bounded memory for a long document
-            chunk = shingles[start:start + SHINGLES_PER_CHUNK]
-            np.minimum(least, (chunk[None, :] * multipliers[:, None] + increments[:, None]).min(axis=1), out=least)
-    return least
+    multipliers, increments = _hash_functions(settings.seed, settings.hashes)
+    starts = range(0, shingles.size, SHINGLES_PER_CHUNK)  # bounded memory for a long document
+    return functools.reduce(np.minimum, (_least(shingles[start:start + SHINGLES_PER_CHUNK], multipliers, increments)
+                                         for start in starts))
+
+
+def _least(shingles: np.ndarray, multipliers: np.ndarray, increments: np.ndarray) -> np.ndarray:
+    """Each hash function's least value over ``shingles``: one (hashes, shingles) array, wrapping mod 2^64."""
+    values = shingles * multipliers
+    values += increments
+    return values.min(axis=1)
 
 
 def band_keys(signature_values: np.ndarray, settings: MinHashSettings) -> list[bytes]:
@@ -187,9 +189,81 @@ def _seed_key(seed: int) -> bytes:
     return int(seed).to_bytes(8, "little", signed=True)
 
 
-def _hash_functions(settings: MinHashSettings) -> tuple[np.ndarray, np.ndarray]:
-    """The ``bands x rows`` multiply-add hash functions: odd multipliers and increments from the seed."""
-    rng = np.random.default_rng([settings.seed, 0x4D696E48])
-    multipliers = rng.integers(0, 2 ** 63, settings.hashes, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    increments = rng.integers(0, 2 ** 63, settings.hashes, dtype=np.uint64)
-    return multipliers, increments
+def _words(text: str) -> list[str]:
+    """``dedup_text(text).split()`` in one pass: after NON_WORD's characters become spaces, the words are the
+    runs of word characters (no character is both a word character and a space)."""
+    return WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+def _shingles(text: str, settings: MinHashSettings) -> np.ndarray:
+    """The hashes of the document's shingles in order, repeats included. A shingle of words w_0..w_{n-1} hashes
+    to sum_i rotl(h(w_i), 7i mod 64) * GOLDEN^(n-1-i) mod 2^64: what mixing its words in turn (mixed * GOLDEN +
+    rotated word) gives, computed as one (n, words) table of terms and n - 1 shifted sums."""
+    words = _words(text)
+    if not words:
+        return np.zeros(0, np.uint64)
+    hashes = _word_hashes(words, settings.seed)
+    n = min(settings.shingle_words, len(words))
+    count = len(words) - n + 1
+    left, right, powers = _mixing(n)
+    terms = ((hashes << left) | (hashes >> right)) * powers  # row i: word hashes as the i-th of a shingle
+    mixed = terms[0, :count].copy()
+    for offset in range(1, n):
+        mixed += terms[offset, offset:offset + count]
+    return mixed
+
+
+def _word_hashes(words: list[str], seed: int) -> np.ndarray:
+    """Each word's keyed BLAKE2b (8 bytes, little-endian), in order; each distinct word hashed at most once,
+    and not at all when the cache already holds it."""
+    digests = _word_digests(seed)
+    base = _keyed_blake2b(seed)
+    for word in set(words).difference(digests):
+        hasher = base.copy()  # the key block already absorbed: cheaper than a keyed constructor per word
+        hasher.update(word.encode("utf-8"))
+        digests[word] = hasher.digest()
+    return np.frombuffer(b"".join(map(digests.__getitem__, words)), np.dtype("<u8"))
+
+
+def _word_digests(seed: int) -> dict[str, bytes]:
+    """The word cache for ``seed``: most of a document's distinct words were in earlier documents (a corpus's
+    vocabulary is Zipfian), and a lookup costs a tenth of a hash. Past WORD_CACHE_WORDS words (or for another
+    seed) a new, empty one replaces it: a thread still holding the old dictionary keeps it whole."""
+    global _word_cache
+    cached_seed, digests = _word_cache
+    if cached_seed != seed or len(digests) > WORD_CACHE_WORDS:
+        digests = {}
+        _word_cache = (seed, digests)
+    return digests
+
+
+@functools.lru_cache(maxsize=16)
+def _keyed_blake2b(seed: int) -> hashlib.blake2b:
+    """BLAKE2b, 8-byte digest, keyed by the seed, nothing hashed yet: copied for each word."""
+    return hashlib.blake2b(key=_seed_key(seed), digest_size=8)
+
+
+@functools.lru_cache(maxsize=16)
+def _mixing(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For a shingle of ``n`` words, as (n, 1) columns: each position's left and right rotation shifts and its
+    GOLDEN power mod 2^64 (position 0 rotates by 0: both shifts 0)."""
+    left = np.array([offset * 7 % 64 for offset in range(n)], np.uint64)
+    powers = np.array([pow(GOLDEN, n - 1 - offset, 2 ** 64) for offset in range(n)], np.uint64)
+    return _frozen_column(left), _frozen_column((np.uint64(64) - left) % np.uint64(64)), _frozen_column(powers)
+
+
+@functools.lru_cache(maxsize=16)
+def _hash_functions(seed: int, hashes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``bands x rows`` multiply-add hash functions, as (hashes, 1) columns: odd multipliers and increments
+    from the seed (drawn once per process, not per document)."""
+    rng = np.random.default_rng([seed, 0x4D696E48])
+    multipliers = rng.integers(0, 2 ** 63, hashes, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    increments = rng.integers(0, 2 ** 63, hashes, dtype=np.uint64)
+    return _frozen_column(multipliers), _frozen_column(increments)
+
+
+def _frozen_column(values: np.ndarray) -> np.ndarray:
+    """``values`` as a read-only (n, 1) column: cached arrays are shared by every call."""
+    column = values.reshape(-1, 1)
+    column.flags.writeable = False
+    return column
