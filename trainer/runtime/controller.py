@@ -55,7 +55,7 @@ from trainer.runtime.training_stops import (  # noqa: F401 (the loop's errors, r
 from trainer.runtime.task_protocol import Task
 from trainer.runtime.throughput import StepFlops
 from trainer.runtime.training_loop import (  # noqa: F401 (TrainResult re-exported)
-    LoopOutput, TrainingLoop, TrainResult, warn_on_stderr)
+    LoopOutput, TrainingLoop, TrainResult, no_checkpoint_warning, resumed_line, warn_on_stderr)
 
 # Called unconverted from AutoGraph-converted code: functions that branch only on Python values, whose
 # conversion from source at every start would cost time and change nothing.
@@ -157,8 +157,7 @@ class Controller:
         check_same_step(self.strategy, self.num_workers, 0, self.work_dir.checkpoints)
         dropped = self.work_dir.forget_steps_after(0)  # a run killed before its first checkpoint
         if dropped:
-            self.warn(f"warning: no checkpoint under {self.work_dir.checkpoints}: starting at step 1, the {dropped} "
-                      f"steps {self.work_dir.step_log} holds from a run that saved none will be logged again")
+            self.warn(no_checkpoint_warning(self.work_dir.checkpoints, self.work_dir.step_log, dropped))
         if init_weights is not None:
             self.log(f"initialised the model from {init_weights(self.network)}")
         if init_checkpoint:
@@ -224,8 +223,7 @@ class Controller:
         if set_aside:
             self.warn(f"warning: resuming from {restored} (step {step}) instead of {set_aside[0]}")
         dropped = self.work_dir.forget_steps_after(step)  # every worker its own step log; the chief's has the events
-        self.log(f"resumed from {restored} at step {step}"
-                 + (f"; the {dropped} steps logged after it will be logged again" if dropped else ""))
+        self.log(resumed_line(restored, step, dropped))
 
     # -------------------------------------------------------------------- replica functions
     def _micro_steps(self, features, state):

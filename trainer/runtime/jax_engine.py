@@ -63,7 +63,8 @@ from trainer.runtime.preemption import Preemption
 from trainer.runtime.profiling import jax_tracer
 from trainer.runtime.run_clock import command_start_time
 from trainer.runtime.throughput import StepFlops
-from trainer.runtime.training_loop import LoopOutput, TrainingLoop, TrainResult, warn_on_stderr
+from trainer.runtime.training_loop import (LoopOutput, TrainingLoop, TrainResult, no_checkpoint_warning,
+                                           resumed_line, warn_on_stderr)
 from trainer.runtime.training_stops import TrainingDataError, TrainingDivergedError, UnreadableCheckpointError
 
 
@@ -185,9 +186,7 @@ class JaxPretrainingEngine:
         if restored is None:
             dropped = self.work_dir.forget_steps_after(0)  # a run killed before its first checkpoint
             if dropped:
-                self.warn(f"warning: no checkpoint under {self.work_dir.checkpoints}: starting at step 1, the "
-                          f"{dropped} steps {self.work_dir.step_log} holds from a run that saved none will be "
-                          "logged again")
+                self.warn(no_checkpoint_warning(self.work_dir.checkpoints, self.work_dir.step_log, dropped))
             return state
         position = restored.position
         if position.get("data_step") != restored.step:
@@ -196,8 +195,7 @@ class JaxPretrainingEngine:
                 f"step {restored.step}: it was not written by this engine; start again in a new --model-dir")
         self._step, self.restored = restored.step, True
         dropped = self.work_dir.forget_steps_after(restored.step)
-        self.log(f"resumed from {self._checkpoint_path(restored.step)} at step {restored.step}"
-                 + (f"; the {dropped} steps logged after it will be logged again" if dropped else ""))
+        self.log(resumed_line(self._checkpoint_path(restored.step), restored.step, dropped))
         return restored.state
 
     def _checkpoint_path(self, step: int) -> str:

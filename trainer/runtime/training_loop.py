@@ -38,6 +38,19 @@ def warn_on_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def resumed_line(checkpoint: str, step: int, replayed: int) -> str:
+    """What either engine logs on resuming from ``checkpoint`` at ``step``, ``replayed`` steps of the
+    step log after it dropped (they are trained and logged again)."""
+    return (f"resumed from {checkpoint} at step {step}"
+            + (f"; the {replayed} steps logged after it will be logged again" if replayed else ""))
+
+
+def no_checkpoint_warning(checkpoints: str, step_log: str, replayed: int) -> str:
+    """What either engine warns when a run that saved no checkpoint left ``replayed`` steps in its step log."""
+    return (f"warning: no checkpoint under {checkpoints}: starting at step 1, the {replayed} steps {step_log} "
+            "holds from a run that saved none will be logged again")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
     """How a run's loop ended.
