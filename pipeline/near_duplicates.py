@@ -189,7 +189,7 @@ def _seed_key(seed: int) -> bytes:
     return int(seed).to_bytes(8, "little", signed=True)
 
 
-def _words(text: str) -> list[str]:
+def minhash_words(text: str) -> list[str]:
     """``dedup_text(text).split()`` in one pass: after NON_WORD's characters become spaces, the words are the
     runs of word characters (no character is both a word character and a space)."""
     return WORD.findall(unicodedata.normalize("NFKC", text).casefold())
@@ -199,7 +199,7 @@ def _shingles(text: str, settings: MinHashSettings) -> np.ndarray:
     """The hashes of the document's shingles in order, repeats included. A shingle of words w_0..w_{n-1} hashes
     to sum_i rotl(h(w_i), 7i mod 64) * GOLDEN^(n-1-i) mod 2^64: what mixing its words in turn (mixed * GOLDEN +
     rotated word) gives, computed as one (n, words) table of terms and n - 1 shifted sums."""
-    words = _words(text)
+    words = minhash_words(text)
     if not words:
         return np.zeros(0, np.uint64)
     hashes = _word_hashes(words, settings.seed)
@@ -235,6 +235,11 @@ def _word_digests(seed: int) -> dict[str, bytes]:
         digests = {}
         _word_cache = (seed, digests)
     return digests
+
+
+def word_cache_size() -> int:
+    """How many words' hashes this process keeps (at most WORD_CACHE_WORDS plus one document's distinct words)."""
+    return len(_word_cache[1])
 
 
 @functools.lru_cache(maxsize=16)

@@ -94,7 +94,7 @@ def test_signatures_and_shingles_are_as_defined_on_edge_cases(text, settings):
 
 def test_the_words_are_dedup_texts_words(real_documents):
     for text in real_documents + EDGE_CASES:
-        assert near_duplicates._words(text) == reference_words(text)
+        assert near_duplicates.minhash_words(text) == reference_words(text)
 
 
 def test_a_document_longer_than_a_chunk_is_as_defined():
@@ -104,9 +104,14 @@ def test_a_document_longer_than_a_chunk_is_as_defined():
 
 
 def test_the_word_cache_changes_no_value_when_it_fills_or_the_seed_changes(real_documents, monkeypatch):
-    """A tiny cache, replaced every few documents, and seeds alternating: the same values as the definition."""
+    """A tiny cache, replaced every few documents under one seed, then seeds alternating: the same values as
+    the definition."""
     monkeypatch.setattr(near_duplicates, "WORD_CACHE_WORDS", 50)
-    monkeypatch.setattr(near_duplicates, "_word_cache", (0, {}))
+    near_duplicates.signature("a cache of another seed", MinHashSettings(seed=99))  # the cache starts empty
+    assert near_duplicates.word_cache_size() == 5
+    sizes = []
     for index, text in enumerate(real_documents[:40]):
-        assert_as_defined(text, SETTINGS[index % 2])
-        assert len(near_duplicates._word_cache[1]) <= 50 + len(set(reference_words(text)))
+        assert_as_defined(text, SETTINGS[0] if index < 20 else SETTINGS[index % 2])
+        sizes.append(near_duplicates.word_cache_size())
+        assert sizes[-1] <= 50 + len(set(reference_words(text)))
+    assert any(later < earlier for earlier, later in zip(sizes[:20], sizes[1:20]))  # replaced when full
