@@ -8,14 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from support.bundled_data import SMALL_DATA_TRAINING
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_engine_goodput_prints_where_each_engines_run_went(tmp_path):
+@pytest.mark.slow  # on the committed small data directory: no vocabulary trained, no corpus preprocessed
+def test_engine_goodput_prints_where_each_engines_run_went(tmp_path, small_data_dir):
+    # its record shapes, and a batch of 8 (4 forward rows: its train split has 4 streams)
+    shapes = [arg for item in [*SMALL_DATA_TRAINING, "train_batch_size=8"] for arg in ("--set", item)]
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "engine_goodput.py"), "--steps", "4",
-                          "--workdir", str(tmp_path), "--set", "n_layer=1"], capture_output=True, text=True,
-                         timeout=1800, check=False)
+                          "--workdir", str(tmp_path), "--data", small_data_dir, *shapes, "--set", "n_layer=1"],
+                         capture_output=True, text=True, timeout=1800, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert [row["engine"] for row in rows] == ["tensorflow", "jax"]
