@@ -182,8 +182,9 @@ def test_train_benchmark_reports_the_loop_the_bare_step_and_the_reader_of_the_ti
     assert overhead["reader_cost"] < 1 and overhead["input_headroom"] > 0
 
 
-def write_tiny_model_dir(path: Path, spm_model: str) -> Path:
-    """A model directory holding the tiny preset with random (seeded) weights, as `xlnet export` reads one."""
+def write_tiny_model_dir(path: Path, spm_model: str, **overrides) -> Path:
+    """A model directory holding the tiny preset (with ``overrides`` of its fields) with random (seeded)
+    weights, as `xlnet export` reads one."""
     import sentencepiece as spm
     import tensorflow as tf
 
@@ -194,26 +195,42 @@ def write_tiny_model_dir(path: Path, spm_model: str) -> Path:
     path.mkdir(parents=True)
     shutil.copy(spm_model, path / "spiece.model")
     (path / "special_ids.json").write_text(json.dumps(load_vocab(spm_model).special_ids.to_dict()))
-    config = model_preset("tiny").replace(vocab_size=spm.SentencePieceProcessor(model_file=spm_model).vocab_size())
+    config = model_preset("tiny").replace(vocab_size=spm.SentencePieceProcessor(model_file=spm_model).vocab_size(),
+                                        **overrides)
     (path / "model_config.json").write_text(json.dumps(config.to_dict()))
     tf.keras.utils.set_random_seed(1)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=build_network(config)), str(path / "checkpoints"), 1).save()
     return path
 
 
-@pytest.mark.slow  # an `xlnet export` of the tiny preset, then two timed batches of each signature
-def test_serving_benchmark_times_each_signature_and_python_sentencepiece_on_one_batch_size(tmp_path, spm_model):
-    model_dir = write_tiny_model_dir(tmp_path / "model", spm_model)
-    export = subprocess.run([sys.executable, str(REPO / "xlnet_cli.py"), "export", "--model-dir", str(model_dir),
-                             "--output", str(tmp_path / "serving"), "--max-length", "32"],
-                            cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert export.returncode == 0, export.stderr[-4000:]
-    rows = run_benchmark("serving.py", "--export-dir", str(tmp_path / "serving" / "1"), "--batch-size", "4",
+@pytest.fixture(scope="module")
+def long_texts_exports(tmp_path_factory, spm_model) -> tuple[Path, list[dict]]:
+    """One run of serving_long_texts.py (its --workdir and JSON lines): the model directory in its
+    --workdir (the tiny preset with one layer and mem_len 16, written here: the script reuses one it
+    finds there, and every layer an export traces costs a second or more), exported with one segment
+    and with four (`xlnet export --max-length 16`), both timed. Its one-segment export is the serving
+    benchmark's too: an export costs a process 15 to 20 CPU seconds (TensorFlow's import, tracing every
+    signature). Both tests share one xdist group (SHARES_TINY_EXPORTS), so that the run is made once."""
+    workdir = tmp_path_factory.mktemp("serving-long-texts")
+    write_tiny_model_dir(workdir / "model", spm_model, n_layer=1, mem_len=16)
+    rows = run_benchmark("serving_long_texts.py", "--vocab", spm_model, "--workdir", str(workdir), "--max-length",
+                         "16", "--max-segments", "4", "--batch-size", "4", "--repeats", "2")
+    return workdir, rows
+
+
+SHARES_TINY_EXPORTS = pytest.mark.xdist_group("tiny_exports")
+
+
+@pytest.mark.slow  # serving_long_texts.py's one-segment `xlnet export` of the tiny preset, two timed batches each
+@SHARES_TINY_EXPORTS
+def test_serving_benchmark_times_each_signature_and_python_sentencepiece_on_one_batch_size(long_texts_exports):
+    workdir, _ = long_texts_exports
+    rows = run_benchmark("serving.py", "--export-dir", str(workdir / "serving-1" / "1"), "--batch-size", "4",
                          "--repeats", "2")
 
     assert [row["signature"] for row in rows] == ["encode", "encode_text", "predict_masked", "python_sentencepiece"]
     for row in rows:
-        assert (row["benchmark"], row["batch_size"], row["max_length"], row["d_model"]) == ("serving", 4, 32, 128)
+        assert (row["benchmark"], row["batch_size"], row["max_length"], row["d_model"]) == ("serving", 4, 16, 128)
         assert row["median_batch_seconds"] > 0
         assert row["sentences_per_second"] == pytest.approx(4 / row["median_batch_seconds"], rel=0.01)
 
@@ -281,9 +298,9 @@ def test_long_documents_reports_each_n_the_training_step_the_reading_cost_and_th
 
 
 @pytest.mark.slow  # two exports of the tiny preset (one segment, four), then two timed batches of each run
-def test_serving_long_texts_benchmark_times_each_fill_of_the_segments(tmp_path, spm_model):
-    rows = run_benchmark("serving_long_texts.py", "--vocab", spm_model, "--workdir", str(tmp_path), "--max-length",
-                         "16", "--max-segments", "4", "--batch-size", "4", "--repeats", "2")
+@SHARES_TINY_EXPORTS
+def test_serving_long_texts_benchmark_times_each_fill_of_the_segments(long_texts_exports):
+    _, rows = long_texts_exports
 
     assert [(row["export_segments"], row["text_segments"]) for row in rows] == [(1, 1.0), (4, 1.0), (4, 2.0),
                                                                                  (4, 4.0)]
