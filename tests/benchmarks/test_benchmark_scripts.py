@@ -232,7 +232,10 @@ def test_serving_benchmark_times_each_signature_and_python_sentencepiece_on_one_
     for row in rows:
         assert (row["benchmark"], row["batch_size"], row["max_length"], row["d_model"]) == ("serving", 4, 16, 128)
         assert row["median_batch_seconds"] > 0
-        assert row["sentences_per_second"] == pytest.approx(4 / row["median_batch_seconds"], rel=0.01)
+        # batch / median, each rounded (seconds to 5 decimals, sentences to 1): python_sentencepiece's
+        # median of about 0.0002 s is 1% off 4 / sentences_per_second by its rounding alone
+        seconds = row["median_batch_seconds"]
+        assert 4 / (seconds + 5e-6) - 0.05 <= row["sentences_per_second"] <= 4 / (seconds - 5e-6) + 0.05
 
 
 @pytest.mark.slow  # 57 s at load 10 (95 s preprocessing at seq_len 64): two tiny rounds on the shared bundled corpus
