@@ -222,6 +222,7 @@ def step_child(segments: int, args: argparse.Namespace) -> dict:
     workdir = Path(args.workdir)
     vocab, train = base_task(workdir, args)
     sets = (f"max_segments={segments}", *((f"mem_len={args.base_length}",) if segments > 1 else ()),
+            *((f"n_layer={args.cost_n_layer}",) if args.cost_n_layer else ()),
             f"train_batch_size={args.step_batch}", "steps_per_loop=1", "train_steps=100", "eval_every=0",
             "checkpoint_every=100")
     settings = FinetuneSettings(task="classification", preset=args.cost_preset, overrides=sets,
@@ -278,6 +279,8 @@ def read_child(mode: str, args: argparse.Namespace) -> dict:
     segments, length = args.read_segments, args.base_length
     pieces = segments * length
     model = sequence_model_config(model_preset(args.cost_preset)).replace(vocab_size=8000)
+    if args.cost_n_layer:
+        model = model.replace(n_layer=args.cost_n_layer)
     if mode == "recurrence":
         model = model.replace(mem_len=length, reuse_len=0)
     network = build_network(model)
@@ -316,7 +319,8 @@ def child(args: argparse.Namespace, *which: str) -> dict:
     command = [sys.executable, __file__, "--child", *which, "--workdir", args.workdir, "--seed", str(args.seed),
                "--repeats", str(args.repeats), "--timed-steps", str(args.timed_steps), "--step-batch",
                str(args.step_batch), "--base-length", str(args.base_length), "--read-segments",
-               str(args.read_segments), "--cost-preset", args.cost_preset]
+               str(args.read_segments), "--cost-preset", args.cost_preset,
+               *(["--cost-n-layer", str(args.cost_n_layer)] if args.cost_n_layer else [])]
     out = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode or not lines:
@@ -378,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--read-segments", type=int, default=8, help="read_cost: segments of the document")
     parser.add_argument("--cost-preset", default="base",
                         help="training_step, read_cost: the model's shape (tiny for a smoke run)")
+    parser.add_argument("--cost-n-layer", type=int, default=None,
+                        help="training_step, read_cost: layers of that model (default: the preset's; fewer for a "
+                             "smoke run)")
     parser.add_argument("--repeats", type=int, default=3, help="read_cost: timed calls (median)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "long-docs-bench"))
     parser.add_argument("--child", nargs=2, metavar=("PART", "WHICH"), help=argparse.SUPPRESS)

@@ -274,14 +274,16 @@ def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_
 
 @pytest.mark.slow  # 134 s at load 1 (156 s preprocessing for the vocabulary): two `xlnet finetune`, four children
 def test_long_documents_reports_each_n_the_training_step_the_reading_cost_and_the_goals(tmp_path, spm_model):
-    model_dir = write_tiny_model_dir(tmp_path / "model", spm_model)
+    # one layer, here and in the cost parts (--cost-n-layer): every process traces each layer of its model
+    # (about 4 CPU s of a fine-tuning run for the tiny preset's other 3)
+    model_dir = write_tiny_model_dir(tmp_path / "model", spm_model, n_layer=1)
     (tmp_path / "work" / "bundled").mkdir(parents=True)  # the cost parts' vocabulary: none is trained
     shutil.copy(spm_model, tmp_path / "work" / "bundled" / "spiece.model")
     task, one, two, step_one, step_two, recurrence, one_pass, goals = run_benchmark(
         "long_documents.py", "--pretrained", str(model_dir), "--workdir", str(tmp_path / "work"), "--segments", "1",
         "2", "--segment-length", "16", "--train-documents", "16", "--dev-documents", "8", "--steps", "2",
-        "--steps-per-loop", "1", "--batch", "4", "--cost-preset", "tiny", "--base-length", "16", "--timed-steps", "1",
-        "--repeats", "1", "--read-segments", "4")
+        "--steps-per-loop", "1", "--batch", "4", "--cost-preset", "tiny", "--cost-n-layer", "1", "--base-length", "16",
+        "--timed-steps", "1", "--repeats", "1", "--read-segments", "4")
 
     assert (task["part"], task["passage_pieces"], task["train"]["documents"], task["dev"]["documents"]) == \
            ("task", 14, 16, 8)
@@ -289,6 +291,7 @@ def test_long_documents_reports_each_n_the_training_step_the_reading_cost_and_th
     assert [(row["part"], row["max_segments"], row["mem_len"]) for row in (one, two, step_one, step_two)] == [
         ("accuracy", 1, 0), ("accuracy", 2, 16), ("training_step", 1, 0), ("training_step", 2, 16)]
     assert one["truncated"][0] == "16 of 16 train examples are longer than max_seq_length 16 and are truncated"
+    assert step_one["n_layer"] == step_two["n_layer"] == recurrence["n_layer"] == one_pass["n_layer"] == 1
     for row in (one, two, step_one, step_two):
         assert row["step_s"] > 0 and row["measured_peak_bytes"] > 0 and row["predicted_peak_bytes"] > 0
     assert all(0 <= row["dev"]["accuracy"] <= 1 and row["steps"] == 2 for row in (one, two))
