@@ -27,17 +27,37 @@ def run_benchmark(script: str, *args: str) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
+@pytest.fixture(scope="module")
+def finetune_workdir(tmp_path_factory, spm_model) -> Path:
+    """One --workdir for both fine-tuning benchmarks: the bundled corpus is preprocessed and pretrained
+    on once (finetune.py reuses a finished run there), with the session's vocabulary copied in. Its
+    ``bundled`` folder is the --workdir of memory_benefit.py (at seq_len 128 rather than its 32: 1.5
+    CPU s more in its runs, 8 less than a preprocessing of its own), memory.py, remat_step_cost.py,
+    train.py and checkpoints.py too: the same record shapes (seq_len 128), so that preprocessing the
+    whole corpus (about 9 CPU s, 15 to 30 s on a loaded 2-core machine) is done once for the seven, and
+    no vocabulary is trained (8 CPU s). They share one xdist group (SHARES_FINETUNE_WORKDIR): on two
+    workers each would build its own copy, the pretraining run included."""
+    workdir = tmp_path_factory.mktemp("finetune-bench")
+    (workdir / "bundled").mkdir()
+    shutil.copy(spm_model, workdir / "bundled" / "spiece.model")  # no vocabulary training
+    return workdir
+
+
+SHARES_FINETUNE_WORKDIR = pytest.mark.xdist_group("finetune_workdir")
+
+
 @pytest.mark.slow  # 183 s at load 10 on 2 cores (217 s with 20 steps): compiling dominates, 4 steps check as much
-def test_memory_benefit_reports_both_runs_by_position_and_their_difference(tmp_path, spm_model):
-    shutil.copy(spm_model, tmp_path / "spiece.model")  # the benchmark trains a vocabulary only when none is there
-    memory, without, summary = run_benchmark("memory_benefit.py", "--workdir", str(tmp_path), "--steps", "4",
-                                             "--seeds", "0", "--eval-steps", "3")
+@SHARES_FINETUNE_WORKDIR  # the bundled corpus at seq_len 128, preprocessed once for the group (not at 32 for this one)
+def test_memory_benefit_reports_both_runs_by_position_and_their_difference(finetune_workdir):
+    memory, without, summary = run_benchmark("memory_benefit.py", "--workdir", str(finetune_workdir / "bundled"),
+                                             "--seq-len", "128", "--reuse-len", "64", "--num-predict", "21",
+                                             "--steps", "4", "--seeds", "0", "--eval-steps", "3")
 
     assert (memory["mem_len"], without["mem_len"]) == (32, 0)
     assert memory["steps"] == without["steps"] == 4
-    assert memory["valid"]["targets"] == 3 * 16 * 5  # eval batches x rows x num_predict
+    assert memory["valid"]["targets"] == 3 * 16 * 21  # eval batches x rows x num_predict
     assert sum(memory["valid"]["targets_by_position"].values()) == memory["valid"]["targets"]
-    assert list(memory["valid"]["loss_by_position"]) == ["0-2", "2-4", "4-8", "8-16", "16-32"]
+    assert list(memory["valid"]["loss_by_position"]) == ["0-2", "2-4", "4-8", "8-64", "64-128"]
     assert "valid_same_weights_without_memory" in memory and "valid_same_weights_without_memory" not in without
     assert summary["per_seed"]["0"]["difference"] == round(without["valid"]["loss"] - memory["valid"]["loss"], 4)
     assert summary["memory_helps_every_seed"] == (summary["per_seed"]["0"]["difference"] > 0)
@@ -63,24 +83,6 @@ def test_preprocess_benchmark_reports_capacity_both_runners_set_ups_and_their_sp
         assert summary[f"{prefix}speedup_1_to_2_per_repeat"] == [speedup]
         assert summary[f"{prefix}speedup_over_capacity_per_repeat"] == [round(speedup / capacity["capacity_2_vs_1"], 2)]
         assert summary[f"{prefix}speedup_over_goal"] == round(speedup / summary[f"{prefix}speedup_goal"], 2)
-
-
-@pytest.fixture(scope="module")
-def finetune_workdir(tmp_path_factory, spm_model) -> Path:
-    """One --workdir for both fine-tuning benchmarks: the bundled corpus is preprocessed and pretrained
-    on once (finetune.py reuses a finished run there), with the session's vocabulary copied in. Its
-    ``bundled`` folder is the --workdir of train.py, remat_step_cost.py and checkpoints.py too: the
-    same record shapes (seq_len 128), so that preprocessing the whole corpus (15 to 30 s on a loaded
-    2-core machine) is done once for the five, and no vocabulary is trained (45 s). They share one
-    xdist group (SHARES_FINETUNE_WORKDIR): on two workers each would build its own copy, the
-    pretraining run included."""
-    workdir = tmp_path_factory.mktemp("finetune-bench")
-    (workdir / "bundled").mkdir()
-    shutil.copy(spm_model, workdir / "bundled" / "spiece.model")  # no vocabulary training
-    return workdir
-
-
-SHARES_FINETUNE_WORKDIR = pytest.mark.xdist_group("finetune_workdir")
 
 
 @pytest.mark.slow  # 152 s at load 10 on 2 cores (249 s before): preprocessing, pretraining, two `xlnet finetune`
