@@ -66,13 +66,14 @@ def data_dir(workdir: str, seq_len: int) -> str:
     return bundled_data.prepare(workdir, seq_len=seq_len, reuse_len=seq_len // 2, num_predict=seq_len // 6 + 0)
 
 
-def build(case: str, mode: str, batch: int, workdir: str):
-    """The controller `xlnet train` / `xlnet finetune` would run for this case (trainer/launch/)."""
+def build(case: str, mode: str, batch: int, workdir: str, extra: tuple[str, ...] = ()):
+    """The controller `xlnet train` / `xlnet finetune` would run for this case (trainer/launch/), with
+    the ``extra`` --set items (--set) after the case's own."""
     from trainer.launch.finetuning_run import FinetuneSettings, FinetuningRun, build_finetuning
     from trainer.launch.pretraining_run import PretrainingRun, build_pretraining
 
     kind, preset, sets, _, _ = CASES[case]
-    sets = (*sets, f"remat={mode}", f"train_batch_size={batch}", "steps_per_loop=1", "train_steps=100",
+    sets = (*sets, *extra, f"remat={mode}", f"train_batch_size={batch}", "steps_per_loop=1", "train_steps=100",
             "eval_every=0", "checkpoint_every=100")
     out = tempfile.mkdtemp(dir=workdir)
     if kind == "pretraining":
@@ -86,12 +87,12 @@ def build(case: str, mode: str, batch: int, workdir: str):
     return build_finetuning(FinetuningRun(settings, train=train, eval=evaluate, model_dir=out, vocab=vocab))
 
 
-def measure(case: str, mode: str, batch: int, workdir: str, timed_steps: int = 1) -> dict:
+def measure(case: str, mode: str, batch: int, workdir: str, timed_steps: int = 1, extra: tuple[str, ...] = ()) -> dict:
     import tensorflow as tf
 
     from trainer.planning.plan import Workload, make_plan
 
-    controller = build(case, mode, batch, workdir)
+    controller = build(case, mode, batch, workdir, extra)
     iterator = iter(controller.train_dataset())
     controller.run_steps(iterator, 1)  # traces and compiles
     before = tf.config.experimental.get_memory_info("CPU:0")["current"]
@@ -166,6 +167,8 @@ def main() -> int:
                              "other in each round; then print each mode's step time against none's of the same "
                              "round (the median over rounds)")
     parser.add_argument("--no-table", action="store_true", help="leave out the planner's 16 GiB table")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="more --set items for every case (e.g. n_layer=1 for a smoke run)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-memory-benchmark"),
                         help="where the preprocessed data and the model directories go")
     parser.add_argument("--child", nargs=3, metavar=("CASE", "MODE", "BATCH"), help=argparse.SUPPRESS)
@@ -173,7 +176,7 @@ def main() -> int:
     os.makedirs(args.workdir, exist_ok=True)
     if args.child:
         case, mode, batch = args.child
-        print(json.dumps(measure(case, mode, int(batch), args.workdir, args.timed_steps)), flush=True)
+        print(json.dumps(measure(case, mode, int(batch), args.workdir, args.timed_steps, tuple(args.sets))), flush=True)
         return 0
     step_times = {}  # (case, batch, mode) -> one step time per round
     for round_ in range(args.rounds):
@@ -199,8 +202,9 @@ def run_line(args: argparse.Namespace, case: str, mode: str, batch: int) -> dict
     if predicted > MACHINE_SHARE * machine_memory():
         return {"case": case, "remat": mode, "batch": batch, "predicted_peak_bytes": predicted,
                 "skipped": f"predicted above {MACHINE_SHARE:.0%} of this machine's memory"}
+    sets = [arg for item in args.sets for arg in ("--set", item)]
     out = subprocess.run([sys.executable, __file__, "--workdir", args.workdir, "--timed-steps", str(args.timed_steps),
-                          "--child", case, mode, str(batch)], capture_output=True, text=True, check=False)
+                          *sets, "--child", case, mode, str(batch)], capture_output=True, text=True, check=False)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode or not lines:
         return {"case": case, "remat": mode, "batch": batch,

@@ -26,11 +26,12 @@ import memory  # noqa: E402  (benchmarks/memory.py: the cases and how a case's c
 from memory import MODES  # noqa: E402
 
 
-def time_modes(case: str, batch: int, modes: list[str], rounds: int, workdir: str) -> list[dict]:
+def time_modes(case: str, batch: int, modes: list[str], rounds: int, workdir: str,
+               sets: tuple[str, ...] = ()) -> list[dict]:
     """One row per round: the step time of every mode, timed one after the other."""
     runs = {}
     for mode in modes:
-        controller = memory.build(case, mode, batch, workdir)
+        controller = memory.build(case, mode, batch, workdir, sets)
         iterator = iter(controller.train_dataset())
         controller.run_steps(iterator, 1)  # traces and compiles
         runs[mode] = (controller, iterator)
@@ -59,13 +60,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds, one step of each mode per round")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-memory-benchmark"),
                         help="where the preprocessed data and the model directories go")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="more --set items for the case (e.g. n_layer=1 for a smoke run)")
     args = parser.parse_args()
     for flag, value in (("--batch", args.batch), ("--rounds", args.rounds)):
         if value < 1:
             parser.error(f"{flag} must be at least 1, got {value}")
     os.makedirs(args.workdir, exist_ok=True)
     modes = ["none"] + [mode for mode in args.modes if mode != "none"]
-    rows = time_modes(args.case, args.batch, modes, args.rounds, args.workdir)
+    rows = time_modes(args.case, args.batch, modes, args.rounds, args.workdir, tuple(args.sets))
     step_times = {(args.case, args.batch, mode): [row["step_s"][mode] for row in rows] for mode in modes}
     for row in rows + memory.step_costs(step_times):
         print(json.dumps(row), flush=True)

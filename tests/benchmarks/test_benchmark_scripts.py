@@ -124,11 +124,11 @@ def test_memory_reports_each_remat_modes_step_cost_against_none_of_the_same_roun
     """One round (its rows then carry no round number): the median over rounds is remat_step_cost.py's
     test below (three rounds)."""
     rows = run_benchmark("memory.py", "--cases", "tiny", "--batches", "8", "--modes", "none", "full",
-                         "--timed-steps", "2", "--rounds", "1", "--no-table", "--workdir",
+                         "--timed-steps", "2", "--rounds", "1", "--no-table", "--set", "n_layer=1", "--workdir",
                          str(finetune_workdir / "bundled"))
     lines, (summary,) = rows[:2], rows[2:]
     assert [(row.get("round"), row["remat"]) for row in lines] == [(None, "none"), (None, "full")]
-    assert all(row["timed_steps"] == 2 and row["measured_peak_bytes"] > 0 for row in lines)
+    assert all(row["timed_steps"] == 2 and row["measured_peak_bytes"] > 0 and row["n_layer"] == 1 for row in lines)
     ratio = lines[1]["step_s"] / lines[0]["step_s"]
     assert summary["remat"] == "full" and summary["ratios"] == [round(ratio, 3)]
     assert summary["rounds"] == 1 and summary["ratio_to_none_median"] == round(ratio, 3)
@@ -138,7 +138,7 @@ def test_memory_reports_each_remat_modes_step_cost_against_none_of_the_same_roun
 @SHARES_FINETUNE_WORKDIR  # the bundled corpus at seq_len 128, preprocessed once (no vocabulary trained either)
 def test_remat_step_cost_times_every_mode_in_each_round_and_divides_by_none_of_that_round(finetune_workdir):
     rows = run_benchmark("remat_step_cost.py", "--case", "tiny", "--batch", "8", "--modes", "full",
-                         "--rounds", "3", "--workdir", str(finetune_workdir / "bundled"))
+                         "--rounds", "3", "--set", "n_layer=1", "--workdir", str(finetune_workdir / "bundled"))
     rounds, (summary,) = rows[:3], rows[3:]
     assert [row["round"] for row in rounds] == [0, 1, 2]
     assert all(list(row["step_s"]) == ["none", "full"] and min(row["step_s"].values()) > 0 for row in rounds)
