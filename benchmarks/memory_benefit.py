@@ -44,7 +44,7 @@ def run_settings(args: argparse.Namespace, seed: int, mem_len: int) -> list[str]
             f"dropatt={args.dropout}", f"train_steps={args.steps}", "steps_per_loop=50",
             f"warmup_steps={max(args.steps // 10, 1)}", f"train_batch_size={args.batch}",
             f"eval_batch_size={args.batch}", f"learning_rate={args.learning_rate}",
-            f"checkpoint_every={args.steps}", "eval_every=0", f"seed={seed}", "deterministic=true"]
+            f"checkpoint_every={args.steps}", "eval_every=0", f"seed={seed}", "deterministic=true", *args.sets]
 
 
 def make_trainer(data_dir: str, model_dir: str, settings: list[str], init_checkpoint: str | None = None):
@@ -135,6 +135,8 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=2, help="runs side by side (one process and core each)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="more --set items for every run, after the above (e.g. n_layer=1 for a smoke run)")
     args = parser.parse_args()
 
     from bundled_data import prepare

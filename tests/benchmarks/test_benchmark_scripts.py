@@ -51,7 +51,7 @@ SHARES_FINETUNE_WORKDIR = pytest.mark.xdist_group("finetune_workdir")
 def test_memory_benefit_reports_both_runs_by_position_and_their_difference(finetune_workdir):
     memory, without, summary = run_benchmark("memory_benefit.py", "--workdir", str(finetune_workdir / "bundled"),
                                              "--seq-len", "128", "--reuse-len", "64", "--num-predict", "21",
-                                             "--steps", "4", "--seeds", "0", "--eval-steps", "3")
+                                             "--steps", "4", "--seeds", "0", "--eval-steps", "3", "--set", "n_layer=1")
 
     assert (memory["mem_len"], without["mem_len"]) == (32, 0)
     assert memory["steps"] == without["steps"] == 4
