@@ -44,7 +44,7 @@ def matmul_peak(dtype_name: str) -> float:
     return measured_matmul_peak(dtype_name, size=2048, repeats=6)
 
 
-def time_ours(precision: str, jit: bool, steps: int, query_rows: str = "targets") -> dict:
+def time_ours(precision: str, jit: bool, steps: int, query_rows: str = "targets", warmup: int = 2) -> dict:
     import keras
     import numpy as np
     import tensorflow as tf
@@ -75,7 +75,7 @@ def time_ours(precision: str, jit: bool, steps: int, query_rows: str = "targets"
         return out["loss"], out["new_mems"]
 
     compiled = tf.function(step, jit_compile=jit)
-    for _ in range(2):
+    for _ in range(warmup):
         loss, mems = compiled(features, mems)
     float(loss)
     start = time.perf_counter()
@@ -102,7 +102,7 @@ def synthetic_features(rng) -> dict:
             "perm_seed": rng.integers(0, 2 ** 30, [B, 2]).astype(np.int32)}
 
 
-def time_jax(precision: str, steps: int) -> dict:
+def time_jax(precision: str, steps: int, warmup: int = 2) -> dict:
     """The JAX engine's step on the shapes: XLNetPretrainer under PretrainingStep (clip, AdamW, schedule)."""
     import jax
     import keras
@@ -126,7 +126,7 @@ def time_jax(precision: str, steps: int) -> dict:
     step = PretrainingStep(pretrainer, train)
     batch = {name: jax.device_put(value) for name, value in synthetic_features(np.random.default_rng(0)).items()}
     state = step.initial_state(B)
-    for _ in range(2):
+    for _ in range(warmup):
         state, metrics = step(state, batch)
     jax.block_until_ready(metrics)
     start = time.perf_counter()
@@ -229,7 +229,9 @@ def main() -> int:
     parser.add_argument("--modes", default="fp32:eager,fp32:xla,bf16:eager,bf16:xla",
                         help="comma-separated precision:compile pairs (precision fp32|bf16, compile eager|xla|jax); "
                              "'eager' means tf.function without XLA, 'jax' the JAX engine's jitted step")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per measurement (after 2 warm-up steps)")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per measurement (after the warm-up steps)")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed steps before them, the first compiling (at least 1; 1 for a smoke run)")
     parser.add_argument("--rounds", type=int, default=1, help="repeat ours/peer interleaved this many times")
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
                         help="also time the TF Model Garden XLNetBase (fp32, without and with XLA)")
@@ -237,6 +239,8 @@ def main() -> int:
                         help="also time query-stream attention on the target rows vs on all positions")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.warmup < 1:
+        parser.error(f"--warmup must be at least 1, got {args.warmup}")
 
     if args.child == "peak":  # the fp32 matmul peak right now (measured next to each peer run)
         print(json.dumps({"matmul_peak_gflops": round(matmul_peak("float32") / 1e9, 1)}), flush=True)
@@ -251,8 +255,8 @@ def main() -> int:
         # The peak is the best of timings before and after the steps (each the best of 6 matmuls): one
         # timing taken while the machine was busy came out below the step's own rate (MFU 1.036).
         timings = [matmul_peak(peak_dtype)]
-        result = (time_jax(precision, args.steps) if compile_mode == "jax" else
-                  time_ours(precision, compile_mode == "xla", args.steps))
+        result = (time_jax(precision, args.steps, warmup=args.warmup) if compile_mode == "jax" else
+                  time_ours(precision, compile_mode == "xla", args.steps, warmup=args.warmup))
         timings.append(matmul_peak(peak_dtype))
         peak = max(timings)
         fp32_peak = peak if precision == "fp32" else matmul_peak("float32")
@@ -281,7 +285,7 @@ def main() -> int:
                 peers[jit] = dict(time_peer(jit, args.steps), matmul_peak_gflops_fp32_adjacent=peak)
                 print(json.dumps(peers[jit]), flush=True)
         for mode in args.modes.split(","):
-            for result in run_isolated(["--child", mode, "--steps", str(args.steps)]):
+            for result in run_isolated(["--child", mode, "--steps", str(args.steps), "--warmup", str(args.warmup)]):
                 if peers:
                     # The machine is shared: besides the raw ratio, compare throughput per unit of the
                     # fp32 matmul peak measured next to each run (robust to other users' load).

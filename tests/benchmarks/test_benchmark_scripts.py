@@ -150,7 +150,7 @@ def test_remat_step_cost_times_every_mode_in_each_round_and_divides_by_none_of_t
 @pytest.mark.slow  # 35 s: the peer's shapes (6 layers, d_model 512), one timed step, no peer
 def test_train_step_times_query_rows_and_one_mode_of_ours_without_the_peer():
     targets, all_positions, ours = run_benchmark("train_step.py", "--modes", "fp32:eager", "--no-peer",
-                                                 "--steps", "1")
+                                                 "--steps", "1", "--warmup", "1")
 
     assert [(row["measure"], row["rows"]) for row in (targets, all_positions)] == [
         ("query_stream_attention_fwd_bwd_one_layer", "targets"),
