@@ -49,14 +49,20 @@ def xlnet(*args: str) -> str:
     return completed.stdout
 
 
-def pretrain(data_dir: str, model_dir: Path, steps: list[int]) -> dict[int, float]:
-    """Pretrains the tiny preset to max(steps), keeping a checkpoint at each; step -> valid loss."""
+def pretrain(data_dir: str, model_dir: Path, steps: list[int], sets: tuple[str, ...] = ()) -> dict[int, float]:
+    """Pretrains the tiny preset (with the ``sets`` --set items) to max(steps), keeping a checkpoint at
+    each; step -> valid loss."""
     last = max(steps)
     every = math.gcd(*steps)
-    xlnet("train", "--data", data_dir, "--model-dir", str(model_dir), "--preset", "tiny",
+    xlnet("train", "--data", data_dir, "--model-dir", str(model_dir), "--preset", "tiny", *set_flags(sets),
           "--set", f"train_steps={last}", "--set", f"checkpoint_every={every}", "--set", f"eval_every={every}",
           "--set", f"keep_checkpoints={last // every + 1}", "--set", "steps_per_loop=50")
     return valid_losses(model_dir)
+
+
+def set_flags(sets: tuple[str, ...]) -> list[str]:
+    """``--set KEY=VALUE`` of each item."""
+    return [arg for item in sets for arg in ("--set", item)]
 
 
 def valid_losses(model_dir: Path) -> dict[int, float]:
@@ -146,13 +152,15 @@ def trivial_baselines(dev: Path) -> list[dict]:
 
 
 def finetune(task: str, files: list[str], out: Path, steps: int, seed: int, init: Path | None,
-             vocab: Path) -> tuple[dict, float]:
-    """One `xlnet finetune` of ``task``; (its eval_results.json, seconds)."""
-    source = ["--init-checkpoint", str(init)] if init else ["--vocab", str(vocab), "--preset", "tiny"]
+             vocab: Path, sets: tuple[str, ...] = (), preset: str | None = "tiny") -> tuple[dict, float]:
+    """One `xlnet finetune` of ``task`` (with the ``sets`` --set items first); (its eval_results.json, seconds).
+    ``preset``: the fine-tuning defaults (None: those `xlnet finetune` picks for ``init``'s architecture)."""
+    source = ["--init-checkpoint", str(init)] if init else ["--vocab", str(vocab)]
+    source += ["--preset", preset] if preset else []
     every = TASKS[task]["curve_every"] or steps
     began = time.time()
     xlnet("finetune", "--task", task, *files, *TASKS[task]["flags"], "--model-dir", str(out), *source,
-          "--set", f"train_steps={steps}", "--set", f"eval_every={min(every, steps)}",
+          *set_flags(sets), "--set", f"train_steps={steps}", "--set", f"eval_every={min(every, steps)}",
           "--set", f"seed={seed}", "--set", f"checkpoint_every={steps}")
     return json.loads((out / "eval_results.json").read_text()), time.time() - began
 
@@ -170,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=None, help="where data and models go (default: a temporary dir)")
     parser.add_argument("--train-paragraphs", type=int, default=20000,
                         help="squad: training paragraphs of the cloze set (fewer: a quick run)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="more --set items of the pretraining run and every fine-tune (e.g. n_layer=1 for a "
+                             "smoke run; a finished pretraining run in --workdir is reused as it is)")
     args = parser.parse_args(argv)
     data = TASKS[args.task]["data"].format(train=args.train_paragraphs)
 
@@ -191,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             valid = valid_losses(run)
         else:
             shutil.rmtree(run, ignore_errors=True)
-            valid = pretrain(data_dir, run, steps)
+            valid = pretrain(data_dir, run, steps, tuple(args.sets))
         for step in steps:
             target = workdir / f"pretrained-{step}"
             shutil.rmtree(target, ignore_errors=True)
@@ -206,7 +217,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, init in sources.items():
             out = workdir / f"finetune-{args.task}-{name if isinstance(name, int) else 'given'}-seed{seed}"
             shutil.rmtree(out, ignore_errors=True)
-            results, seconds = finetune(args.task, files, out, steps, seed, init, vocab)
+            # the tiny preset's fine-tuning defaults for random weights and this script's tiny pretraining
+            # alike (what `xlnet finetune` picks for its checkpoints by itself, unless --set changes the
+            # architecture); --pretrained's own
+            results, seconds = finetune(args.task, files, out, steps, seed, init, vocab, tuple(args.sets),
+                                        preset=None if name == args.pretrained else "tiny")
             print(json.dumps({
                 "benchmark": "finetune", "task": args.task, "data": data,
                 "init": "random" if init is None else "pretrained",

@@ -88,8 +88,9 @@ def test_preprocess_benchmark_reports_capacity_both_runners_set_ups_and_their_sp
 @pytest.mark.slow  # 152 s at load 10 on 2 cores (249 s before): preprocessing, pretraining, two `xlnet finetune`
 @SHARES_FINETUNE_WORKDIR
 def test_finetune_benchmark_reports_random_and_pretrained_runs_with_the_same_settings(finetune_workdir):
+    # one layer (the pretraining run's and both fine-tunes'): each of the 3 processes traces every layer
     random, pretrained = run_benchmark("finetune.py", "--workdir", str(finetune_workdir), "--pretrain-steps", "0",
-                                       "4", "--finetune-steps", "4")
+                                       "4", "--finetune-steps", "4", "--set", "n_layer=1")
 
     assert (random["init"], random["pretrain_steps"]) == ("random", 0)
     assert (pretrained["init"], pretrained["pretrain_steps"]) == ("pretrained", 4)
@@ -106,7 +107,8 @@ def test_squad_benchmark_reports_trivial_baselines_then_random_and_pretrained_ru
     # benchmark's 20000 (generated, written, read and cut into windows twice) cost the test about 40 s
     *baselines, random, pretrained = run_benchmark("finetune.py", "--task", "squad", "--workdir",
                                                    str(finetune_workdir), "--pretrain-steps", "0", "4",
-                                                   "--finetune-steps", "4", "--train-paragraphs", "200")
+                                                   "--finetune-steps", "4", "--train-paragraphs", "200",
+                                                   "--set", "n_layer=1")  # as the pretraining run it reuses
 
     assert [line["baseline"] for line in baselines] == ["first 1 word", "random 1 word", "first 2 words",
                                                         "random 2 words"]
