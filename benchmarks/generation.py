@@ -79,15 +79,18 @@ def emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def build(preset: str, mem_len: int):
-    """A randomly initialised network of ``preset`` read in natural order with ``mem_len`` memory."""
+def build(preset: str, mem_len: int, n_layer: int | None = None):
+    """A randomly initialised network of ``preset`` (with ``n_layer`` layers, default the preset's) read in
+    natural order with ``mem_len`` memory."""
     import keras
 
+    from trainer.models.config import model_preset
     from trainer.models.inference_network import inference_network
     from trainer.models.network import build_network
 
     keras.utils.set_random_seed(0)
-    return inference_network(build_network(preset), mem_len)
+    config = model_preset(preset)
+    return inference_network(build_network(config.replace(n_layer=n_layer) if n_layer else config), mem_len)
 
 
 def prompts(batch: int, length: int, vocab_size: int, seed: int = 0):
@@ -298,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--preset", default="base", help="model shape (random weights)")
+    parser.add_argument("--n-layer", type=int, default=None,
+                        help="layers of that shape (default: the preset's; fewer for a smoke run)")
     parser.add_argument("--prompt-len", type=int, default=256)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--batches", type=int, nargs="*", default=[1, 8],
@@ -312,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    network = build(args.preset, args.prompt_len + args.new_tokens)  # the cache holds every position
+    network = build(args.preset, args.prompt_len + args.new_tokens, args.n_layer)  # the cache holds every position
     config = network.config
     emit(kind="settings", preset=args.preset, n_layer=config.n_layer, d_model=config.d_model,
          prompt_len=args.prompt_len, new_tokens=args.new_tokens, mem_len=config.mem_len)
@@ -345,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             emit(**row)
     if not args.score_lengths:
         return 0
-    scorer = build(args.preset, args.score_mem)
+    scorer = build(args.preset, args.score_mem, args.n_layer)
     rows = [scoring(scorer, length, args.segment_len) for length in args.score_lengths]
     for row in rows:
         emit(kind="scoring", segment_len=args.segment_len, mem_len=args.score_mem, **row,

@@ -322,11 +322,12 @@ def test_serving_long_texts_benchmark_times_each_fill_of_the_segments(long_texts
 
 @pytest.mark.slow  # about 60 s: tiny shapes, two batch sizes (each with its floor), two scoring lengths, the peer off
 def test_generation_benchmark_times_cached_uncached_generation_and_scoring_by_length():
-    settings, *rows = run_benchmark("generation.py", "--preset", "tiny", "--prompt-len", "16", "--new-tokens", "8",
-                                    "--batches", "1", "2", "--score-lengths", "64", "128", "--segment-len", "32",
-                                    "--score-mem", "32", "--no-peer")
+    # one layer: the cached loop, its steps and each uncached length are traced per batch, layer by layer
+    settings, *rows = run_benchmark("generation.py", "--preset", "tiny", "--n-layer", "1", "--prompt-len", "16",
+                                    "--new-tokens", "8", "--batches", "1", "2", "--score-lengths", "64", "128",
+                                    "--segment-len", "32", "--score-mem", "32", "--no-peer")
 
-    assert (settings["kind"], settings["mem_len"]) == ("settings", 16 + 8)
+    assert (settings["kind"], settings["mem_len"], settings["n_layer"]) == ("settings", 16 + 8, 1)
     (floor,) = [row for row in rows if row["kind"] == "weight_floor"]
     assert floor["ms"] > 0 and floor["in_turn_ms"] > 0
     assert floor["gib_per_sec"] == pytest.approx(floor["weight_mib"] / 1024 / floor["ms"] * 1000)
