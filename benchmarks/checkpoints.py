@@ -48,8 +48,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-def build(preset: str, seq_len: int, batch: int, workdir: str, model_dir: str):
-    """The `xlnet train` controller of ``preset`` on the bundled corpus at ``seq_len``."""
+def build(preset: str, seq_len: int, batch: int, workdir: str, model_dir: str, extra: tuple[str, ...] = ()):
+    """The `xlnet train` controller of ``preset`` (with the ``extra`` --set items) on the bundled corpus at
+    ``seq_len``."""
     import bundled_data
 
     from trainer.launch.pretraining_run import PretrainingRun, build_pretraining
@@ -59,7 +60,7 @@ def build(preset: str, seq_len: int, batch: int, workdir: str, model_dir: str):
     sets = (f"seq_len={seq_len}", f"reuse_len={seq_len // 2}", f"num_predict={max(seq_len // 6, 1)}",
             f"perm_size={seq_len // 2}", f"mem_len={seq_len}", f"train_batch_size={batch}", f"eval_batch_size={batch}",
             "steps_per_loop=1000", "train_steps=100000", "eval_every=0", "checkpoint_every=100000",
-            "keep_checkpoints=1")
+            "keep_checkpoints=1", *extra)
     return build_pretraining(PretrainingRun(data=(data,), model_dir=model_dir, preset=preset,
                                             overrides=sets), log=lambda line: None)
 
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace) -> list[dict]:
     workdir = tempfile.mkdtemp(dir=args.workdir)
     try:
         directory = Path(workdir)
-        controller = build(args.preset, args.seq_len, args.batch, args.workdir, str(directory / "model"))
+        controller = build(args.preset, args.seq_len, args.batch, args.workdir, str(directory / "model"),
+                           tuple(args.sets))
         iterator = iter(controller.train_dataset())
         written = {}  # mode -> (seconds, CPU seconds of the writing thread) of its last write
 
@@ -179,6 +181,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=2, help="train_batch_size")
     parser.add_argument("--every", type=int, default=3, help="steps between two checkpoints")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (one checkpoint of each mode per round)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="more --set items of the controller (e.g. n_layer=1 for a smoke run)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-checkpoint-benchmark"),
                         help="where the data (kept for later runs) and the checkpoints (removed) go")
     args = parser.parse_args()

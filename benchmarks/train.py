@@ -64,7 +64,8 @@ def seconds_per_step(trainer, iterator, steps: int) -> float:
     return (time.perf_counter() - began) / steps
 
 
-def measure(shape: str, data_dir: str, workdir: str, steps: int, repeats: int) -> list[dict]:
+def measure(shape: str, data_dir: str, workdir: str, steps: int, repeats: int, extra: tuple[str, ...] = ()
+            ) -> list[dict]:
     import tensorflow as tf
     from train_step import matmul_peak, model_flops_per_step
 
@@ -72,7 +73,7 @@ def measure(shape: str, data_dir: str, workdir: str, steps: int, repeats: int) -
 
     from trainer.launch.pretraining_run import PretrainingRun, build_pretraining
 
-    settings = (*SHAPES[shape], "train_steps=1000000", "eval_every=0", "checkpoint_every=1000000")
+    settings = (*SHAPES[shape], *extra, "train_steps=1000000", "eval_every=0", "checkpoint_every=1000000")
     trainer = build_pretraining(PretrainingRun(data=(data_dir,), model_dir=tempfile.mkdtemp(dir=workdir),
                                                preset="tiny", overrides=settings),
                                 strategy=tf.distribute.get_strategy(), log=lambda line: None)
@@ -115,6 +116,8 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--steps", type=int, default=10, help="steps per timed loop")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="more --set items for every shape (e.g. n_layer=1 for a smoke run)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-bench"))
     args = parser.parse_args()
 
@@ -122,7 +125,7 @@ def main() -> None:
 
     data_dir = prepare(args.workdir)
     for shape in args.shapes:
-        for line in measure(shape, data_dir, args.workdir, args.steps, args.repeats):
+        for line in measure(shape, data_dir, args.workdir, args.steps, args.repeats, tuple(args.sets)):
             print(json.dumps(line), flush=True)
 
 

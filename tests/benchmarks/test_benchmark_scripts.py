@@ -173,7 +173,7 @@ def test_train_step_times_query_rows_and_one_mode_of_ours_without_the_peer():
 @pytest.mark.slow  # the fine-tuning benchmarks' bundled corpus, preprocessed once, then one step per loop
 @SHARES_FINETUNE_WORKDIR
 def test_train_benchmark_reports_the_loop_the_bare_step_and_the_reader_of_the_tiny_shape(finetune_workdir):
-    rows = run_benchmark("train.py", "--shapes", "tiny", "--steps", "1", "--repeats", "1",
+    rows = run_benchmark("train.py", "--shapes", "tiny", "--steps", "1", "--repeats", "1", "--set", "n_layer=1",
                          "--workdir", str(finetune_workdir / "bundled"))
 
     assert [row["benchmark"] for row in rows] == ["matmul_peak", "train_loop", "bare_train_step",
@@ -181,7 +181,7 @@ def test_train_benchmark_reports_the_loop_the_bare_step_and_the_reader_of_the_ti
     peak, loop, bare, reader, overhead = rows
     assert all(row["shape"] == "tiny" for row in rows)
     assert peak["flops_per_sec"] > 0 and loop["tokens_per_sec"] > 0 and bare["tokens_per_sec"] > 0
-    assert (loop["seq_len"], loop["steps"], loop["repeats"]) == (128, 1, 1)
+    assert (loop["seq_len"], loop["steps"], loop["repeats"], loop["n_layer"]) == (128, 1, 1, 1)
     assert reader["examples_per_sec"] > 0
     assert overhead["reader_cost"] < 1 and overhead["input_headroom"] > 0
 
@@ -246,7 +246,7 @@ def test_serving_benchmark_times_each_signature_and_python_sentencepiece_on_one_
 @SHARES_FINETUNE_WORKDIR
 def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_mode(finetune_workdir):
     rows = run_benchmark("checkpoints.py", "--preset", "tiny", "--seq-len", "128", "--rounds", "2", "--every", "2",
-                         "--workdir", str(finetune_workdir / "bundled"))
+                         "--set", "n_layer=1", "--workdir", str(finetune_workdir / "bundled"))
 
     modes = ["snapshot_held", "sync", "async_nice0", "async_nice19"]
     rounds, summaries, (verdict,) = rows[:2], rows[2:6], rows[6:]
@@ -262,8 +262,8 @@ def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_
     assert [row["mode"] for row in summaries] == modes
     for summary in summaries:
         mode = summary["mode"]
-        assert (summary["preset"], summary["n_layer"], summary["seq_len"], summary["every"]) == ("tiny", 4, 128, 2)
-        assert summary["checkpoint_bytes"] > 10_000_000  # the tiny preset's weights and AdamW slots
+        assert (summary["preset"], summary["n_layer"], summary["seq_len"], summary["every"]) == ("tiny", 1, 128, 2)
+        assert summary["checkpoint_bytes"] > 10_000_000  # one tiny layer and the 8000-row embedding, with AdamW's slots
         for key, cost in (("checkpoint_cost_s", "cost_s"), ("checkpoint_cost_cpu_s", "cost_cpu_s")):
             assert summary[key] == pytest.approx(sum(row[mode][cost] for row in rounds) / 2, abs=0.002)
         assert summary["step_s_with_checkpoints"] == pytest.approx(
