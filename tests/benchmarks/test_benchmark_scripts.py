@@ -46,7 +46,7 @@ def finetune_workdir(tmp_path_factory, spm_model) -> Path:
 SHARES_FINETUNE_WORKDIR = pytest.mark.xdist_group("finetune_workdir")
 
 
-@pytest.mark.slow  # 183 s at load 10 on 2 cores (217 s with 20 steps): compiling dominates, 4 steps check as much
+@pytest.mark.slow  # about 25 CPU s at one layer (45 at four, preprocessing its own corpus): compiling dominates
 @SHARES_FINETUNE_WORKDIR  # the bundled corpus at seq_len 128, preprocessed once for the group (not at 32 for this one)
 def test_memory_benefit_reports_both_runs_by_position_and_their_difference(finetune_workdir):
     memory, without, summary = run_benchmark("memory_benefit.py", "--workdir", str(finetune_workdir / "bundled"),
@@ -85,7 +85,7 @@ def test_preprocess_benchmark_reports_capacity_both_runners_set_ups_and_their_sp
         assert summary[f"{prefix}speedup_over_goal"] == round(speedup / summary[f"{prefix}speedup_goal"], 2)
 
 
-@pytest.mark.slow  # 152 s at load 10 on 2 cores (249 s before): preprocessing, pretraining, two `xlnet finetune`
+@pytest.mark.slow  # about 25 CPU s at one layer (56 at four): preprocessing, pretraining, two `xlnet finetune`
 @SHARES_FINETUNE_WORKDIR
 def test_finetune_benchmark_reports_random_and_pretrained_runs_with_the_same_settings(finetune_workdir):
     # one layer (the pretraining run's and both fine-tunes'): each of the 3 processes traces every layer
@@ -100,7 +100,7 @@ def test_finetune_benchmark_reports_random_and_pretrained_runs_with_the_same_set
         assert set(line["dev"]) == {"accuracy", "macro_f1", "mcc", "loss"} and 0 <= line["dev"]["accuracy"] <= 1
 
 
-@pytest.mark.slow  # 77 s at load 10 on 2 cores (146 s before): the workdir's pretraining reused, two `xlnet finetune`
+@pytest.mark.slow  # about 13 CPU s at one layer (24 at four): the workdir's pretraining reused, two `xlnet finetune`
 @SHARES_FINETUNE_WORKDIR
 def test_squad_benchmark_reports_trivial_baselines_then_random_and_pretrained_runs(finetune_workdir):
     # 4 steps of batch 32 read 128 questions: 200 training paragraphs are more than the runs see, and the
@@ -120,7 +120,7 @@ def test_squad_benchmark_reports_trivial_baselines_then_random_and_pretrained_ru
         assert line["dev_curve"] == {"4": line["dev"]}
 
 
-@pytest.mark.slow  # 79 s alone (the shared corpus preprocessed by the first of its group): two measured runs
+@pytest.mark.slow  # about 17 CPU s at one layer (32 at four): two measured runs, each a process of its own
 @SHARES_FINETUNE_WORKDIR  # the bundled corpus at seq_len 128, preprocessed once (no vocabulary trained either)
 def test_memory_reports_each_remat_modes_step_cost_against_none_of_the_same_round(finetune_workdir):
     """One round (its rows then carry no round number): the median over rounds is remat_step_cost.py's
@@ -136,7 +136,7 @@ def test_memory_reports_each_remat_modes_step_cost_against_none_of_the_same_roun
     assert summary["rounds"] == 1 and summary["ratio_to_none_median"] == round(ratio, 3)
 
 
-@pytest.mark.slow  # 137 s at load 10 on 2 cores (247 s training a vocabulary and preprocessing): none and full
+@pytest.mark.slow  # about 12 CPU s at one layer (32 at four): none and full, both traced in one process
 @SHARES_FINETUNE_WORKDIR  # the bundled corpus at seq_len 128, preprocessed once (no vocabulary trained either)
 def test_remat_step_cost_times_every_mode_in_each_round_and_divides_by_none_of_that_round(finetune_workdir):
     rows = run_benchmark("remat_step_cost.py", "--case", "tiny", "--batch", "8", "--modes", "full",
@@ -149,7 +149,7 @@ def test_remat_step_cost_times_every_mode_in_each_round_and_divides_by_none_of_t
     assert summary["ratio_to_none_median"] == round(sorted(ratios)[1], 3)
 
 
-@pytest.mark.slow  # 35 s: the peer's shapes (6 layers, d_model 512), one timed step, no peer
+@pytest.mark.slow  # about 24 CPU s: the peer's shapes (6 layers, d_model 512), one warm-up and one timed step, no peer
 def test_train_step_times_query_rows_and_one_mode_of_ours_without_the_peer():
     targets, all_positions, ours = run_benchmark("train_step.py", "--modes", "fp32:eager", "--no-peer",
                                                  "--steps", "1", "--warmup", "1")
@@ -242,7 +242,7 @@ def test_serving_benchmark_times_each_signature_and_python_sentencepiece_on_one_
         assert 4 / (seconds + 5e-6) - 0.05 <= row["sentences_per_second"] <= 4 / (seconds - 5e-6) + 0.05
 
 
-@pytest.mark.slow  # 57 s at load 10 (95 s preprocessing at seq_len 64): two tiny rounds on the shared bundled corpus
+@pytest.mark.slow  # about 9 CPU s at one layer (17 at four): two tiny rounds on the shared bundled corpus
 @SHARES_FINETUNE_WORKDIR
 def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_mode(finetune_workdir):
     rows = run_benchmark("checkpoints.py", "--preset", "tiny", "--seq-len", "128", "--rounds", "2", "--every", "2",
@@ -276,7 +276,7 @@ def test_checkpoints_benchmark_reports_each_rounds_costs_and_the_median_of_each_
             assert verdict[f"{summary['mode']}_over_sync_{unit}"] == expected
 
 
-@pytest.mark.slow  # 134 s at load 1 (156 s preprocessing for the vocabulary): two `xlnet finetune`, four children
+@pytest.mark.slow  # about 35 CPU s at one layer (61 at four): two `xlnet finetune`, four children
 def test_long_documents_reports_each_n_the_training_step_the_reading_cost_and_the_goals(tmp_path, spm_model):
     # one layer, here and in the cost parts (--cost-n-layer): every process traces each layer of its model
     # (about 4 CPU s of a fine-tuning run for the tiny preset's other 3)
@@ -320,7 +320,7 @@ def test_serving_long_texts_benchmark_times_each_fill_of_the_segments(long_texts
                                                                 rel=0.01)
 
 
-@pytest.mark.slow  # about 60 s: tiny shapes, two batch sizes (each with its floor), two scoring lengths, the peer off
+@pytest.mark.slow  # about 11 CPU s: one tiny layer, two batch sizes (each with its floor), two scoring lengths, no peer
 def test_generation_benchmark_times_cached_uncached_generation_and_scoring_by_length():
     # one layer: the cached loop, its steps and each uncached length are traced per batch, layer by layer
     settings, *rows = run_benchmark("generation.py", "--preset", "tiny", "--n-layer", "1", "--prompt-len", "16",
