@@ -24,8 +24,9 @@ test: $(STAMP)
 # The slow tests (training runs, benchmark smoke tests, measured memory) on three processes: many of
 # them spend part of their time waiting (polling a child process, a Dask cluster, the GCS emulator, a
 # timer), so two processes left about a quarter of a 2-core machine idle (CPU seconds against wall time,
-# measured 2026-11-29); three kept it 97% busy (25:40 for the suite on a quiet 2-core machine, same day). CI runs them after the default suite so that none rots unseen. The 40
-# slowest are listed at the end (CI's whole run must stay under 45 minutes: the list says where the time goes).
+# measured 2026-11-29); three kept it 97% busy (25:40 for the suite on a quiet 2-core machine, same day).
+# CI runs them after the default suite so that none rots unseen. The 40 slowest are listed at the end
+# (CI's whole run must stay under 45 minutes: the list says where the time goes).
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow -n 3 --dist loadgroup --durations=40 -rs tests
 
