@@ -46,6 +46,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+from set_items import add_set_option  # noqa: E402  (benchmarks/set_items.py: the --set option)
 
 
 def build(preset: str, seq_len: int, batch: int, workdir: str, model_dir: str, extra: tuple[str, ...] = ()):
@@ -181,8 +182,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=2, help="train_batch_size")
     parser.add_argument("--every", type=int, default=3, help="steps between two checkpoints")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (one checkpoint of each mode per round)")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="more --set items of the controller (e.g. n_layer=1 for a smoke run)")
+    add_set_option(parser, "more --set items of the controller (e.g. n_layer=1 for a smoke run)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-checkpoint-benchmark"),
                         help="where the data (kept for later runs) and the checkpoints (removed) go")
     args = parser.parse_args()

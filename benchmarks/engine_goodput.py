@@ -27,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+from set_items import set_flags  # noqa: E402  (benchmarks/set_items.py: the --set option)
 
 from trainer.runtime.model_dir import ModelDirectory  # noqa: E402  (the step log and events read back)
 
@@ -35,7 +36,7 @@ ENGINES = ("tensorflow", "jax")
 
 def run_engine(engine: str, data: str, model_dir: Path, steps: int, settings: list[str]) -> dict:
     """One `xlnet train --backend ENGINE` run of ``steps`` steps; its goodput record and step log, summarised."""
-    sets = [arg for item in [f"train_steps={steps}", "eval_every=0", *settings] for arg in ("--set", item)]
+    sets = set_flags([f"train_steps={steps}", "eval_every=0", *settings])
     command = [sys.executable, "-m", "xlnet_cli", "train", "--backend", engine, "--data", data, "--model-dir",
                str(model_dir), "--preset", "tiny", *sets]
     started = time.perf_counter()

@@ -36,6 +36,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from set_items import add_set_option, set_flags  # noqa: E402  (benchmarks/set_items.py: the --set option)
 ROTTEN = REPO / "data" / "finetune" / "rotten_tomatoes"
 
 
@@ -58,11 +59,6 @@ def pretrain(data_dir: str, model_dir: Path, steps: list[int], sets: tuple[str, 
           "--set", f"train_steps={last}", "--set", f"checkpoint_every={every}", "--set", f"eval_every={every}",
           "--set", f"keep_checkpoints={last // every + 1}", "--set", "steps_per_loop=50")
     return valid_losses(model_dir)
-
-
-def set_flags(sets: tuple[str, ...]) -> list[str]:
-    """``--set KEY=VALUE`` of each item."""
-    return [arg for item in sets for arg in ("--set", item)]
 
 
 def valid_losses(model_dir: Path) -> dict[int, float]:
@@ -178,9 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=None, help="where data and models go (default: a temporary dir)")
     parser.add_argument("--train-paragraphs", type=int, default=20000,
                         help="squad: training paragraphs of the cloze set (fewer: a quick run)")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="more --set items of the pretraining run and every fine-tune (e.g. n_layer=1 for a "
-                             "smoke run; a finished pretraining run in --workdir is reused as it is)")
+    add_set_option(parser, "more --set items of the pretraining run and every fine-tune (e.g. n_layer=1 for a "
+                           "smoke run; a finished pretraining run in --workdir is reused as it is)")
     args = parser.parse_args(argv)
     data = TASKS[args.task]["data"].format(train=args.train_paragraphs)
 

@@ -37,6 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+from set_items import add_set_option, set_flags  # noqa: E402  (benchmarks/set_items.py: the --set option)
 
 ROTTEN = REPO / "data" / "finetune" / "rotten_tomatoes"
 WIKI_QA = REPO / "data" / "squad" / "wiki_qa_v2.json"
@@ -167,8 +168,7 @@ def main() -> int:
                              "other in each round; then print each mode's step time against none's of the same "
                              "round (the median over rounds)")
     parser.add_argument("--no-table", action="store_true", help="leave out the planner's 16 GiB table")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="more --set items for every case (e.g. n_layer=1 for a smoke run)")
+    add_set_option(parser, "more --set items for every case (e.g. n_layer=1 for a smoke run)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-memory-benchmark"),
                         help="where the preprocessed data and the model directories go")
     parser.add_argument("--child", nargs=3, metavar=("CASE", "MODE", "BATCH"), help=argparse.SUPPRESS)
@@ -202,7 +202,7 @@ def run_line(args: argparse.Namespace, case: str, mode: str, batch: int) -> dict
     if predicted > MACHINE_SHARE * machine_memory():
         return {"case": case, "remat": mode, "batch": batch, "predicted_peak_bytes": predicted,
                 "skipped": f"predicted above {MACHINE_SHARE:.0%} of this machine's memory"}
-    sets = [arg for item in args.sets for arg in ("--set", item)]
+    sets = set_flags(args.sets)
     out = subprocess.run([sys.executable, __file__, "--workdir", args.workdir, "--timed-steps", str(args.timed_steps),
                           *sets, "--child", case, mode, str(batch)], capture_output=True, text=True, check=False)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]

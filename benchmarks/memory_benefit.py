@@ -35,6 +35,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from set_items import add_set_option  # noqa: E402  (benchmarks/set_items.py: the --set option)
 
 
 def run_settings(args: argparse.Namespace, seed: int, mem_len: int) -> list[str]:
@@ -135,8 +136,7 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=2, help="runs side by side (one process and core each)")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="more --set items for every run, after the above (e.g. n_layer=1 for a smoke run)")
+    add_set_option(parser, "more --set items for every run, after the above (e.g. n_layer=1 for a smoke run)")
     args = parser.parse_args()
 
     from bundled_data import prepare

@@ -21,6 +21,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from set_items import add_set_option  # noqa: E402  (benchmarks/set_items.py: the --set option)
 
 import memory  # noqa: E402  (benchmarks/memory.py: the cases and how a case's controller is built)
 from memory import MODES  # noqa: E402
@@ -60,8 +61,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds, one step of each mode per round")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-memory-benchmark"),
                         help="where the preprocessed data and the model directories go")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="more --set items for the case (e.g. n_layer=1 for a smoke run)")
+    add_set_option(parser, "more --set items for the case (e.g. n_layer=1 for a smoke run)")
     args = parser.parse_args()
     for flag, value in (("--batch", args.batch), ("--rounds", args.rounds)):
         if value < 1:

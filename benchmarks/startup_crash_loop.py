@@ -25,6 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from set_items import set_flags  # benchmarks/set_items.py, beside this script
+
 REPO = Path(__file__).resolve().parent.parent
 # A two-layer model on the small data directory's record shapes (tests/support/bundled_data.py's
 # SMALL_DATA): 2 steps, one loop, one checkpoint, no evaluation.
@@ -43,7 +45,7 @@ def burn(seconds: float) -> None:
 
 def start_once(index: int, repo: Path, data: str, workdir: Path, shapes: list[str]) -> dict:
     """One `xlnet train` start into a new model directory: its exit status, time, and a crash's stacks."""
-    settings = [arg for item in TINY + shapes for arg in ("--set", item)]
+    settings = set_flags(TINY + shapes)
     command = [sys.executable, "-X", "faulthandler", str(repo / "xlnet_cli.py"), "train", "--data", data,
                "--model-dir", str(workdir / f"model-{index}"), "--preset", "tiny", *settings]
     began = time.monotonic()

@@ -28,6 +28,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from set_items import add_set_option  # noqa: E402  (benchmarks/set_items.py: the --set option)
 
 SHAPES = {
     "tiny": [],
@@ -116,8 +117,7 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--steps", type=int, default=10, help="steps per timed loop")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="more --set items for every shape (e.g. n_layer=1 for a smoke run)")
+    add_set_option(parser, "more --set items for every shape (e.g. n_layer=1 for a smoke run)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "xlnet-bench"))
     args = parser.parse_args()
 
