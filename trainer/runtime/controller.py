@@ -51,6 +51,7 @@ from trainer.runtime.training_stops import (  # noqa: F401 (the loop's errors, r
     TrainingStopped,
     UnreadableCheckpointError,
     WorkerLostError,
+    checkpoint_save_stopped,
 )
 from trainer.runtime.task_protocol import Task
 from trainer.runtime.throughput import StepFlops
@@ -459,13 +460,8 @@ class Controller:
 
     def _save_error(self, prefix: str, error: tf.errors.OpError, removed: list[str]) -> CheckpointSaveError:
         """What a full disk during the save of ``prefix`` tells, its partial files ``removed``."""
-        kept = self.work_dir.latest_checkpoint()
-        return CheckpointSaveError(
-            f"cannot save checkpoint {prefix}: no space left on the device ({error_text(error)}); "
-            + (f"its partial files were removed ({', '.join(posixpath.basename(p) for p in removed)}). "
-               if removed else "")
-            + f"Free space under {self.work_dir.path} and run the same command again: the run resumes from "
-            + (f"{kept}" if kept else "its start, no checkpoint having been saved"))
+        return checkpoint_save_stopped(prefix, error_text(error), [posixpath.basename(p) for p in removed],
+                                       self.work_dir.path, self.work_dir.latest_checkpoint())
 
     def _input_error(self, step: int, error: tf.errors.OpError) -> str:
         """What to tell when the training input cannot be read: what TensorFlow said, where the task

@@ -44,11 +44,14 @@ class LogWriteError(DataError):
 
 
 def is_full_disk(error: BaseException) -> bool:
-    """Whether ``error`` (a ``tf.errors.OpError`` or ``OSError``) says the disk or quota is full."""
+    """Whether ``error`` says the disk or quota is full: an ``OSError``, TensorFlow's
+    ResourceExhaustedError, or tensorstore's (Orbax's writes) ``RESOURCE_EXHAUSTED: ... No space
+    left on device``, a ValueError."""
     if isinstance(error, OSError):
         return error.errno in (errno.ENOSPC, errno.EDQUOT)
-    return type(error).__name__ == "ResourceExhaustedError" and any(
-        text in (getattr(error, "message", "") or "") for text in _FULL)
+    said = getattr(error, "message", "") or str(error)
+    exhausted = type(error).__name__ == "ResourceExhaustedError" or said.startswith("RESOURCE_EXHAUSTED")
+    return exhausted and any(text in said for text in _FULL)
 
 
 @contextlib.contextmanager

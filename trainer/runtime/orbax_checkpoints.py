@@ -19,6 +19,9 @@ What it promises, as docs/reliability.md does for the TensorFlow checkpoints:
   one before it is restored; when none reads, UnreadableCheckpointError (exit status 3). A
   checkpoint whose arrays do not have the state's shapes (another model configuration) is not
   damage: it is a UsageError naming the first differing array, and nothing is moved.
+* **A full disk stops the run in one sentence.** A write that fails for want of space is a
+  CheckpointSaveError (exit status 3) naming the checkpoint, its partial files removed and the one
+  the same command resumes from, the TensorFlow engine's words (trainer/runtime/training_stops.py).
 """
 from __future__ import annotations
 
@@ -31,7 +34,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional
 from tfrecords.errors import UsageError
 from trainer.runtime import file_system
 from trainer.runtime.jax_processes import wait_for_every_process
-from trainer.runtime.training_stops import UnreadableCheckpointError
+from trainer.runtime.event_files import is_full_disk
+from trainer.runtime.training_stops import UnreadableCheckpointError, checkpoint_save_stopped
+from tfrecords.tensorflow_errors import error_text
 
 DAMAGED = "damaged"
 # What Orbax names a step while writing it (renamed to the step once complete).
@@ -66,8 +71,9 @@ class OrbaxCheckpoints:
         # The handlers named, so that a checkpoint's metadata can be read before its arrays (_check_shapes).
         handlers = {"state": ocp.StandardCheckpointHandler(), "position": ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(orbax_path(directory), options=options, item_handlers=handlers)
-        self._quiet = _closed_loop_callbacks_ignored()
-        self._quiet.__enter__()  # until close()
+        self._quiet = contextlib.ExitStack()  # until close()
+        self._quiet.enter_context(_closed_loop_callbacks_ignored())
+        self._quiet.enter_context(_full_disk_write_tracebacks_dropped())
 
     def steps(self) -> list[int]:
         """The steps of the complete checkpoints, oldest first."""
@@ -77,14 +83,17 @@ class OrbaxCheckpoints:
         """Starts writing ``state`` and ``position`` as the checkpoint of ``step`` (after the write before
         it has finished); with asynchronous writes it returns before the files are written."""
         args = self._ocp.args
-        saved = self._manager.save(step, args=args.Composite(state=args.StandardSave(state),
-                                                             position=args.JsonSave(dict(position))), force=True)
+        with self._full_disk_stops_the_run():
+            saved = self._manager.save(step, args=args.Composite(state=args.StandardSave(state),
+                                                                 position=args.JsonSave(dict(position))), force=True)
         if not saved:
             raise RuntimeError(f"Orbax did not save step {step} under {self.directory}")
 
     def wait(self) -> None:
-        """Returns once every checkpoint saved is complete on disk; raises the error of a write that failed."""
-        self._manager.wait_until_finished()
+        """Returns once every checkpoint saved is complete on disk; raises the error of a write that failed
+        (a full disk: CheckpointSaveError, the write's partial files removed)."""
+        with self._full_disk_stops_the_run():
+            self._manager.wait_until_finished()
 
     def restore_latest(self, template: Any) -> Optional[Restored]:
         """The newest checkpoint that reads, its arrays laid out as ``template``'s (a state of the same
@@ -162,20 +171,43 @@ class OrbaxCheckpoints:
                     f"{dtype}, the model being built has {tuple(leaf.shape)} {leaf.dtype}: it was written for another "
                     "model configuration (--preset, --config, --set)")
 
+    @contextlib.contextmanager
+    def _full_disk_stops_the_run(self):
+        """A write that failed for want of space (in the background, raised by the next save or wait)
+        becomes a CheckpointSaveError naming it, what it left removed, as the TensorFlow engine's
+        (trainer/runtime/training_stops.py); any other error passes unchanged."""
+        try:
+            yield
+        except Exception as error:  # noqa: BLE001 (tensorstore tells a full disk as a ValueError)
+            if not is_full_disk(error):
+                raise
+            removed = self._remove_unfinished() if self.chief else []
+            unfinished = [name[:-len(UNFINISHED_MARK)] for name in removed if name.endswith(UNFINISHED_MARK)]
+            checkpoint = posixpath.join(self.directory, unfinished[0] if unfinished else "")
+            self._manager.reload()
+            steps = self.steps()
+            raise checkpoint_save_stopped(checkpoint.rstrip("/"), error_text(error), removed, self.directory,
+                                          posixpath.join(self.directory, str(steps[-1])) if steps else None) from None
+
     def _remove_unfinished_writes(self) -> None:
         """Removes what writes that did not finish left (a killed run's ``<step>.orbax-checkpoint-tmp``),
         which Orbax's own clean-up leaves in place, naming it."""
+        left = self._remove_unfinished()
+        if left:
+            self.warn(f"warning: removed {', '.join(left)} under {self.directory}: what a "
+                      "checkpoint write that did not finish left (a killed or failed run)")
+
+    def _remove_unfinished(self) -> list[str]:
+        """Removes every ``<step>.orbax-checkpoint-tmp`` under the directory; their names."""
         from etils import epath
 
         root = epath.Path(self.directory)
         if not root.exists():
-            return
+            return []
         left = sorted(path for path in root.iterdir() if UNFINISHED_MARK in path.name)
         for path in left:
             path.rmtree() if path.is_dir() else path.unlink()
-        if left:
-            self.warn(f"warning: removed {', '.join(path.name for path in left)} under {self.directory}: what a "
-                      "checkpoint write that did not finish left (a killed or failed run)")
+        return [path.name for path in left]
 
     def _set_aside(self, step: int) -> str:
         """Moves the checkpoint of ``step`` to ``damaged/<step>`` (a number suffix if that is taken); the
@@ -247,6 +279,26 @@ def _closed_loop_callbacks_ignored():
         yield
     finally:
         sys.unraisablehook = previous
+
+
+@contextlib.contextmanager
+def _full_disk_write_tracebacks_dropped():
+    """Orbax's writing threads log the error that ended them with its traceback (absl's logger)
+    before the save or wait that raises it again; a full disk is then told in one sentence
+    (``_full_disk_stops_the_run``), so those records, and only those, are not printed."""
+    import logging
+
+    class FullDiskWrites(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            error = record.exc_info[1] if record.exc_info else None
+            return not (error is not None and "_SignalingThread" in str(record.msg) and is_full_disk(error))
+
+    absl_logger, dropped = logging.getLogger("absl"), FullDiskWrites()
+    absl_logger.addFilter(dropped)
+    try:
+        yield
+    finally:
+        absl_logger.removeFilter(dropped)
 
 
 def _path_name(path: tuple) -> str:

@@ -34,3 +34,15 @@ class WorkerLostError(TrainingStopped):
 class CheckpointSaveError(TrainingStopped):
     """A checkpoint could not be written (a full disk); its temporary files are removed and the run
     resumes from the checkpoint before it."""
+
+
+def checkpoint_save_stopped(checkpoint: str, said: str, removed: list[str], free_under: str,
+                            kept: str | None) -> CheckpointSaveError:
+    """What a full disk during the write of ``checkpoint`` tells, on either engine: what the storage
+    said (``said``, one line), the partial files ``removed`` (names), where to free space and the
+    checkpoint (``kept``, or none) the same command resumes from."""
+    return CheckpointSaveError(
+        f"cannot save checkpoint {checkpoint}: no space left on the device ({said}); "
+        + (f"its partial files were removed ({', '.join(removed)}). " if removed else "")
+        + f"Free space under {free_under} and run the same command again: the run resumes from "
+        + (kept if kept else "its start, no checkpoint having been saved"))

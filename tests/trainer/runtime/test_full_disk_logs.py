@@ -70,6 +70,15 @@ def test_memory_exhausted_is_not_taken_for_a_full_disk():
             raise error
 
 
+def test_tensorstores_no_space_left_is_a_full_disk_and_its_other_exhaustions_are_not():
+    # How tensorstore (Orbax's writes on the JAX engine) tells them: a ValueError.
+    full = ValueError('RESOURCE_EXHAUSTED: Error writing "optimizer.16/0" in OCDBT database at local file "/m/": '
+                      "Failed to write 86910 bytes to file 27: No space left on device [os_error_code='28']")
+    other = ValueError("RESOURCE_EXHAUSTED: Out of memory while allocating 4294967296 bytes")
+    assert event_files.is_full_disk(full) and not event_files.is_full_disk(other)
+    assert not event_files.is_full_disk(ValueError("No space left on device, said a user's text"))
+
+
 # ------------------------------------------------------------------------------- xlnet train, end to end
 @pytest.mark.slow  # two training processes, 40 s
 @pytest.mark.parametrize("log", ["train_steps.jsonl", "tensorboard/train"])

@@ -428,3 +428,33 @@ def test_the_accelerator_runs_summary_reads_a_jax_runs_directory(jax_run):
     assert 0 <= line["input_wait_share"] < 1 and line["planned_memory_bytes"] > 0
     assert line["peak_memory_bytes"] is None and line["planned_over_measured"] is None  # a CPU reports no peak
 
+
+
+@pytest.mark.slow  # three short JAX runs on a tmpfs
+def test_a_full_disk_during_an_orbax_write_stops_with_status_3_and_the_run_resumes_once_space_is_freed(
+        small_data_dir, tmp_path):
+    import os
+
+    from support.small_disk import resize, small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk", 64 << 20) as disk:
+        model_dir = disk / "model"
+        train(small_data_dir, model_dir, "train_steps=2", "checkpoint_every=2")
+        checkpoint = sum(path.stat().st_size for path in (model_dir / "checkpoints" / "2").rglob("*") if path.is_file())
+        stat = os.statvfs(disk)
+        resize(disk, (stat.f_blocks - stat.f_bfree) * stat.f_frsize + checkpoint // 2)  # no room for step 4's
+        process = start(train_args(small_data_dir, model_dir, "train_steps=6", "checkpoint_every=2"),
+                        env={"KERAS_BACKEND": "jax"})
+        output = output_of(process, timeout=600)[0]
+        assert process.returncode == 3, output[-3000:]
+        checkpoints = model_dir / "checkpoints"
+        assert f"cannot save checkpoint {checkpoints / '4'}: no space left on the device (" in output
+        assert "its partial files were removed (4.orbax-checkpoint-tmp)" in output
+        assert f"Free space under {checkpoints} and run the same command again: the run resumes from " \
+               f"{checkpoints / '2'}" in output
+        assert "Traceback" not in output, output
+        assert sorted(path.name for path in checkpoints.iterdir()) == ["2"]
+        resize(disk, 64 << 20)
+        train(small_data_dir, model_dir, "train_steps=6", "checkpoint_every=2")
+        assert [row["step"] for row in step_rows(model_dir)] == list(range(1, 7))
+        assert sorted(path.name for path in checkpoints.iterdir()) == ["2", "4", "6"]
