@@ -32,11 +32,11 @@ import sys
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from tfrecords.errors import UsageError
-from trainer.runtime import file_system
-from trainer.runtime.jax_processes import wait_for_every_process
-from trainer.runtime.event_files import is_full_disk
-from trainer.runtime.training_stops import UnreadableCheckpointError, checkpoint_save_stopped
 from tfrecords.tensorflow_errors import error_text
+from trainer.runtime import file_system
+from trainer.runtime.event_files import is_full_disk
+from trainer.runtime.jax_processes import wait_for_every_process
+from trainer.runtime.training_stops import UnreadableCheckpointError, checkpoint_save_stopped
 
 DAMAGED = "damaged"
 # What Orbax names a step while writing it (renamed to the step once complete).
