@@ -30,6 +30,9 @@ def test_engine_goodput_prints_where_each_engines_run_went(tmp_path, small_data_
         assert row["total_s"] <= row["wall_s"]
         assert row["steps"] == 4 and row["productive_steps_per_s"] > 0
     assert "input_wait_share_of_productive" in rows[1] and "input_wait_share_of_productive" not in rows[0]
+    # the JAX run compiled into the benchmark's own cache, empty when it started
+    assert rows[1]["compilation_cache"] == "cold" and "compilation_cache" not in rows[0]
+    assert any((tmp_path / "jax-compilation").iterdir())
 
 
 def test_engine_goodput_refuses_an_unknown_engine():
