@@ -56,7 +56,8 @@ from trainer.runtime.training_stops import (  # noqa: F401 (the loop's errors, r
 from trainer.runtime.task_protocol import Task
 from trainer.runtime.throughput import StepFlops
 from trainer.runtime.training_loop import (  # noqa: F401 (TrainResult re-exported)
-    LoopOutput, TrainingLoop, TrainResult, no_checkpoint_warning, resumed_line, warn_on_stderr)
+    LoopOutput, TrainingLoop, TrainResult, no_checkpoint_warning, refuse_to_start_over, resumed_line,
+    warn_on_stderr)
 
 # Called unconverted from AutoGraph-converted code: functions that branch only on Python values, whose
 # conversion from source at every start would cost time and change nothing.
@@ -146,14 +147,7 @@ class Controller:
             self._resume(history)
             check_same_step(self.strategy, self.num_workers, int(self.step.numpy()), self.work_dir.checkpoints)
             return True
-        damaged = checkpoint_history.damaged_directory(self.work_dir.checkpoints)
-        if tf.io.gfile.glob(posixpath.join(damaged, "*.index")):
-            # never start over where every checkpoint was set aside: the step log and the events
-            # would hold two runs
-            raise UnreadableCheckpointError(
-                f"no checkpoint under {self.work_dir.checkpoints} can be read: the ones written were set aside to "
-                f"{damaged}; start again in a new --model-dir or put a readable checkpoint back in "
-                f"{self.work_dir.checkpoints}")
+        refuse_to_start_over(self.work_dir)
         self.manager = self._checkpoint_manager()
         check_same_step(self.strategy, self.num_workers, 0, self.work_dir.checkpoints)
         dropped = self.work_dir.forget_steps_after(0)  # a run killed before its first checkpoint

@@ -64,7 +64,7 @@ from trainer.runtime.profiling import jax_tracer
 from trainer.runtime.run_clock import command_start_time
 from trainer.runtime.throughput import StepFlops
 from trainer.runtime.training_loop import (LoopOutput, TrainingLoop, TrainResult, no_checkpoint_warning,
-                                           resumed_line, warn_on_stderr)
+                                           refuse_to_start_over, resumed_line, warn_on_stderr)
 from trainer.runtime.training_stops import TrainingDataError, TrainingDivergedError, UnreadableCheckpointError
 
 
@@ -184,6 +184,7 @@ class JaxPretrainingEngine:
         state = self._train_step.initial_state(self.config.train_batch_size)
         restored = self.checkpoints.restore_latest(state)
         if restored is None:
+            refuse_to_start_over(self.work_dir)
             dropped = self.work_dir.forget_steps_after(0)  # a run killed before its first checkpoint
             if dropped:
                 self.warn(no_checkpoint_warning(self.work_dir.checkpoints, self.work_dir.step_log, dropped))

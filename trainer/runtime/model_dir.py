@@ -181,6 +181,12 @@ class ModelDirectory:
         return sorted(int(name.rstrip("/")) for name in file_system.listdir(self.checkpoints)
                       if name.rstrip("/").isdigit())
 
+    def set_aside_checkpoints(self) -> list[str]:
+        """What checkpoints/damaged/ holds (names): the checkpoints of either engine set aside because
+        they could not be read."""
+        damaged = posixpath.join(self.checkpoints, self.DAMAGED_CHECKPOINTS)
+        return sorted(name.rstrip("/") for name in file_system.listdir(damaged)) if file_system.isdir(damaged) else []
+
     def has_tensorflow_checkpoints(self) -> bool:
         """Whether checkpoints/ holds the TensorFlow engine's checkpoints (``ckpt-N.index``)."""
         return bool(checkpoint_history.on_disk(self.checkpoints))

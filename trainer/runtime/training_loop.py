@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import posixpath
 import sys
 import time
 from typing import Any, Callable, ContextManager, Iterator, Mapping, NamedTuple, Protocol
@@ -30,7 +31,7 @@ from trainer.runtime.profiling import ProfileWindow, Tracer
 from trainer.runtime.run_lock import taken_over_from
 from trainer.runtime.summaries import SummaryManager
 from trainer.runtime.throughput import StepFlops
-from trainer.runtime.training_stops import TrainingDivergedError
+from trainer.runtime.training_stops import TrainingDivergedError, UnreadableCheckpointError
 
 
 def warn_on_stderr(line: str) -> None:
@@ -49,6 +50,18 @@ def no_checkpoint_warning(checkpoints: str, step_log: str, replayed: int) -> str
     """What either engine warns when a run that saved no checkpoint left ``replayed`` steps in its step log."""
     return (f"warning: no checkpoint under {checkpoints}: starting at step 1, the {replayed} steps {step_log} "
             "holds from a run that saved none will be logged again")
+
+
+def refuse_to_start_over(work_dir: ModelDirectory) -> None:
+    """A run with no checkpoint to resume from never starts over where the checkpoints written were all
+    set aside (checkpoints/damaged/ holds some): its step log and events would tell two runs, and the
+    set-aside ones may be put back. Raises UnreadableCheckpointError; both engines call it."""
+    if work_dir.set_aside_checkpoints():
+        damaged = posixpath.join(work_dir.checkpoints, ModelDirectory.DAMAGED_CHECKPOINTS)
+        raise UnreadableCheckpointError(
+            f"no checkpoint under {work_dir.checkpoints} can be read: the ones written were set aside to "
+            f"{damaged}; start again in a new --model-dir or put a readable checkpoint back in "
+            f"{work_dir.checkpoints}")
 
 
 @dataclasses.dataclass(frozen=True)

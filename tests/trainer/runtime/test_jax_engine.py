@@ -458,3 +458,19 @@ def test_a_full_disk_during_an_orbax_write_stops_with_status_3_and_the_run_resum
         train(small_data_dir, model_dir, "train_steps=6", "checkpoint_every=2")
         assert [row["step"] for row in step_rows(model_dir)] == list(range(1, 7))
         assert sorted(path.name for path in checkpoints.iterdir()) == ["2", "4", "6"]
+
+
+@pytest.mark.slow  # a JAX run, then two refused starts
+def test_a_jax_directory_whose_every_checkpoint_was_set_aside_does_not_start_over(small_data_dir, tmp_path):
+    model_dir = tmp_path / "model"
+    train(small_data_dir, model_dir, "train_steps=2", "checkpoint_every=2")
+    (model_dir / "checkpoints" / "2" / "position" / "metadata").unlink()  # its only checkpoint unreadable
+    for attempt in ("sets it aside", "finds only what was set aside"):
+        process = start(train_args(small_data_dir, model_dir, "train_steps=4", "checkpoint_every=2"),
+                        env={"KERAS_BACKEND": "jax"})
+        output = output_of(process, timeout=600)[0]
+        assert process.returncode == 3, (attempt, output[-3000:])
+        assert f"no checkpoint under {model_dir / 'checkpoints'} can be read" in output and "Traceback" not in output
+    assert "were set aside to " in output and "put a readable checkpoint back" in output  # not a new run at step 1
+    assert [row["step"] for row in step_rows(model_dir)] == [1, 2]
+    assert sorted(path.name for path in (model_dir / "checkpoints" / "damaged").iterdir()) == ["2"]
