@@ -36,17 +36,57 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
+from itertools import accumulate, compress, filterfalse, repeat
+from operator import le, mul, sub
 from typing import Iterator, Optional
 
 WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
 PARAGRAPH_BREAK = re.compile(r"\n{2,}")
 SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
 PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+# WORD_PATTERN's tokens less the punctuation marks, found without them: "_" is a word character, so a lone
+# "_" still comes out and is taken out after (``lone_underscores_removed``).
+WORD_ONLY_PATTERN = re.compile(r"\w+|[^\w\s" + re.escape("".join(sorted(PUNCTUATION))) + "]")
+# For ASCII text, str.translate then str.split give the same words 3x cheaper than the regex (both split at
+# the same whitespace, str.isspace's): each punctuation mark becomes a space, each other mark that is no
+# word character (the control characters) a word of its own between spaces.
+ASCII_WORDS = str.maketrans({chr(code): " " if chr(code) in PUNCTUATION else f" {chr(code)} "
+                             for code in range(128) if re.fullmatch(r"[^\w\s]", chr(code))})
 
 
 def words_of(text: str) -> list[str]:
     """The words and punctuation marks of ``text`` (see the module's note on words)."""
     return WORD_PATTERN.findall(text)
+
+
+def lone_underscores_removed(words: list[str], text: str) -> list[str]:
+    """``words`` less each word that is "_" alone (a punctuation mark, though a word character)."""
+    return list(filter("_".__ne__, words)) if "_" in text else words
+
+
+def tokenised(text: str) -> tuple[str, list[str], list[str]]:
+    """(``text``, its words as the Gopher rules count them: ``words_of`` less punctuation marks, those words
+    lower-cased). For ASCII text both lists are the lower-cased one: lower-casing ASCII keeps each word's
+    length and its letters letters, all that gopher_quality reads besides the lower-cased words."""
+    if text.isascii():
+        lowered = lone_underscores_removed(text.lower().translate(ASCII_WORDS).split(), text)
+        return text, lowered, lowered
+    words = lone_underscores_removed(WORD_ONLY_PATTERN.findall(text), text)
+    return text, words, list(map(str.lower, words))
+
+
+_last_page: tuple[Optional[str], list[str], list[str]] = (None, [], [])
+
+
+def gopher_words(text: str) -> tuple[list[str], list[str]]:
+    """``tokenised(text)``'s two lists, the last page's kept: the cleaning stage calls gopher_repetition and
+    then gopher_quality on the same text object, which so is tokenised once. The entry is one tuple, swapped
+    whole, and matched by identity: a thread never reads one page's words for another page."""
+    global _last_page
+    page = _last_page
+    if page[0] is not text:
+        page = _last_page = tokenised(text)
+    return page[1], page[2]
 
 
 # ------------------------------------------------------------------------------------------- Gopher quality
@@ -68,8 +108,7 @@ class GopherQuality:
 
 def gopher_quality(text: str, rules: GopherQuality = GopherQuality()) -> Optional[str]:
     """Why Gopher's quality rules remove ``text``, or None."""
-    tokens = words_of(text)
-    words = [token for token in tokens if token not in PUNCTUATION]
+    words, lowered = gopher_words(text)
     if len(words) < rules.min_words:
         return "gopher_short_doc"
     if len(words) > rules.max_words:
@@ -81,20 +120,36 @@ def gopher_quality(text: str, rules: GopherQuality = GopherQuality()) -> Optiona
         return "gopher_above_mean_word_length"
     if text.count("#") / len(words) > rules.max_symbol_word_ratio:
         return "gopher_too_many_hashes"
-    if (text.count("...") + text.count("\u2026")) / len(words) > rules.max_symbol_word_ratio:
+    ellipses = text.count("...") + text.count("\u2026")
+    if ellipses / len(words) > rules.max_symbol_word_ratio:
         return "gopher_too_many_ellipsis"
-    lines = text.splitlines() or [""]
-    if sum(line.lstrip().startswith("\u2022") for line in lines) / len(lines) > rules.max_bullet_lines_ratio:
-        return "gopher_too_many_bullets"
-    ending = sum(line.rstrip().endswith(("...", "\u2026")) for line in lines) / len(lines)
-    if ending > rules.max_ellipsis_lines_ratio:
-        return "gopher_too_many_end_ellipsis"
-    if sum(any(c.isalpha() for c in word) for word in words) / len(words) < rules.min_alphabetic_words_ratio:
+    reason = line_rules_failed(text, rules, ellipses > 0)
+    if reason:
+        return reason
+    if alphabetic_words(words) / len(words) < rules.min_alphabetic_words_ratio:
         return "gopher_below_alphabetic_ratio"
-    stop_words = set(rules.stop_words)
-    if sum(word.lower() in stop_words for word in words) < rules.min_stop_words:
+    if sum(map(frozenset(rules.stop_words).__contains__, lowered)) < rules.min_stop_words:
         return "gopher_too_few_stop_words"
     return None
+
+
+def line_rules_failed(text: str, rules: GopherQuality, ellipses: bool) -> Optional[str]:
+    """The bullet and end-ellipsis line rules' reason, or None. A page without a bullet (or without an
+    ellipsis) has no line starting (ending) with one: its ratio is 0, the lines are not looked at."""
+    lines = text.splitlines() or [""]
+    bullets = sum(map(str.startswith, map(str.lstrip, lines), repeat("\u2022"))) if "\u2022" in text else 0
+    if bullets / len(lines) > rules.max_bullet_lines_ratio:
+        return "gopher_too_many_bullets"
+    ending = sum(map(str.endswith, map(str.rstrip, lines), repeat(("...", "\u2026")))) if ellipses else 0
+    if ending / len(lines) > rules.max_ellipsis_lines_ratio:
+        return "gopher_too_many_end_ellipsis"
+    return None
+
+
+def alphabetic_words(words: list[str]) -> int:
+    """How many of ``words`` hold a letter: those all letters counted in C, only the others (numbers, mixed
+    words, symbols; a few in prose) looked at letter by letter."""
+    return sum(map(str.isalpha, words)) + sum(any(c.isalpha() for c in word) for word in filterfalse(str.isalpha, words))
 
 
 # ---------------------------------------------------------------------------------------- Gopher repetition
@@ -112,57 +167,96 @@ class GopherRepetition:
 
 
 def duplicates(parts: list[str]) -> tuple[int, int]:
-    """(how many of ``parts`` repeat an earlier one, their characters)."""
-    seen: set[str] = set()
-    count = chars = 0
-    for part in parts:
-        if part in seen:
-            count, chars = count + 1, chars + len(part)
-        else:
-            seen.add(part)
-    return count, chars
+    """(how many of ``parts`` repeat an earlier one, their characters): all parts less the distinct ones."""
+    distinct = set(parts)
+    count = len(parts) - len(distinct)
+    return count, sum(map(len, parts)) - sum(map(len, distinct)) if count else 0
 
 
 class WordNGrams:
-    """A page's words as the n-gram rules count them: each word an integer id, numbered in the words' sorted
-    order so that comparing ids compares the words (the top n-gram's tie-break), and n-grams tuples of ids
-    built by ``zip``. Counting small tuples made in C, not slices of the word list made in Python, is what
-    makes the nine n-gram rules cheap."""
+    """A page's words as the n-gram rules count them, n-grams tuples of words built by ``zip``. Each word of
+    an n-gram that occurs twice occurs twice, so only n-grams of such words (in prose a few short stretches,
+    mostly around "of the") are counted, picked out in C by ``windows``; any other n-gram occurs once."""
 
     def __init__(self, words: list[str]):
-        vocabulary = sorted(set(words))
-        number = {word: index for index, word in enumerate(vocabulary)}
-        self.ids = [number[word] for word in words]
-        self.lengths = list(map(len, words))
-        self.id_lengths = list(map(len, vocabulary))
-        self.total = sum(self.lengths)
+        self.words = words
+        self.total = sum(map(len, words))
+        self.counts = Counter(words)
+        # byte i is 1 where words[i] occurs more than once, as one integer: windows are a few shifts and ands
+        repeated = bytes(map((1).__lt__, map(self.counts.__getitem__, words)))
+        self.repeated = int.from_bytes(repeated, "little")
+        self.most: Optional[int] = None
 
-    def grams(self, n: int) -> Iterator[tuple[int, ...]]:
+    def grams(self, n: int) -> Iterator[tuple[str, ...]]:
         """The n-grams in order of their first word (none when there are fewer than n words)."""
-        return zip(*(self.ids[k:] for k in range(n)))
+        return zip(*(self.words[k:] for k in range(n)))
+
+    def windows(self, n: int) -> bytes:
+        """Byte i is 1 where the n words from the i-th on all occur more than once (empty when none do)."""
+        inside = self.repeated
+        for k in range(1, n):
+            inside &= self.repeated >> (8 * k)
+        return inside.to_bytes(len(self.words), "little") if inside else b""
+
+    def run_grams(self, n: int) -> dict[tuple[str, ...], int]:
+        """The n-grams of words that each occur more than once, with their counts: every n-gram that occurs
+        more than once, and its count."""
+        windows = self.windows(n)
+        return Counter(compress(self.grams(n), windows)) if windows else {}
 
     def top_share(self, n: int) -> float:
         """The characters of the most frequent n-gram (of the most frequent, the greatest), times its count,
         over all words' characters."""
-        grams = Counter(self.grams(n))
-        if not grams or not self.total:
-            return 0.0
-        count = max(grams.values())
-        # Each n-gram once (a 3- or 4-gram, most pages): the greatest of all, compared in C.
-        gram = max(grams) if count == 1 else max(gram for gram, seen in grams.items() if seen == count)
-        return sum(self.id_lengths[word] for word in gram) * count / self.total
+        return self.top_share_of(n, self.run_grams(n)) if self.total else 0.0
+
+    def top_share_of(self, n: int, counts: dict[tuple[str, ...], int]) -> float:
+        """``top_share(n)`` from ``run_grams(n)``."""
+        count = max(counts.values(), default=1)
+        if count > 1:
+            gram = max(gram for gram, seen in counts.items() if seen == count)
+        else:  # each n-gram once: the greatest of all, compared in C
+            gram = max(self.grams(n), default=())
+        return sum(map(len, gram)) * count / self.total
+
+    def top_share_over(self, n: int, limit: float) -> bool:
+        """``top_share(n) > limit``, the share computed only when no bound settles it. Each bound is an
+        integer at least the share's numerator, over the same total: its float is no smaller."""
+        if not self.total or n <= 0:
+            return self.top_share(n) > limit
+        # The top n-gram's characters times its count are at most the sum of its words' characters times
+        # their counts (its count is at most each of theirs): on long pages far under the limit.
+        if n * self.most_word_chars() / self.total <= limit:
+            return False
+        counts = self.run_grams(n)
+        if not counts or max(counts.values()) == 1:
+            # Each n-gram once: the share is the greatest's characters, at most n times the longest word's,
+            # at most the widest n words'.
+            if n * max(map(len, self.counts)) / self.total <= limit or self.widest_window(n) / self.total <= limit:
+                return False
+        return self.top_share_of(n, counts) > limit
+
+    def most_word_chars(self) -> int:
+        """The most characters one word takes, all its occurrences together."""
+        if self.most is None:
+            self.most = max(map(mul, map(len, self.counts), self.counts.values()), default=0)
+        return self.most
+
+    def widest_window(self, n: int) -> int:
+        """The most characters n consecutive words hold (all words' when there are fewer)."""
+        ends = list(accumulate(map(len, self.words), initial=0))
+        return max(map(sub, ends[n:], ends), default=ends[-1])
 
     def duplicate_share(self, n: int) -> float:
         """The characters of the words inside any n-gram that occurs more than once, each word counted once,
         over all words' characters."""
-        grams = Counter(self.grams(n))
-        if not self.total or len(grams) == max(0, len(self.ids) - n + 1):  # each n-gram once: none covered
+        counts = self.run_grams(n)
+        if max(counts.values(), default=1) == 1:  # each n-gram once: none covered
             return 0.0
-        covered = bytearray(len(self.ids))
-        for start, gram in enumerate(self.grams(n)):
-            if grams[gram] > 1:
-                covered[start:start + n] = b"\x01" * n
-        return sum(length for length, inside in zip(self.lengths, covered) if inside) / self.total
+        covered = bytearray(len(self.words))
+        for first, gram in compress(enumerate(self.grams(n)), self.windows(n)):
+            if counts[gram] > 1:
+                covered[first:first + n] = b"\x01" * n
+        return sum(compress(map(len, self.words), covered)) / self.total
 
 
 def top_ngram_share(words: list[str], n: int) -> float:
@@ -174,6 +268,14 @@ def duplicate_ngram_share(words: list[str], n: int) -> float:
     """The characters of the words inside any n-gram that occurs more than once, each word counted once,
     over all words' characters."""
     return WordNGrams(words).duplicate_share(n)
+
+
+def top_ngram_failure(ngrams: WordNGrams, limits: tuple[tuple[int, float], ...]) -> Optional[int]:
+    """The first n of ``limits`` whose top n-gram share is over its limit, or None."""
+    for n, limit in limits:
+        if ngrams.top_share_over(n, limit):
+            return n
+    return None
 
 
 def duplicate_ngram_failure(ngrams: WordNGrams, limits: tuple[tuple[int, float], ...]) -> Optional[int]:
@@ -195,9 +297,11 @@ def duplicate_ngram_failure(ngrams: WordNGrams, limits: tuple[tuple[int, float],
 
 def gopher_repetition(text: str, rules: GopherRepetition = GopherRepetition()) -> Optional[str]:
     """Why Gopher's repetition rules remove ``text``, or None."""
-    if not text.strip():
+    stripped = text.strip()
+    if not stripped:
         return "gopher_empty"
-    paragraphs = PARAGRAPH_BREAK.split(text.strip())
+    # A page without a blank line is one paragraph: nothing to split.
+    paragraphs = PARAGRAPH_BREAK.split(stripped) if "\n\n" in stripped else [stripped]
     count, chars = duplicates(paragraphs)
     if count / len(paragraphs) > rules.max_duplicate_paragraphs:
         return "gopher_duplicate_paragraphs"
@@ -205,16 +309,16 @@ def gopher_repetition(text: str, rules: GopherRepetition = GopherRepetition()) -
         return "gopher_duplicate_paragraph_chars"
     # The blank lines between paragraphs are no lines of the page: counted, every one after the
     # first would repeat it, and a page of five paragraphs would fail the rule.
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = list(filter(str.strip, text.splitlines()))
     count, chars = duplicates(lines)
     if count / len(lines) > rules.max_duplicate_lines:
         return "gopher_duplicate_lines"
     if chars / len(text) > rules.max_duplicate_line_chars:
         return "gopher_duplicate_line_chars"
-    ngrams = WordNGrams([word.lower() for word in words_of(text) if word not in PUNCTUATION])
-    for n, limit in rules.top_ngram_chars:
-        if ngrams.top_share(n) > limit:
-            return f"gopher_top_{n}_gram"
+    ngrams = WordNGrams(gopher_words(text)[1])
+    failed = top_ngram_failure(ngrams, rules.top_ngram_chars)
+    if failed is not None:
+        return f"gopher_top_{failed}_gram"
     failed = duplicate_ngram_failure(ngrams, rules.duplicate_ngram_chars)
     return None if failed is None else f"gopher_duplicate_{failed}_grams"
 
