@@ -34,6 +34,7 @@ Where we differ from datatrove, and why:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import Counter
 from itertools import accumulate, compress, filterfalse, repeat
@@ -185,7 +186,9 @@ class WordNGrams:
         # byte i is 1 where words[i] occurs more than once, as one integer: windows are a few shifts and ands
         repeated = bytes(map((1).__lt__, map(self.counts.__getitem__, words)))
         self.repeated = int.from_bytes(repeated, "little")
-        self.most: Optional[int] = None
+        # The most characters one word takes, all its occurrences together; the longest word's.
+        self.most = max(map(mul, map(len, self.counts), self.counts.values()), default=0)
+        self.longest = max(map(len, self.counts), default=0)
 
     def grams(self, n: int) -> Iterator[tuple[str, ...]]:
         """The n-grams in order of their first word (none when there are fewer than n words)."""
@@ -225,21 +228,15 @@ class WordNGrams:
             return self.top_share(n) > limit
         # The top n-gram's characters times its count are at most the sum of its words' characters times
         # their counts (its count is at most each of theirs): on long pages far under the limit.
-        if n * self.most_word_chars() / self.total <= limit:
+        if n * self.most / self.total <= limit:
             return False
         counts = self.run_grams(n)
         if not counts or max(counts.values()) == 1:
             # Each n-gram once: the share is the greatest's characters, at most n times the longest word's,
             # at most the widest n words'.
-            if n * max(map(len, self.counts)) / self.total <= limit or self.widest_window(n) / self.total <= limit:
+            if n * self.longest / self.total <= limit or self.widest_window(n) / self.total <= limit:
                 return False
         return self.top_share_of(n, counts) > limit
-
-    def most_word_chars(self) -> int:
-        """The most characters one word takes, all its occurrences together."""
-        if self.most is None:
-            self.most = max(map(mul, map(len, self.counts), self.counts.values()), default=0)
-        return self.most
 
     def widest_window(self, n: int) -> int:
         """The most characters n consecutive words hold (all words' when there are fewer)."""
@@ -286,12 +283,19 @@ def duplicate_ngram_failure(ngrams: WordNGrams, limits: tuple[tuple[int, float],
     longer n never exceeds that of a shorter one. With the defaults (5 to 10 words, limits 0.15 down to
     0.10) a page whose 5-gram share is at most 0.10, nearly every page, is counted once, not six times."""
     shares: dict[int, float] = {}
+    none_from = None  # the shortest n with no n-gram repeated: nor any longer one, each share 0.0
     for n, limit in limits:
+        if none_from is not None and none_from <= n:
+            if 0.0 > limit:
+                return n
+            continue
         if any(shorter <= n and share <= limit for shorter, share in shares.items()):
             continue
         shares[n] = ngrams.duplicate_share(n)
         if shares[n] > limit:
             return n
+        if not shares[n]:
+            none_from = n if none_from is None else min(none_from, n)
     return None
 
 
@@ -339,6 +343,12 @@ class C4Rules:
 CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 
 
+@functools.lru_cache(maxsize=8)
+def phrases_pattern(phrases: tuple[str, ...]) -> re.Pattern:
+    """A pattern found where any of ``phrases`` is: one search, not one per phrase."""
+    return re.compile("|".join(map(re.escape, phrases))) if phrases else re.compile(r"(?!)")
+
+
 def c4_clean(text: str, rules: C4Rules = C4Rules()) -> tuple[Optional[str], str]:
     """(why C4 removes the page, or None; the lines it keeps, joined by newlines). Lines without terminal
     punctuation (or ending in an ellipsis), with fewer words than ``min_words_per_line``, with a word longer
@@ -346,13 +356,18 @@ def c4_clean(text: str, rules: C4Rules = C4Rules()) -> tuple[Optional[str], str]
     ipsum" or a curly bracket, or fewer than ``min_sentences`` sentences left, is removed."""
     kept, sentences = [], 0
     for line in text.splitlines():
-        line = CITATION.sub("", line.strip())
-        words = line.split()
-        if any(len(word) > rules.max_word_length for word in words):
-            continue
+        line = line.strip()
+        if "[" in line:  # each citation form starts with one
+            line = CITATION.sub("", line)
+        # The three reasons to drop a line, cheapest first (any drops it); a word longer than the longest
+        # allowed needs a line as long.
         if not line.endswith(rules.end_marks) or line.endswith("..."):
             continue
-        if len(words) < rules.min_words_per_line:
+        # split stops after as many words as the least allowed (the rest one more piece): fewer pieces only
+        # when fewer words.
+        if len(line.split(None, rules.min_words_per_line)) < rules.min_words_per_line:
+            continue
+        if len(line) > rules.max_word_length and any(len(word) > rules.max_word_length for word in line.split()):
             continue
         lower = line.lower()
         if "lorem ipsum" in lower:
@@ -361,7 +376,7 @@ def c4_clean(text: str, rules: C4Rules = C4Rules()) -> tuple[Optional[str], str]
             continue
         if "{" in line:
             return "c4_curly_bracket", ""
-        if any(phrase in lower for phrase in rules.policy_phrases):
+        if phrases_pattern(rules.policy_phrases).search(lower):
             continue
         sentences += max(1, len(SENTENCE_END.findall(line)))
         kept.append(line)
@@ -386,15 +401,25 @@ class FineWebRules:
 def fineweb_quality(text: str, rules: FineWebRules = FineWebRules()) -> Optional[str]:
     """Why FineWeb's rules remove ``text``, or None."""
     lines = text.split("\n")
-    if sum(line.endswith(rules.stop_chars) for line in lines) / len(lines) <= rules.min_line_punctuation_ratio:
+    if sum(map(str.endswith, lines, repeat(rules.stop_chars))) / len(lines) <= rules.min_line_punctuation_ratio:
         return "fineweb_line_punctuation"
-    if sum(len(line) <= rules.short_line_length for line in lines) / len(lines) >= rules.max_short_lines_ratio:
+    if sum(map(le, map(len, lines), repeat(rules.short_line_length))) / len(lines) >= rules.max_short_lines_ratio:
         return "fineweb_short_lines"
-    characters = len(text.replace("\n", ""))
-    _, repeated = duplicates([line for line in lines if line.strip()])
+    characters = len(text) - text.count("\n")
+    _, repeated = duplicates(list(filter(str.strip, lines)))
     if characters and repeated / characters >= rules.max_duplicate_line_chars:
         return "fineweb_duplicate_line_chars"
+    return "fineweb_list_like" if list_like(text, len(lines) - 1, rules.max_newlines_per_word) else None
+
+
+def list_like(text: str, newlines: int, limit: float) -> bool:
+    """Whether ``text`` has no word, or more than ``limit`` newlines per word (punctuation marks count). Each
+    piece between whitespace holds a word or more, so a few pieces (str.split stopped early, in C) show most
+    pages to be under the limit without the words being found: fewer words would make the ratio no smaller."""
+    pieces = len(text.split(None, 4 * newlines + 3))
+    if not pieces:
+        return True
+    if newlines / pieces <= limit:
+        return False
     words = words_of(text)
-    if not words or text.count("\n") / len(words) > rules.max_newlines_per_word:
-        return "fineweb_list_like"
-    return None
+    return not words or newlines / len(words) > limit
