@@ -150,7 +150,8 @@ def line_rules_failed(text: str, rules: GopherQuality, ellipses: bool) -> Option
 def alphabetic_words(words: list[str]) -> int:
     """How many of ``words`` hold a letter: those all letters counted in C, only the others (numbers, mixed
     words, symbols; a few in prose) looked at letter by letter."""
-    return sum(map(str.isalpha, words)) + sum(any(c.isalpha() for c in word) for word in filterfalse(str.isalpha, words))
+    mixed = filterfalse(str.isalpha, words)
+    return sum(map(str.isalpha, words)) + sum(any(c.isalpha() for c in word) for word in mixed)
 
 
 # ---------------------------------------------------------------------------------------- Gopher repetition

@@ -141,9 +141,11 @@ def reference_c4_clean(text: str, rules: C4Rules = C4Rules()) -> tuple[Optional[
 
 def reference_fineweb_quality(text: str, rules: FineWebRules = FineWebRules()) -> Optional[str]:
     lines = text.split("\n")
-    if len([line for line in lines if line.endswith(rules.stop_chars)]) / len(lines) <= rules.min_line_punctuation_ratio:
+    ending = [line for line in lines if line.endswith(rules.stop_chars)]
+    if len(ending) / len(lines) <= rules.min_line_punctuation_ratio:
         return "fineweb_line_punctuation"
-    if len([line for line in lines if len(line) <= rules.short_line_length]) / len(lines) >= rules.max_short_lines_ratio:
+    short = [line for line in lines if len(line) <= rules.short_line_length]
+    if len(short) / len(lines) >= rules.max_short_lines_ratio:
         return "fineweb_short_lines"
     characters = len(text.replace("\n", ""))
     _, repeated = reference_duplicates([line for line in lines if line.strip()])
@@ -179,7 +181,8 @@ def degraded(lines: list[str], kind: int, rng: random.Random) -> str:
     elif kind == 1:
         lines = [f"\u2022 {line}" for line in lines]
     elif kind == 2:
-        lines = [" ".join(line.split()[:max(1, len(line.split()) // 2)]) + rng.choice(["...", "\u2026"]) for line in lines]
+        lines = [" ".join(line.split()[:max(1, len(line.split()) // 2)]) + rng.choice(["...", "\u2026"])
+                 for line in lines]
     elif kind == 3:
         lines = [item for line in lines for item in (rng.choice(["Home", "About us", "Contact", "Read more"]), line)]
     elif kind == 4:
