@@ -72,8 +72,9 @@ from apache_beam.metrics import Metrics
 
 from pipeline.cleaning import (clean_document, dedup_flow, dedup_input_counters, removal_counters,
                                stage_counters)
-from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, band_pairs, estimated_jaccard, exact_key,
-                                      keep_rank, kept_and_removed, signature)
+from pipeline.near_duplicates import (Clusters, MinHashSettings, band_pairs, band_rows, document_hash,
+                                      equal_row_groups, estimated_jaccard, exact_key, keep_rank, kept_and_removed,
+                                      signature)
 from pipeline.corpus import CorpusError, InputFile, read_documents, read_identified_documents
 from pipeline.language_id import LanguageFilter
 from pipeline.data_directory import (OutputWriteError, create_in_run, open_staging, remove_staged_shards, report_path,
@@ -97,6 +98,14 @@ LOST_LOCK = "lost_lock"
 PROGRESS_EVERY = 20000
 # A reader sends its buffered documents on once they hold this many characters (bounds its memory).
 READ_BUFFER_CHARS = 1 << 24
+# Under --dedup, a reader sends the dedup stages its documents in packs of at most this many (about 1 kB each
+# with a signature: some 32 MB at most held per reader).
+CANDIDATES_PER_PACK = 1 << 15
+# The dedup stages' shuffles group packed arrays by bucket: one bucket per this many stored bytes of input, a
+# count the launcher derives from the input files' sizes before any work (dedup_buckets). A bucket thus holds
+# the dedup rows of about this much input, whatever the corpus's size: its documents' exact keys and
+# signatures (about 1 kB a document), or their bands (14 rows of 80 bytes a document).
+BUCKET_INPUT_BYTES = 16 << 20
 _LOG = logging.getLogger("xlnet.preprocess")
 
 
@@ -189,8 +198,8 @@ def read_tasks(files: list[InputFile], markers: list[EveryShard]) -> list[ReadTa
 
 
 class DuplicateCandidate(NamedTuple):
-    """A document as the dedup stages group it: its key, where it goes, its size; under --dedup near also its
-    MinHash signature (uint64 bytes, shuffled once to the candidate pairs it is in, then dropped)."""
+    """One document as the near-duplicate pairs carry it: its key, where it goes, its size; with its MinHash
+    signature (uint64 bytes) only on the way to the check of the candidate pairs it is in."""
 
     key: str
     split: str
@@ -200,22 +209,110 @@ class DuplicateCandidate(NamedTuple):
     id: str | int = ""  # under --removed: the id a user finds the document by
 
 
-class KeyedCandidate(NamedTuple):
-    """What ReadDocuments also yields under --dedup, beside the shards' documents, for each document the
-    filters kept: its exact key (empty without exact dedup) and its DuplicateCandidate; ExactDuplicates yields
-    the copy it keeps as one too, for the near-duplicate stage. In the same output (split off by the next two
-    stages), not a tagged one: the Dask runner mixes a ParDo's tagged outputs with its main one."""
+class Candidates(NamedTuple):
+    """Documents as the dedup stages see them, packed into a few flat values, so that a shuffle moves a few
+    arrays per bucket instead of an element per document (FnApiRunner's cost is per element, not per byte).
 
-    key: bytes
-    candidate: DuplicateCandidate
+    Document ``i``'s key is ``f"{files[file_of[i]]}:{indices[i]}"``; ``exact_keys`` (16 bytes each) only under
+    ``--dedup exact``, ``signatures`` (``hashes`` uint64 each) only under ``--dedup near``, ``ids`` only under
+    ``--removed``. ReadDocuments yields one per file (or per CANDIDATES_PER_PACK documents); the stages split
+    it into buckets (``select``) and join a bucket's again (``joined``)."""
+
+    files: tuple[str, ...]
+    file_of: bytes  # int32 per document: its file's place in ``files``
+    indices: bytes  # int64 per document: its index in its file
+    splits: bytes  # int8 per document: its split's place in SPLITS
+    shards: bytes  # int32 per document
+    sizes: bytes  # int64 per document: its UTF-8 bytes
+    hashes: bytes  # uint64 per document: document_hash of its key (its bucket in the signatures' join)
+    exact_keys: bytes = b""
+    signatures: bytes = b""
+    ids: tuple = ()
+
+    def column(self, name: str) -> np.ndarray:
+        return np.frombuffer(getattr(self, name), dtype=CANDIDATE_COLUMNS[name])
+
+    @property
+    def count(self) -> int:
+        return len(self.indices) // 8
+
+    def keys(self, rows: Iterable[int] | None = None) -> list[str]:
+        """The documents' keys (of ``rows`` only, when given)."""
+        file_of, indices = self.column("file_of").tolist(), self.column("indices").tolist()
+        return [f"{self.files[file_of[i]]}:{indices[i]}" for i in (range(self.count) if rows is None else rows)]
+
+    def candidate(self, row: int, key: str, signed: bool = False) -> DuplicateCandidate:
+        """Document ``row`` (key ``key``) alone; with its signature when ``signed``."""
+        width = len(self.signatures) // self.count if signed else 0
+        values = self.signatures[width * row:width * (row + 1)]
+        return DuplicateCandidate(key, SPLITS[int(self.column("splits")[row])], int(self.column("shards")[row]),
+                                  int(self.column("sizes")[row]), values,
+                                  self.ids[row] if self.ids else "")
+
+    def select(self, rows: np.ndarray) -> "Candidates":
+        """The documents of ``rows`` (ascending indices), in that order."""
+        def taken(name: str) -> bytes:
+            packed = getattr(self, name)
+            width = len(packed) // self.count if self.count else 0
+            return np.frombuffer(packed, np.uint8).reshape(self.count, width)[rows].tobytes() if width else b""
+        return Candidates(self.files, *(taken(name) for name in CANDIDATE_COLUMNS),
+                          tuple(self.ids[i] for i in rows.tolist()) if self.ids else ())
+
+    @classmethod
+    def joined(cls, packs: Iterable["Candidates"]) -> "Candidates":
+        """One pack of the documents of ``packs``, in their order (their files' tables merged)."""
+        packs = [pack for pack in packs if pack.count]
+        files = tuple(sorted({name for pack in packs for name in pack.files}))
+        place = {name: k for k, name in enumerate(files)}
+        file_of = [np.array([place[name] for name in pack.files], np.int32)[pack.column("file_of")] for pack in packs]
+        columns = {name: b"".join(getattr(pack, name) for pack in packs) for name in CANDIDATE_COLUMNS}
+        columns["file_of"] = np.concatenate(file_of).tobytes() if packs else b""
+        return cls(files, **columns, ids=tuple(itertools.chain.from_iterable(pack.ids for pack in packs)))
+
+
+# The packed columns of Candidates and their dtypes (exact_keys 16 bytes and signatures ``hashes`` uint64 per
+# document, as raw bytes).
+CANDIDATE_COLUMNS = {"file_of": np.int32, "indices": np.int64, "splits": np.int8, "shards": np.int32,
+                     "sizes": np.int64, "hashes": np.uint64, "exact_keys": np.uint8, "signatures": np.uint64}
+
+
+class CandidateBuffer:
+    """The documents one reader holds for the dedup stages until it sends them on as Candidates."""
+
+    def __init__(self):
+        self.indices, self.splits, self.shards, self.sizes, self.hashes = [], [], [], [], []
+        self.exact_keys, self.signatures, self.ids = [], [], []
+
+    def add(self, index: int, split: str, shard: int, size: int, key: str, exact: bytes, values: bytes,
+            identity: str | int) -> None:
+        self.indices.append(index)
+        self.splits.append(SPLITS.index(split))
+        self.shards.append(shard)
+        self.sizes.append(size)
+        self.hashes.append(document_hash(key))
+        self.exact_keys.append(exact)
+        self.signatures.append(values)
+        self.ids.append(identity)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def pack(self, file_key: str, identified: bool) -> Candidates:
+        packed = Candidates((file_key,), np.zeros(len(self), np.int32).tobytes(),
+                            np.array(self.indices, np.int64).tobytes(), np.array(self.splits, np.int8).tobytes(),
+                            np.array(self.shards, np.int32).tobytes(), np.array(self.sizes, np.int64).tobytes(),
+                            np.array(self.hashes, np.uint64).tobytes(), b"".join(self.exact_keys),
+                            b"".join(self.signatures), tuple(self.ids) if identified else ())
+        self.__init__()
+        return packed
 
 
 def is_candidate(element) -> bool:
-    return isinstance(element, KeyedCandidate)
+    return isinstance(element, Candidates)
 
 
 def is_shard_element(element) -> bool:
-    return not isinstance(element, KeyedCandidate)
+    return not isinstance(element, Candidates)
 
 
 class DuplicateRemoved(NamedTuple):
@@ -282,8 +379,9 @@ SHARD_STATS = ("empty_documents", "short_streams", "uncovered_tokens")
 class ReadDocuments(beam.DoFn):
     """ReadTask -> ((split, shard), None) for each of its markers' shards, then its file's documents as
     ((split, shard), RawDocuments): each document placed by its key, batched per shard, then
-    (REPORT_CARRIER, the file's read report: a dict with kind "read"). Under --dedup, also a
-    KeyedCandidate for every document the filters kept."""
+    (REPORT_CARRIER, the file's read report: a dict with kind "read"). Under --dedup, also the documents the
+    filters kept as Candidates (their keys, exact keys, signatures), one pack per CANDIDATES_PER_PACK
+    documents and one at the end of the file: a reader holds at most that many."""
 
     def __init__(self, config: PreprocessConfig):
         self._config = config
@@ -292,20 +390,21 @@ class ReadDocuments(beam.DoFn):
         self._counters = Counters(*READ_STATS)
 
     def process(self, task: ReadTask) -> Iterator[tuple[tuple[str, int], RawDocuments | dict | None]
-                                                  | KeyedCandidate]:
+                                                  | Candidates]:
         for marker in task.markers:
             yield (marker.split, marker.shard), None
         if task.file is not None:
             yield from self._read(task.file)
 
     def _read(self, input_file: InputFile) -> Iterator[tuple[tuple[str, int], RawDocuments | dict | None]
-                                                       | KeyedCandidate]:
+                                                       | Candidates]:
         c = self._config
         stats: Counter = Counter()
         index = -1
         start = time.time()
         buffers: dict[tuple[str, int], _ShardBuffer] = defaultdict(_ShardBuffer)
         buffered_chars = 0
+        candidates = CandidateBuffer()
         try:
             read = (read_identified_documents if c.removed else read_documents)(
                 input_file.path, c.input_format, c.text_field, c.max_line_bytes, stats)
@@ -322,10 +421,11 @@ class ReadDocuments(beam.DoFn):
                     lines = kept_lines
                 buffers[shard].add(index, place.stream, place.order, lines)
                 if c.dedup:
-                    candidate = self._candidate(f"{input_file.key}:{index}", shard, "\n".join(lines), identity)
+                    size = self._candidate(candidates, input_file.key, index, shard, "\n".join(lines), identity)
                     stats[f"in_documents_{c.dedup[0]}"] += 1
-                    stats[f"in_bytes_{c.dedup[0]}"] += candidate.candidate.bytes
-                    yield candidate
+                    stats[f"in_bytes_{c.dedup[0]}"] += size
+                    if len(candidates) >= CANDIDATES_PER_PACK:
+                        yield candidates.pack(input_file.key, bool(c.removed))
                 buffered_chars += sum(map(len, lines))
                 if buffered_chars >= READ_BUFFER_CHARS:
                     yield from self._flush(input_file.key, buffers)
@@ -337,6 +437,8 @@ class ReadDocuments(beam.DoFn):
             stats["unreadable_files"] += 1
             stats["dropped_bytes"] += max(0, input_file.size_bytes - stats["bytes_read"])
         yield from self._flush(input_file.key, buffers)
+        if len(candidates):
+            yield candidates.pack(input_file.key, bool(c.removed))
         stats["files"] += 1
         stats["documents_read"] += index + 1
         report = {"kind": "read", "file": input_file.path, "worker": worker_name(),
@@ -350,12 +452,15 @@ class ReadDocuments(beam.DoFn):
                          stats["invalid_lines"], stats["long_lines"])
         yield REPORT_CARRIER, report
 
-    def _candidate(self, key: str, shard: tuple[str, int], text: str, identity: str | int) -> KeyedCandidate:
-        """The document as the dedup stages see it (its signature computed here, where its text is)."""
+    def _candidate(self, candidates: CandidateBuffer, file_key: str, index: int, shard: tuple[str, int], text: str,
+                   identity: str | int) -> int:
+        """Adds the document as the dedup stages see it (its signature computed here, where its text is) to
+        ``candidates``; returns its UTF-8 bytes."""
         c = self._config
-        values = signature(text, self._minhash).tobytes() if "near" in c.dedup else b""
-        return KeyedCandidate(exact_key(text, c.seed) if "exact" in c.dedup else b"",
-                              DuplicateCandidate(key, *shard, len(text.encode("utf-8")), values, identity))
+        size = len(text.encode("utf-8"))
+        candidates.add(index, *shard, size, f"{file_key}:{index}", exact_key(text, c.seed) if "exact" in c.dedup else b"",
+                       signature(text, self._minhash).tobytes() if "near" in c.dedup else b"", identity)
+        return size
 
     @staticmethod
     def _flush(file_key: str, buffers: dict) -> Iterator[tuple[tuple[str, int], RawDocuments]]:
@@ -378,101 +483,217 @@ def written_line(report: dict, output: str) -> str:
             f"{report['documents']} documents ({report['tokens']} tokens) in {report['seconds']:.1f} s")
 
 
+def dedup_buckets(input_bytes: int) -> int:
+    """The buckets of the dedup shuffles for this much stored input: one per BUCKET_INPUT_BYTES (at least one).
+    Which bucket a row goes to never changes what is found: equal keys and equal bands always share one."""
+    return max(1, -(-input_bytes // BUCKET_INPUT_BYTES))
+
+
+class RemovedDuplicates(NamedTuple):
+    """The duplicates of one shard that one bucket of a dedup stage found, packed: WriteShard drops them."""
+
+    removed: tuple[DuplicateRemoved, ...]
+
+
+def by_shard(removed: Iterable[DuplicateRemoved], shard_of: dict[str, tuple[str, int]]) -> Iterator[
+        tuple[tuple[str, int], RemovedDuplicates]]:
+    """``removed`` packed per shard (``shard_of``: each document's), in shard order."""
+    packs: dict[tuple[str, int], list[DuplicateRemoved]] = defaultdict(list)
+    for duplicate in removed:
+        packs[shard_of[duplicate.key]].append(duplicate)
+    for shard in sorted(packs):
+        yield shard, RemovedDuplicates(tuple(packs[shard]))
+
+
+def exact_buckets(candidates: Candidates, buckets: int) -> Iterator[tuple[int, Candidates]]:
+    """(bucket, the documents of ``candidates`` in it) by their exact key: every copy of a text in one bucket."""
+    keys = np.frombuffer(candidates.exact_keys, "<u8").reshape(-1, 2)
+    yield from split_by_bucket(candidates, keys[:, 0] % np.uint64(buckets))
+
+
+def document_buckets(candidates: Candidates, buckets: int) -> Iterator[tuple[int, Candidates]]:
+    """(bucket, the documents of ``candidates`` in it) by their key's hash: where the signatures' join finds them."""
+    yield from split_by_bucket(candidates, candidates.column("hashes") % np.uint64(buckets))
+
+
+def split_by_bucket(candidates: Candidates, bucket_of: np.ndarray) -> Iterator[tuple[int, Candidates]]:
+    """(bucket, its documents of ``candidates``) for each bucket holding some, its documents in their order."""
+    order = np.argsort(bucket_of, kind="stable")
+    bucket_of = bucket_of[order]
+    starts = np.flatnonzero(np.r_[True, bucket_of[1:] != bucket_of[:-1]])
+    for start, end in zip(starts.tolist(), starts[1:].tolist() + [len(order)]):
+        yield int(bucket_of[start]), candidates.select(order[start:end])
+
+
 class ExactDuplicates(beam.DoFn):
-    """(exact key, its documents) -> ((split, shard), DuplicateRemoved) for every copy but the one kept:
-    the least ``keep_rank`` of its key, whatever order the copies arrived in; with ``near``, the kept copy as
-    a KeyedCandidate for the near-duplicate stage (so a copy removed here is never a near candidate). A worker
-    holds the copies of one text at a time: its memory grows with the duplicates it groups, not with the
-    corpus."""
+    """(bucket, Candidates packs) -> ((split, shard), RemovedDuplicates) naming every copy of a text but the one
+    kept: the least ``keep_rank`` of its key, whatever order the copies arrived in; with ``near``, the copies
+    kept as one Candidates pack for the near-duplicate stage (so a copy removed here is never a near candidate).
+    Copies share an exact key, and so a bucket: one sort of the bucket's keys finds them. A worker holds one
+    bucket (about BUCKET_INPUT_BYTES of input's keys and signatures), plus every copy of a text that is in it."""
 
     def __init__(self, seed: int, near: bool = False):
         self._seed = seed
         self._near = near
 
-    def process(self, element: tuple[bytes, Iterable[DuplicateCandidate]]) -> Iterator[
-            tuple[tuple[str, int], DuplicateRemoved] | KeyedCandidate]:
-        key, copies = element
-        copies = list(copies)
-        kept = min(copies, key=lambda copy: (keep_rank(copy.key, self._seed), copy.key))
-        if self._near:
-            yield KeyedCandidate(key, kept)
-        for copy in copies:
-            if copy is not kept:
-                yield (copy.split, copy.shard), DuplicateRemoved(copy.key, kept.key, copy.bytes, "exact", copy.id,
-                                                                  kept.id)
+    def process(self, element: tuple[int, Iterable[Candidates]]) -> Iterator[
+            tuple[tuple[str, int], RemovedDuplicates] | Candidates]:
+        candidates = Candidates.joined(element[1])
+        kept = np.ones(candidates.count, bool)
+        removed, shard_of = [], {}
+        for rows in equal_row_groups(np.frombuffer(candidates.exact_keys, "<u8").reshape(-1, 2)):
+            copies = [candidates.candidate(row, key) for row, key in zip(rows.tolist(), candidates.keys(rows))]
+            first = min(copies, key=lambda copy: (keep_rank(copy.key, self._seed), copy.key))
+            kept[rows] = [copy is first for copy in copies]
+            for copy in copies:
+                if copy is not first:
+                    removed.append(DuplicateRemoved(copy.key, first.key, copy.bytes, "exact", copy.id, first.id))
+                    shard_of[copy.key] = (copy.split, copy.shard)
+        if self._near and kept.any():
+            yield candidates.select(np.flatnonzero(kept))
+        yield from by_shard(removed, shard_of)
 
 
-def band_members(candidate: DuplicateCandidate, settings: MinHashSettings) -> Iterator[tuple[bytes, str]]:
-    """(band key, document key) for each of the candidate's LSH bands: the near-duplicate stage's largest
-    shuffle (``bands`` elements per document), so it carries plain bytes and text that Beam's coder handles
-    without pickling, and no signature: most band groups hold one document and need none."""
-    for band in band_keys(np.frombuffer(candidate.signature, dtype=np.uint64), settings):
-        yield band, candidate.key
+class BandRows(NamedTuple):
+    """The LSH bands of some documents bound for one bucket, packed: ``rows`` is near_duplicates.band_rows's
+    table (uint64: hash, band index, the band's values), row ``i`` a band of the document of key
+    ``f"{files[file_of[i]]}:{indices[i]}"``."""
+
+    files: tuple[str, ...]
+    file_of: bytes  # int32 per row
+    indices: bytes  # int64 per row
+    rows: bytes  # uint64, (2 + rows) per row
+
+    @classmethod
+    def joined(cls, packs: Iterable["BandRows"]) -> "BandRows":
+        """One pack of the rows of ``packs``, in their order (their files' tables merged)."""
+        packs = list(packs)
+        files = tuple(sorted({name for pack in packs for name in pack.files}))
+        place = {name: k for k, name in enumerate(files)}
+        file_of = [np.array([place[name] for name in pack.files], np.int32)[np.frombuffer(pack.file_of, np.int32)]
+                   for pack in packs]
+        return cls(files, np.concatenate(file_of).tobytes(), b"".join(pack.indices for pack in packs),
+                   b"".join(pack.rows for pack in packs))
+
+    def keys(self, rows: np.ndarray) -> list[str]:
+        """The keys of the documents of ``rows``."""
+        file_of = np.frombuffer(self.file_of, np.int32)[rows].tolist()
+        indices = np.frombuffer(self.indices, np.int64)[rows].tolist()
+        return [f"{self.files[f]}:{index}" for f, index in zip(file_of, indices)]
+
+
+def band_buckets(candidates: Candidates, settings: MinHashSettings, buckets: int) -> Iterator[tuple[int, BandRows]]:
+    """(bucket, BandRows) of the bands of ``candidates``, by the band's hash: equal bands always share a bucket.
+    A pack of n documents gives n x bands rows, cut into at most ``buckets`` elements (FnApiRunner then encodes
+    a few arrays, not an element per band)."""
+    signatures = candidates.column("signatures").reshape(candidates.count, settings.hashes)
+    rows = band_rows(signatures, settings)
+    document = np.repeat(np.arange(candidates.count), settings.bands)
+    file_of, indices = candidates.column("file_of")[document], candidates.column("indices")[document]
+    bucket_of = rows[:, 0] % np.uint64(buckets)
+    order = np.argsort(bucket_of, kind="stable")
+    bucket_of = bucket_of[order]
+    starts = np.flatnonzero(np.r_[True, bucket_of[1:] != bucket_of[:-1]])
+    for start, end in zip(starts.tolist(), starts[1:].tolist() + [len(order)]):
+        taken = order[start:end]
+        yield int(bucket_of[start]), BandRows(candidates.files, file_of[taken].tobytes(), indices[taken].tobytes(),
+                                              rows[taken].tobytes())
 
 
 class BandPairs(beam.DoFn):
-    """(band key, the keys of the documents sharing it) -> (document key, pair) for both documents of each
-    candidate pair the group gives (``band_pairs``: each member with the group's least-ranked one), so that
-    the join by document brings the pair the two signatures. A group of one (most) gives nothing."""
+    """(bucket, BandRows packs) -> (document bucket, candidate pairs by one of their ends) for both documents of
+    each candidate pair the bucket's band groups give (``band_pairs``: each member with the group's least-ranked
+    one), each distinct pair once per bucket, so that the join by document brings the pair the two signatures.
+    One sort of the band hashes finds the groups of two or more (most bands are alone). A worker holds one
+    bucket's bands (about BUCKET_INPUT_BYTES of input's), plus every member of a band group that is in it."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, buckets: int, width: int):
         self._seed = seed
+        self._buckets = buckets
+        self._width = width  # uint64 values per row: hash, index and the band's rows
 
-    def process(self, element: tuple[bytes, Iterable[str]]) -> Iterator[tuple[str, tuple[str, str]]]:
-        for pair in band_pairs(element[1], self._seed):
-            yield pair[0], pair
-            yield pair[1], pair
+    def process(self, element: tuple[int, Iterable[BandRows]]) -> Iterator[tuple[int, tuple[tuple[str, str, str], ...]]]:
+        bands = BandRows.joined(element[1])
+        pairs = set()
+        for group in equal_row_groups(np.frombuffer(bands.rows, np.uint64).reshape(-1, self._width)):
+            pairs.update(band_pairs(bands.keys(group), self._seed))
+        ends: dict[int, list[tuple[str, str, str]]] = defaultdict(list)
+        for a, b in sorted(pairs):
+            for end in (a, b):
+                ends[document_hash(end) % self._buckets].append((end, a, b))
+        for bucket in sorted(ends):
+            yield bucket, tuple(ends[bucket])
 
 
-def signed_pair_ends(element: tuple[str, dict[str, Iterable]]) -> Iterator[tuple[tuple[str, str], DuplicateCandidate]]:
-    """(document key, {"candidate": its candidate, "pairs": the candidate pairs it is in}) -> (pair, candidate)
-    once per distinct pair (several bands may give the same pair): a signature travels only to the pairs
-    found, never with every band."""
+def signed_pair_ends(element: tuple[int, dict[str, Iterable]], buckets: int) -> Iterator[
+        tuple[int, tuple[tuple[tuple[str, str], DuplicateCandidate], ...]]]:
+    """(document bucket, {"candidates": its Candidates packs, "pairs": the candidate pairs ending in it}) ->
+    (pair bucket, (pair, candidate with its signature) for each distinct pair and end): a signature travels
+    only to the pairs found, never with every band."""
     _, joined = element
-    pairs = set(joined["pairs"])
-    if pairs:
-        (candidate,) = joined["candidate"]
-        for pair in sorted(pairs):
-            yield pair, candidate
+    wanted: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for ends in joined["pairs"]:
+        for end, a, b in ends:
+            wanted[end].add((a, b))
+    if not wanted:  # most document buckets of a corpus with few duplicates
+        return
+    signed: dict[int, list] = defaultdict(list)
+    for candidates in joined["candidates"]:
+        for row, key in enumerate(candidates.keys()):
+            for pair in sorted(wanted.get(key, ())):
+                signed[pair_bucket(pair, buckets)].append((pair, candidates.candidate(row, key, signed=True)))
+    for bucket in sorted(signed):
+        yield bucket, tuple(signed[bucket])
+
+
+def pair_bucket(pair: tuple[str, str], buckets: int) -> int:
+    """The bucket where a candidate pair's two signatures meet."""
+    return document_hash(f"{pair[0]}\n{pair[1]}") % buckets
 
 
 class NearPairs(beam.DoFn):
-    """((a, b), the two candidates) -> (None, (a, b)) when their signatures' estimated Jaccard is at least
-    ``min_jaccard`` (``pairs_in_band``'s check), the candidates without their signatures."""
+    """(pair bucket, packs of (pair, candidate with its signature)) -> (None, the bucket's pairs whose
+    signatures' estimated Jaccard is at least ``min_jaccard`` (``pairs_in_band``'s check), as pairs of
+    candidates without their signatures)."""
 
     def __init__(self, settings: MinHashSettings):
         self._settings = settings
 
-    def process(self, element: tuple[tuple[str, str], Iterable[DuplicateCandidate]]) -> Iterator[
-            tuple[None, tuple[DuplicateCandidate, DuplicateCandidate]]]:
-        (a_key, b_key), ends = element
-        by_key = {end.key: end for end in ends}
-        a, b = by_key[a_key], by_key[b_key]
-        similarity = estimated_jaccard(np.frombuffer(a.signature, dtype=np.uint64),
-                                       np.frombuffer(b.signature, dtype=np.uint64))
-        if similarity >= self._settings.min_jaccard:
-            yield None, (a._replace(signature=b""), b._replace(signature=b""))
+    def process(self, element: tuple[int, Iterable[tuple]]) -> Iterator[
+            tuple[None, tuple[tuple[DuplicateCandidate, DuplicateCandidate], ...]]]:
+        ends: dict[tuple[str, str], dict[str, DuplicateCandidate]] = defaultdict(dict)
+        for pack in element[1]:
+            for pair, candidate in pack:
+                ends[pair][candidate.key] = candidate
+        found = []
+        for (a_key, b_key), by_key in sorted(ends.items()):
+            a, b = by_key[a_key], by_key[b_key]
+            similarity = estimated_jaccard(np.frombuffer(a.signature, dtype=np.uint64),
+                                           np.frombuffer(b.signature, dtype=np.uint64))
+            if similarity >= self._settings.min_jaccard:
+                found.append((a._replace(signature=b""), b._replace(signature=b"")))
+        if found:
+            yield None, tuple(found)
 
 
 class NearClusters(beam.DoFn):
-    """(None, every duplicate pair) -> ((split, shard), DuplicateRemoved) for every member of every cluster (the
-    pairs' connected components) but its kept copy (the least ``keep_rank``). The components are computed on
-    one worker, which holds only the pairs found (edges between near duplicates) and their documents' ids,
-    never the corpus's documents."""
+    """(None, every pair bucket's duplicate pairs) -> ((split, shard), RemovedDuplicates) naming every member of
+    every cluster (the pairs' connected components) but its kept copy (the least ``keep_rank``). The components
+    are computed on one worker, which holds only the pairs found (edges between near duplicates) and their
+    documents' ids, never the corpus's documents."""
 
     def __init__(self, seed: int):
         self._seed = seed
 
-    def process(self, element: tuple[None, Iterable[tuple[DuplicateCandidate, DuplicateCandidate]]]) -> Iterator[
-            tuple[tuple[str, int], DuplicateRemoved]]:
+    def process(self, element: tuple[None, Iterable[tuple[tuple[DuplicateCandidate, DuplicateCandidate], ...]]]
+                ) -> Iterator[tuple[tuple[str, int], RemovedDuplicates]]:
         clusters, members = Clusters(), {}
-        for a, b in element[1]:
+        for a, b in itertools.chain.from_iterable(element[1]):
             clusters.add_pair(a.key, b.key)
             members[a.key], members[b.key] = a, b
-        for key, kept in sorted(kept_and_removed(clusters.groups().values(), self._seed).items()):
-            member = members[key]
-            yield (member.split, member.shard), DuplicateRemoved(key, kept, member.bytes, "near", member.id,
-                                                                  members[kept].id)
+        removed = [DuplicateRemoved(key, kept, members[key].bytes, "near", members[key].id, members[kept].id)
+                   for key, kept in sorted(kept_and_removed(clusters.groups().values(), self._seed).items())]
+        yield from by_shard(removed, {key: (member.split, member.shard) for key, member in members.items()})
 
 
 class WriteShard(beam.DoFn):
@@ -506,8 +727,8 @@ class WriteShard(beam.DoFn):
         for value in values:  # None: the empty seed every shard gets
             if isinstance(value, RawDocuments):
                 raw.append(value)
-            elif isinstance(value, DuplicateRemoved):
-                duplicates[value.key] = value
+            elif isinstance(value, RemovedDuplicates):
+                duplicates.update((removed.key, removed) for removed in value.removed)
             elif isinstance(value, RemovedDocument):
                 audit.append(value)
             elif value is not None:
@@ -757,16 +978,17 @@ def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dic
                     counters=counters)
 
 
-def duplicates_removed(candidates, config: PreprocessConfig) -> list:
-    """The dedup stages from ReadDocuments' KeyedCandidates: the PCollections of ((split, shard),
-    DuplicateRemoved) to join to the shards. Exact first; the near stage takes the copies it kept (or, without
-    exact dedup, every candidate): band keys with document keys -> GroupByKey per band -> candidate pairs ->
-    joined by document with the candidates (their signatures) -> GroupByKey per pair -> pairs verified -> one
-    group of every pair -> clusters -> every member but the kept one."""
+def duplicates_removed(candidates, config: PreprocessConfig, buckets: int = 1) -> list:
+    """The dedup stages from ReadDocuments' Candidates packs: the PCollections of ((split, shard),
+    RemovedDuplicates) to join to the shards. Every shuffle carries packs per bucket (``buckets``:
+    dedup_buckets of the input's size), never an element per document or band. Exact first (by exact key);
+    the near stage takes the copies it kept (or, without exact dedup, every candidate): bands by bucket ->
+    candidate pairs -> joined by document bucket with the candidates (their signatures) -> by pair bucket ->
+    pairs verified -> one group of every pair -> clusters -> every member but the kept one."""
     removed = []
     if "exact" in config.dedup:
         exact = (candidates
-                 | "ByExactKey" >> beam.Map(lambda element: (element.key, element.candidate))
+                 | "ByExactBucket" >> beam.FlatMap(exact_buckets, buckets)
                  | "GroupByText" >> beam.GroupByKey()
                  | "ExactDuplicates" >> beam.ParDo(ExactDuplicates(config.seed, "near" in config.dedup)))
         removed.append(exact | "ExactRemoved" >> beam.Filter(is_shard_element))
@@ -774,13 +996,13 @@ def duplicates_removed(candidates, config: PreprocessConfig) -> list:
     if "near" in config.dedup:
         settings = config.minhash_settings()
         pair_ends = (candidates
-                     | "SignatureBands" >> beam.FlatMap(lambda element: band_members(element.candidate, settings))
+                     | "SignatureBands" >> beam.FlatMap(band_buckets, settings, buckets)
                      | "GroupByBand" >> beam.GroupByKey()
-                     | "BandPairs" >> beam.ParDo(BandPairs(settings.seed)))
-        by_document = candidates | "ByDocument" >> beam.Map(lambda element: (element.candidate.key, element.candidate))
-        removed.append({"candidate": by_document, "pairs": pair_ends}
+                     | "BandPairs" >> beam.ParDo(BandPairs(settings.seed, buckets, 2 + settings.rows)))
+        by_document = candidates | "ByDocumentBucket" >> beam.FlatMap(document_buckets, buckets)
+        removed.append({"candidates": by_document, "pairs": pair_ends}
                        | "JoinSignatures" >> beam.CoGroupByKey()
-                       | "SignedPairEnds" >> beam.FlatMap(signed_pair_ends)
+                       | "SignedPairEnds" >> beam.FlatMap(signed_pair_ends, buckets)
                        | "GroupByPair" >> beam.GroupByKey()
                        | "NearPairs" >> beam.ParDo(NearPairs(settings))
                        | "AllPairs" >> beam.GroupByKey()
@@ -803,8 +1025,9 @@ def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Voc
     matched = pipeline | "MatchedFiles" >> beam.Create(read_tasks(files, every_shard(config)))
     if config.dedup:
         read = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
+        buckets = dedup_buckets(sum(f.size_bytes for f in files))
         documents = (read | "ShardElements" >> beam.Filter(is_shard_element),
-                     *duplicates_removed(read | "Candidates" >> beam.Filter(is_candidate), config)) \
+                     *duplicates_removed(read | "Candidates" >> beam.Filter(is_candidate), config, buckets)) \
             | "WithDuplicates" >> beam.Flatten()
     else:
         documents = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))

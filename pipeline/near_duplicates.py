@@ -272,3 +272,58 @@ def _frozen_column(values: np.ndarray) -> np.ndarray:
     column = values.reshape(-1, 1)
     column.flags.writeable = False
     return column
+
+
+# ------------------------------------------------------------------ packed rows, for the pipeline's bucketed shuffles
+def mix64(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser of uint64 values (a new array): every output bit depends on every input bit, so that
+    values which are themselves small (a signature row is a least hash) spread evenly over buckets."""
+    mixed = values.astype(np.uint64, copy=True)
+    mixed ^= mixed >> np.uint64(30)
+    mixed *= np.uint64(0xBF58476D1CE4E5B9)
+    mixed ^= mixed >> np.uint64(27)
+    mixed *= np.uint64(0x94D049BB133111EB)
+    mixed ^= mixed >> np.uint64(31)
+    return mixed
+
+
+def band_rows(signatures: np.ndarray, settings: MinHashSettings) -> np.ndarray:
+    """Each band of each signature (``signatures``: (documents, hashes) uint64) as one uint64 row of a table of
+    (documents x bands) rows: a hash of the band's index and values (to bucket and sort by), its index, its
+    values. Two rows have equal hash, index and values exactly when the two bands' ``band_keys`` are equal: the
+    groups are decided by the index and values (``equal_row_groups``), the hash only sorts them together."""
+    count = signatures.shape[0]
+    values = signatures.reshape(count, settings.bands, settings.rows)
+    index = np.broadcast_to(np.arange(settings.bands, dtype=np.uint64), (count, settings.bands))
+    hashed = mix64(index)
+    for row in range(settings.rows):
+        hashed = mix64(hashed ^ values[:, :, row])
+    return np.concatenate([hashed[:, :, None], index[:, :, None], values], axis=2).reshape(-1, 2 + settings.rows)
+
+
+def equal_row_groups(rows: np.ndarray) -> list[np.ndarray]:
+    """The indices of each set of two or more equal rows of ``rows`` (uint64, (n, k), its first column a hash of
+    the rest), each ascending, the sets in the order of their rows' values. One sort of the first column finds
+    the few rows whose hash another row shares; only those are compared whole."""
+    if len(rows) < 2:
+        return []
+    first = rows[:, 0]
+    order = np.argsort(first, kind="stable")
+    same = first[order[1:]] == first[order[:-1]]
+    shared = np.zeros(len(order), bool)
+    shared[1:] = same
+    shared[:-1] |= same
+    sharing = order[shared]
+    if sharing.size == 0:  # most buckets of a corpus with few duplicates
+        return []
+    values = rows[sharing]
+    sorted_rows = np.lexsort(values.T[::-1])  # column 0 the primary key
+    values = values[sorted_rows]
+    equal = np.all(values[1:] == values[:-1], axis=1)
+    groups = np.split(sharing[sorted_rows], np.flatnonzero(~equal) + 1)
+    return [np.sort(group) for group in groups if len(group) > 1]
+
+
+def document_hash(key: str) -> int:
+    """A 64-bit hash of a document's key: the bucket of its signature, and of the candidate pairs it ends."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8, person=b"xlnet-doc").digest(), "little")
