@@ -11,8 +11,9 @@ Then the same through the Beam pipeline (``--pipeline-documents`` N > 0): a JSON
 ``xlnet preprocess`` (FnApiRunner, ``--workers``) without cleaning and with each of ``--pipeline-cleaning``
 (``near``: ``--dedup near``; ``full``: ``--filters gopher,c4,fineweb --dedup exact,near``; both with
 ``--removed DIR``), all of them ``--pipeline-rounds`` times in turn (plain, near, full, plain, near, full, ...),
-each run's seconds and peak resident memory printed as it ends (``PeakMemory``: the launcher, this process,
-and the largest of its worker processes, sampled from /proc); per cleaning the medians' ratio, what the audit
+each run's seconds, CPU seconds (this process and its worker processes, ``cpu_seconds``) and peak resident
+memory printed as it ends (``PeakMemory``: the launcher, this process, and the largest of its worker
+processes, sampled from /proc); per cleaning the medians' ratio, what the audit
 lists by stage, and a planted pair caught when the audit names one of the two as removed with the other as
 the copy kept. The corpus (``--pipeline-corpus``):
 
@@ -71,6 +72,7 @@ import dataclasses
 import gzip
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -265,6 +267,13 @@ def pipeline_run(inputs: list[Path], vocab: str, output: Path, workers: int, sha
     return time.perf_counter() - began
 
 
+def cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of its children waited for (FnApiRunner's worker
+    processes, once a run has ended)."""
+    return sum(getattr(resource.getrusage(who), field) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for field in ("ru_utime", "ru_stime"))
+
+
 def planted_pipeline_corpus(texts: list[str], args: argparse.Namespace) -> Corpus:
     """``texts`` (``o<i>``), each followed by one planted copy (``c<i>``, the i-th edited by the i-th share of
     ``--edits``, cyclically)."""
@@ -293,7 +302,7 @@ def through_the_pipeline(corpus: Corpus, args: argparse.Namespace, settings: Min
                          vocab_texts: list[str], files: int, shards: tuple[int, int]) -> list[dict]:
     """``corpus`` through `xlnet preprocess`, ``--pipeline-rounds`` times plain then each of
     ``--pipeline-cleaning`` in turn (A B A B), each run's line printed as it ends: the lines to print after."""
-    lines, seconds, memory, audits = [], defaultdict(list), defaultdict(list), {}
+    lines, seconds, memory, audits, cpu = [], defaultdict(list), defaultdict(list), {}, defaultdict(list)
     count = len(corpus.documents)
     with tempfile.TemporaryDirectory(prefix="cleaning-benchmark-") as directory:
         work = Path(directory)
@@ -308,12 +317,15 @@ def through_the_pipeline(corpus: Corpus, args: argparse.Namespace, settings: Min
             for cleaning in ["plain"] + args.pipeline_cleaning:
                 output, removed = work / f"{cleaning}-{round_}", work / f"removed-{cleaning}-{round_}"
                 options = {} if cleaning == "plain" else {**CLEANINGS[cleaning], "removed": str(removed)}
+                began = cpu_seconds()
                 with PeakMemory() as peak:
                     took = pipeline_run(inputs, vocab, output, args.workers, shards, **options)
                 seconds[cleaning].append(took)
+                cpu[cleaning].append(cpu_seconds() - began)
                 memory[cleaning].append(peak.worker_mib)
                 print(json.dumps({"part": "pipeline_run", "round": round_, "cleaning": cleaning,
-                                  "seconds": round(took, 2), "documents_per_s": round(count / took, 1),
+                                  "seconds": round(took, 2), "cpu_s": round(cpu[cleaning][-1], 2),
+                                  "documents_per_s": round(count / took, 1),
                                   "launcher_peak_mib": peak.launcher_mib, "worker_peak_mib": peak.worker_mib}),
                       flush=True)
                 if cleaning != "plain":
@@ -337,6 +349,8 @@ def through_the_pipeline(corpus: Corpus, args: argparse.Namespace, settings: Min
             "part": "pipeline", "cleaning": cleaning, "corpus": args.pipeline_corpus, "documents": count,
             "workers": args.workers, "rounds": args.pipeline_rounds, "plain_s": round(plain_s, 2),
             "cleaned_s": round(cleaned_s, 2), "ratio": round(cleaned_s / plain_s, 3),
+            "plain_cpu_s": round(statistics.median(cpu["plain"]), 2),
+            "cleaned_cpu_s": round(statistics.median(cpu[cleaning]), 2),
             "plain_documents_per_s": round(count / plain_s, 1), "cleaned_documents_per_s": round(count / cleaned_s, 1),
             "plain_worker_peak_mib": max(memory["plain"], key=lambda value: value or 0),
             "cleaned_worker_peak_mib": max(memory[cleaning], key=lambda value: value or 0),
