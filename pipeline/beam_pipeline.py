@@ -10,15 +10,22 @@ SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
            ((split, shard), RawDocuments) batches, then the file's read report on shard
            train-0's key (REPORT_CARRIER); a marker seeds its shard with None so that empty
            shards get their (empty) file too
-        (--dedup: ReadDocuments also gives each document as a KeyedCandidate (its exact key, its
-           MinHash signature); exact: GroupByText groups the copies of a text, ExactDuplicates names
-           every copy but the kept one to its shard and passes the kept one on; near: SignatureBands
-           (band keys and document keys, no signature) -> GroupByBand (a worker holds one band group's
-           keys) -> BandPairs (each member with the group's least-ranked one) -> JoinSignatures (by
-           document, with the candidates) -> GroupByPair (a candidate pair's two signatures) -> NearPairs
-           (the estimated Jaccard checked) -> AllPairs (one group of the pairs found, on one worker: edges
-           between duplicates only) -> NearClusters names every member of a connected component but the
-           kept one to its shard)
+        (--dedup, beside the shards' documents: Candidates packs of the documents the filters kept (keys,
+         exact keys, MinHash signatures as flat arrays; one per file or CANDIDATES_PER_PACK documents). Every
+         dedup shuffle carries packs, one per pack and bucket, never an element per document or band
+         (FnApiRunner's cost is per element); the buckets, one per BUCKET_INPUT_BYTES of stored input
+         (dedup_buckets), bound what a worker holds to about that much input's rows, whatever the corpus:
+           exact: ByExactBucket -> GroupByText (a bucket of exact keys) -> ExactDuplicates (one sort of the
+             keys finds the copies): every copy but the kept one named to its shard, the kept ones passed
+             on as a pack
+           near: SignatureBands (each band a row: its hash, index and values, by the hash's bucket)
+             -> GroupByBand -> BandPairs (one sort of the hashes finds the band groups of two or more; each
+             member paired with the group's least-ranked one)
+             -> JoinSignatures (by document bucket: the pairs' ends with ByDocumentBucket's Candidates)
+             -> SignedPairEnds -> GroupByPair (by pair bucket: a pair's two signatures) -> NearPairs (the
+             estimated Jaccard checked) -> AllPairs (one group of the pairs found, on one worker: edges
+             between duplicates only) -> NearClusters: every member of a connected component but the kept
+             one named to its shard)
         -> GroupByKey: the only shuffle of the text
         -> WriteShard: normalise + tokenise the shard's documents, per stream concatenate
            them in hash order, build records (forward, then reversed with bi_data), write the
@@ -236,10 +243,9 @@ class Candidates(NamedTuple):
     def count(self) -> int:
         return len(self.indices) // 8
 
-    def keys(self, rows: Iterable[int] | None = None) -> list[str]:
+    def keys(self, rows: np.ndarray | None = None) -> list[str]:
         """The documents' keys (of ``rows`` only, when given)."""
-        file_of, indices = self.column("file_of").tolist(), self.column("indices").tolist()
-        return [f"{self.files[file_of[i]]}:{indices[i]}" for i in (range(self.count) if rows is None else rows)]
+        return document_keys(self.files, self.column("file_of"), self.column("indices"), rows)
 
     def candidate(self, row: int, key: str, signed: bool = False) -> DuplicateCandidate:
         """Document ``row`` (key ``key``) alone; with its signature when ``signed``."""
@@ -262,12 +268,28 @@ class Candidates(NamedTuple):
     def joined(cls, packs: Iterable["Candidates"]) -> "Candidates":
         """One pack of the documents of ``packs``, in their order (their files' tables merged)."""
         packs = [pack for pack in packs if pack.count]
-        files = tuple(sorted({name for pack in packs for name in pack.files}))
-        place = {name: k for k, name in enumerate(files)}
-        file_of = [np.array([place[name] for name in pack.files], np.int32)[pack.column("file_of")] for pack in packs]
+        files, file_of = merged_files(packs)
         columns = {name: b"".join(getattr(pack, name) for pack in packs) for name in CANDIDATE_COLUMNS}
-        columns["file_of"] = np.concatenate(file_of).tobytes() if packs else b""
-        return cls(files, **columns, ids=tuple(itertools.chain.from_iterable(pack.ids for pack in packs)))
+        return cls(files, **{**columns, "file_of": file_of},
+                   ids=tuple(itertools.chain.from_iterable(pack.ids for pack in packs)))
+
+
+def merged_files(packs: list) -> tuple[tuple[str, ...], bytes]:
+    """The file keys of ``packs`` (Candidates or BandRows) as one sorted table, and each row's place in it
+    (int32 bytes), the packs' rows in their order."""
+    files = tuple(sorted({name for pack in packs for name in pack.files}))
+    place = {name: k for k, name in enumerate(files)}
+    file_of = [np.array([place[name] for name in pack.files], np.int32)[np.frombuffer(pack.file_of, np.int32)]
+               for pack in packs]
+    return files, np.concatenate(file_of).tobytes() if packs else b""
+
+
+def document_keys(files: tuple[str, ...], file_of: np.ndarray, indices: np.ndarray,
+                  rows: np.ndarray | None = None) -> list[str]:
+    """The keys ``f"{file key}:{index}"`` of packed documents (of ``rows`` only, when given)."""
+    if rows is not None:
+        file_of, indices = file_of[rows], indices[rows]
+    return [f"{files[f]}:{index}" for f, index in zip(file_of.tolist(), indices.tolist())]
 
 
 # The packed columns of Candidates and their dtypes (exact_keys 16 bytes and signatures ``hashes`` uint64 per
@@ -568,18 +590,12 @@ class BandRows(NamedTuple):
     def joined(cls, packs: Iterable["BandRows"]) -> "BandRows":
         """One pack of the rows of ``packs``, in their order (their files' tables merged)."""
         packs = list(packs)
-        files = tuple(sorted({name for pack in packs for name in pack.files}))
-        place = {name: k for k, name in enumerate(files)}
-        file_of = [np.array([place[name] for name in pack.files], np.int32)[np.frombuffer(pack.file_of, np.int32)]
-                   for pack in packs]
-        return cls(files, np.concatenate(file_of).tobytes(), b"".join(pack.indices for pack in packs),
-                   b"".join(pack.rows for pack in packs))
+        return cls(*merged_files(packs), b"".join(pack.indices for pack in packs), b"".join(pack.rows for pack in packs))
 
     def keys(self, rows: np.ndarray) -> list[str]:
         """The keys of the documents of ``rows``."""
-        file_of = np.frombuffer(self.file_of, np.int32)[rows].tolist()
-        indices = np.frombuffer(self.indices, np.int64)[rows].tolist()
-        return [f"{self.files[f]}:{index}" for f, index in zip(file_of, indices)]
+        return document_keys(self.files, np.frombuffer(self.file_of, np.int32), np.frombuffer(self.indices, np.int64),
+                             rows)
 
 
 def band_buckets(candidates: Candidates, settings: MinHashSettings, buckets: int) -> Iterator[tuple[int, BandRows]]:

@@ -229,12 +229,32 @@ def test_without_near_dedup_the_manifest_does_not_name_the_minhash_settings(tmp_
     assert not {"min_jaccard", "minhash_bands", "minhash_rows", "shingle_words"} & set(written["config"])
 
 
-@pytest.mark.slow  # two runs with worker processes (about 40 s)
-def test_deduplicated_runs_write_the_same_bytes_with_one_or_two_worker_processes(tmp_path, copied_corpus, spm_model):
+@pytest.mark.slow  # three runs with worker processes (about 60 s)
+def test_deduplicated_runs_write_the_same_bytes_with_one_two_or_three_worker_processes(tmp_path, copied_corpus,
+                                                                                       spm_model):
     outputs = [written_with_workers(tmp_path, copied_corpus[0], spm_model, workers, filters=("c4",),
-                                    dedup=("exact", "near")) for workers in (1, 2)]
-    assert outputs[0] == outputs[1] and b'"removed_documents_near": 40' in outputs[0]["counters"]
+                                    dedup=("exact", "near")) for workers in (1, 2, 3)]
+    assert outputs[0] == outputs[1] == outputs[2] and b'"removed_documents_near": 40' in outputs[0]["counters"]
     assert readers[2] == 2  # the three files are read on both workers, not one after another on one
+
+
+def test_the_dedup_buckets_change_nothing_written(tmp_path, copied_corpus, spm_model, monkeypatch):
+    # One bucket per 1 kB of input (some 60 buckets here, where the default gives one): every copy of a text,
+    # every band group, still in one bucket; the same shards, counters and audit, near copies in one cluster.
+    import pipeline.beam_pipeline as beam_pipeline
+
+    def written(name: str) -> dict:
+        _, counters = dedup_run(tmp_path, copied_corpus[0], spm_model, name, filters=("c4",), dedup=("exact", "near"),
+                                removed=str(tmp_path / f"{name}-removed"))
+        files = [*(tmp_path / name).glob("*.tfrecord"), *(tmp_path / f"{name}-removed").glob("*.jsonl")]
+        return {**{p.name: p.read_bytes() for p in sorted(files)}, "counters": counters.report.counters}
+
+    one = written("one")
+    monkeypatch.setattr(beam_pipeline, "BUCKET_INPUT_BYTES", 1024)
+    assert beam_pipeline.dedup_buckets(sum(Path(p).stat().st_size for p in copied_corpus[0])) > 40
+    many = written("many")
+    assert many == one and one["counters"]["removed_documents_near"] == NEAR_COPIES
+    assert one["counters"]["removed_documents_exact"] > 0
 
 @pytest.mark.slow  # a Dask cluster of two workers, and the same run on FnApiRunner (about 40 s)
 def test_cleaned_runs_on_a_dask_cluster_write_fnapirunners_bytes_and_counters(tmp_path, copied_corpus, spm_model):
