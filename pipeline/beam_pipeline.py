@@ -641,11 +641,23 @@ class BandPairs(beam.DoFn):
             yield bucket, tuple(ends[bucket])
 
 
-def signed_pair_ends(element: tuple[int, dict[str, Iterable]], buckets: int) -> Iterator[
-        tuple[int, tuple[tuple[tuple[str, str], DuplicateCandidate], ...]]]:
+class SignedEnds(NamedTuple):
+    """Candidate pairs' ends bound for one pair bucket: (pair, the end's candidate with its signature) each.
+    One object, not a tuple of them: Beam's coder pickles what it does not know, once per object it meets."""
+
+    ends: tuple[tuple[tuple[str, str], DuplicateCandidate], ...]
+
+
+class PairsFound(NamedTuple):
+    """The duplicate pairs one pair bucket found (their candidates without signatures), as one object."""
+
+    pairs: tuple[tuple[DuplicateCandidate, DuplicateCandidate], ...]
+
+
+def signed_pair_ends(element: tuple[int, dict[str, Iterable]], buckets: int) -> Iterator[tuple[int, SignedEnds]]:
     """(document bucket, {"candidates": its Candidates packs, "pairs": the candidate pairs ending in it}) ->
-    (pair bucket, (pair, candidate with its signature) for each distinct pair and end): a signature travels
-    only to the pairs found, never with every band."""
+    (pair bucket, SignedEnds: (pair, candidate with its signature) for each distinct pair and end): a
+    signature travels only to the pairs found, never with every band."""
     _, joined = element
     wanted: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for ends in joined["pairs"]:
@@ -659,7 +671,7 @@ def signed_pair_ends(element: tuple[int, dict[str, Iterable]], buckets: int) -> 
             for pair in sorted(wanted.get(key, ())):
                 signed[pair_bucket(pair, buckets)].append((pair, candidates.candidate(row, key, signed=True)))
     for bucket in sorted(signed):
-        yield bucket, tuple(signed[bucket])
+        yield bucket, SignedEnds(tuple(signed[bucket]))
 
 
 def pair_bucket(pair: tuple[str, str], buckets: int) -> int:
@@ -668,18 +680,17 @@ def pair_bucket(pair: tuple[str, str], buckets: int) -> int:
 
 
 class NearPairs(beam.DoFn):
-    """(pair bucket, packs of (pair, candidate with its signature)) -> (None, the bucket's pairs whose
-    signatures' estimated Jaccard is at least ``min_jaccard`` (``pairs_in_band``'s check), as pairs of
-    candidates without their signatures)."""
+    """(pair bucket, SignedEnds packs) -> (None, PairsFound: the bucket's pairs whose signatures' estimated
+    Jaccard is at least ``min_jaccard`` (``pairs_in_band``'s check), as pairs of candidates without their
+    signatures)."""
 
     def __init__(self, settings: MinHashSettings):
         self._settings = settings
 
-    def process(self, element: tuple[int, Iterable[tuple]]) -> Iterator[
-            tuple[None, tuple[tuple[DuplicateCandidate, DuplicateCandidate], ...]]]:
+    def process(self, element: tuple[int, Iterable[SignedEnds]]) -> Iterator[tuple[None, PairsFound]]:
         ends: dict[tuple[str, str], dict[str, DuplicateCandidate]] = defaultdict(dict)
         for pack in element[1]:
-            for pair, candidate in pack:
+            for pair, candidate in pack.ends:
                 ends[pair][candidate.key] = candidate
         found = []
         for (a_key, b_key), by_key in sorted(ends.items()):
@@ -689,11 +700,11 @@ class NearPairs(beam.DoFn):
             if similarity >= self._settings.min_jaccard:
                 found.append((a._replace(signature=b""), b._replace(signature=b"")))
         if found:
-            yield None, tuple(found)
+            yield None, PairsFound(tuple(found))
 
 
 class NearClusters(beam.DoFn):
-    """(None, every pair bucket's duplicate pairs) -> ((split, shard), RemovedDuplicates) naming every member of
+    """(None, every pair bucket's PairsFound) -> ((split, shard), RemovedDuplicates) naming every member of
     every cluster (the pairs' connected components) but its kept copy (the least ``keep_rank``). The components
     are computed on one worker, which holds only the pairs found (edges between near duplicates) and their
     documents' ids, never the corpus's documents."""
@@ -701,10 +712,9 @@ class NearClusters(beam.DoFn):
     def __init__(self, seed: int):
         self._seed = seed
 
-    def process(self, element: tuple[None, Iterable[tuple[tuple[DuplicateCandidate, DuplicateCandidate], ...]]]
-                ) -> Iterator[tuple[tuple[str, int], RemovedDuplicates]]:
+    def process(self, element: tuple[None, Iterable[PairsFound]]) -> Iterator[tuple[tuple[str, int], RemovedDuplicates]]:
         clusters, members = Clusters(), {}
-        for a, b in itertools.chain.from_iterable(element[1]):
+        for a, b in itertools.chain.from_iterable(found.pairs for found in element[1]):
             clusters.add_pair(a.key, b.key)
             members[a.key], members[b.key] = a, b
         removed = [DuplicateRemoved(key, kept, members[key].bytes, "near", members[key].id, members[kept].id)
