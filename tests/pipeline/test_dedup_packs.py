@@ -104,6 +104,27 @@ def test_exact_copies_are_found_in_their_bucket_and_the_least_ranked_copy_is_kep
         assert duplicate.kept in kept.keys() and duplicate.key not in kept.keys()
 
 
+def test_a_reader_sends_its_candidates_in_packs_of_at_most_candidates_per_pack(tmp_path, texts, spm_model,
+                                                                              monkeypatch):
+    import pipeline.beam_pipeline as beam_pipeline
+    from pipeline.corpus import expand_inputs
+    from pipeline.preprocess_config import PreprocessConfig
+    from support.bundled_data import TINY_DATA
+
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n\n".join(texts) + "\n", encoding="utf-8")
+    config = PreprocessConfig(inputs=(str(path),), output="unused", vocab=spm_model, dedup=("exact", "near"),
+                              **TINY_DATA)
+    (input_file,) = expand_inputs(config.inputs)
+    monkeypatch.setattr(beam_pipeline, "CANDIDATES_PER_PACK", 7)
+    packs = [element for element in beam_pipeline.ReadDocuments(config).process(beam_pipeline.ReadTask(input_file))
+             if isinstance(element, Candidates)]
+    assert [pack.count for pack in packs] == [7] * (len(texts) // 7) + [len(texts) % 7]
+    joined = Candidates.joined(packs)
+    assert joined.keys() == [f"{input_file.key}:{i}" for i in range(len(texts))]
+    assert joined.exact_keys == b"".join(exact_key(text) for text in texts)
+
+
 def test_the_buckets_are_one_per_bucket_input_bytes_of_input():
     assert dedup_buckets(0) == dedup_buckets(BUCKET_INPUT_BYTES) == 1
     assert dedup_buckets(BUCKET_INPUT_BYTES + 1) == 2 and dedup_buckets(100 * BUCKET_INPUT_BYTES) == 100
