@@ -540,11 +540,17 @@ def document_buckets(candidates: Candidates, buckets: int) -> Iterator[tuple[int
 
 def split_by_bucket(candidates: Candidates, bucket_of: np.ndarray) -> Iterator[tuple[int, Candidates]]:
     """(bucket, its documents of ``candidates``) for each bucket holding some, its documents in their order."""
+    for bucket, rows in bucket_rows(bucket_of):
+        yield bucket, candidates.select(rows)
+
+
+def bucket_rows(bucket_of: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(bucket, the indices of its rows, ascending) for each bucket in ``bucket_of`` (each row's), by bucket."""
     order = np.argsort(bucket_of, kind="stable")
-    bucket_of = bucket_of[order]
-    starts = np.flatnonzero(np.r_[True, bucket_of[1:] != bucket_of[:-1]])
+    ordered = bucket_of[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     for start, end in zip(starts.tolist(), starts[1:].tolist() + [len(order)]):
-        yield int(bucket_of[start]), candidates.select(order[start:end])
+        yield int(ordered[start]), order[start:end]
 
 
 class ExactDuplicates(beam.DoFn):
@@ -606,14 +612,9 @@ def band_buckets(candidates: Candidates, settings: MinHashSettings, buckets: int
     rows = band_rows(signatures, settings)
     document = np.repeat(np.arange(candidates.count), settings.bands)
     file_of, indices = candidates.column("file_of")[document], candidates.column("indices")[document]
-    bucket_of = rows[:, 0] % np.uint64(buckets)
-    order = np.argsort(bucket_of, kind="stable")
-    bucket_of = bucket_of[order]
-    starts = np.flatnonzero(np.r_[True, bucket_of[1:] != bucket_of[:-1]])
-    for start, end in zip(starts.tolist(), starts[1:].tolist() + [len(order)]):
-        taken = order[start:end]
-        yield int(bucket_of[start]), BandRows(candidates.files, file_of[taken].tobytes(), indices[taken].tobytes(),
-                                              rows[taken].tobytes())
+    for bucket, taken in bucket_rows(rows[:, 0] % np.uint64(buckets)):
+        yield bucket, BandRows(candidates.files, file_of[taken].tobytes(), indices[taken].tobytes(),
+                               rows[taken].tobytes())
 
 
 class BandPairs(beam.DoFn):
