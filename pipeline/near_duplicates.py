@@ -6,8 +6,9 @@ clusters and the copy kept, as pure functions the pipeline's dedup stages call.
 - **Near duplicates** (MinHash LSH, as datatrove's): each document's shingles are its runs of
   ``shingle_words`` simplified words; its signature holds, for each of ``bands x rows`` hash functions, the
   least hash of its shingles; two documents whose signatures agree on every row of one band are a
-  candidate pair (:func:`band_keys`: the pipeline groups by these keys, so a worker holds only the
-  documents that collide, never the corpus). A candidate pair counts as duplicates when the signatures'
+  candidate pair (:func:`band_keys`; the pipeline packs the bands as rows of :func:`band_rows`, buckets
+  them by a hash of the band and finds equal ones with :func:`equal_row_groups`, so a worker holds one
+  bucket's bands, never the corpus). A candidate pair counts as duplicates when the signatures'
   agreement, the estimated Jaccard similarity of the shingle sets, is at least ``min_jaccard``. With 14
   bands of 8 rows a pair at Jaccard 0.85 shares a band with probability 0.988, a pair at 0.5 with 0.053;
   the estimate over 112 hashes then keeps a pair below 0.5 from passing 0.7 (fewer than 1 in 10^4).
