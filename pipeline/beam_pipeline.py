@@ -409,6 +409,7 @@ class ReadDocuments(beam.DoFn):
         self._config = config
         self._minhash = config.minhash_settings()
         self._language = LanguageFilter(config.languages, config.language_threshold) if config.languages else None
+        self._rules = config.filter_rules_of()
         self._counters = Counters(*READ_STATS)
 
     def process(self, task: ReadTask) -> Iterator[tuple[tuple[str, int], RawDocuments | dict | None]
@@ -435,7 +436,7 @@ class ReadDocuments(beam.DoFn):
                 place = place_document(f"{input_file.key}:{index}", c.seed, c.valid_fraction, c.num_streams)
                 shard = (place.split, shard_of_stream(place.stream, c.num_shards_of(place.split)))
                 if c.read_stages:
-                    removed, kept_lines = clean_document(lines, c.filters, stats, self._language)  # counted by stage
+                    removed, kept_lines = clean_document(lines, c.filters, stats, self._language, self._rules)  # counted by stage
                     if removed is not None:  # its key's index stays used (the same keys as unfiltered)
                         if c.removed:  # its audit line goes to the shard it would have gone to
                             yield shard, RemovedDocument(identity, *removed)

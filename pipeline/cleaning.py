@@ -22,7 +22,10 @@ what it was.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections import Counter
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from pipeline import quality_filters as rules
@@ -87,28 +90,109 @@ def parse_minhash(text: str) -> dict[str, int | float]:
     return {MINHASH_KEYS[key]: value for key, value in values.items() if MINHASH_KEYS[key]}
 
 
-def _gopher(text: str) -> tuple[Optional[str], str]:
-    return rules.gopher_repetition(text) or rules.gopher_quality(text), text
-
-
-def _fineweb(text: str) -> tuple[Optional[str], str]:
-    return rules.fineweb_quality(text), text
-
-
 # A stage: text -> (its removal reason or None, the text as kept).
 Stage = Callable[[str], tuple[Optional[str], str]]
-STAGES: dict[str, Stage] = {"gopher": _gopher, "c4": rules.c4_clean, "fineweb": _fineweb}
+
+
+@dataclass(frozen=True)
+class FilterRules:
+    """The filters' thresholds, one rule set each (pipeline/quality_filters.py: defaults the anchors', ranges
+    checked there); `--filter-rules` changes the numbers of any of them."""
+
+    gopher_quality: rules.GopherQuality = rules.GopherQuality()
+    gopher_repetition: rules.GopherRepetition = rules.GopherRepetition()
+    c4: rules.C4Rules = rules.C4Rules()
+    fineweb: rules.FineWebRules = rules.FineWebRules()
+
+    def run(self, stage: str, text: str) -> tuple[Optional[str], str]:
+        """Filter ``stage`` on ``text``: (its removal reason or None, the text as kept; C4 drops lines)."""
+        if stage == "gopher":  # repetition first, as datatrove's FineWeb recipe runs them
+            reason = rules.gopher_repetition(text, self.gopher_repetition) or rules.gopher_quality(
+                text, self.gopher_quality)
+            return reason, text
+        if stage == "c4":
+            return rules.c4_clean(text, self.c4)
+        return rules.fineweb_quality(text, self.fineweb), text
+
+    @classmethod
+    def of(cls, settings: tuple[tuple[str, int | float], ...]) -> "FilterRules":
+        """The rules with ``settings`` (``(stage.field, value)`` pairs, as parse_filter_rules gives them) changed."""
+        changes: dict[str, dict] = {}
+        for key, value in settings:
+            stage, field = key.split(".", 1)
+            changes.setdefault(rule_set_of(stage, field), {})[field] = value
+        defaults = cls()
+        return cls(**{name: dataclasses.replace(getattr(defaults, name), **values) for name, values in changes.items()})
+
+
+# `--filter-rules stage.field=value`: each filter's rule sets (FilterRules' fields) whose numbers it takes.
+RULE_SETS = {"gopher": ("gopher_quality", "gopher_repetition"), "c4": ("c4",), "fineweb": ("fineweb",)}
+
+
+def tunable_fields(stage: str) -> list[str]:
+    """The numeric thresholds of filter ``stage`` (the rule sets' int and float fields), in their order."""
+    defaults = FilterRules()
+    return [field.name for name in RULE_SETS[stage] for field in dataclasses.fields(getattr(defaults, name))
+            if type(getattr(getattr(defaults, name), field.name)) in (int, float)]
+
+
+def rule_set_of(stage: str, field: str) -> str:
+    """The FilterRules field holding threshold ``field`` of filter ``stage``."""
+    defaults = FilterRules()
+    return next(name for name in RULE_SETS[stage] if field in {f.name for f in dataclasses.fields(getattr(defaults, name))})
+
+
+def parse_filter_rules(text: str, filters: tuple[str, ...]) -> tuple[tuple[str, int | float], ...]:
+    """``--filter-rules``'s value (``gopher.min_words=30,c4.min_sentences=2``) as sorted (key, value) pairs; a
+    ConfigError naming the flag for an unknown filter or threshold, one of a filter not in ``filters``, a value
+    that is not a number (a whole number for a count) or out of its range."""
+    values: dict[str, int | float] = {}
+    for item in (item.strip() for item in text.split(",") if item.strip()):
+        key, _, value = (part.strip() for part in item.partition("="))
+        stage, _, field = key.partition(".")
+        if stage not in RULE_SETS:
+            raise ConfigError(f"--filter-rules {text!r}: {key!r} names no filter; a key is FILTER.THRESHOLD, the "
+                              f"filters {', '.join(FILTERS)}")
+        if field not in tunable_fields(stage):
+            raise ConfigError(f"--filter-rules {text!r}: {stage} has no threshold {field!r}; its thresholds are "
+                              f"{', '.join(tunable_fields(stage))}")
+        if stage not in filters:
+            raise ConfigError(f"--filter-rules {text!r}: {key} is a threshold of the {stage} filter, not run: add "
+                              f"--filters {stage}")
+        default = getattr(getattr(FilterRules(), rule_set_of(stage, field)), field)
+        try:
+            values[key] = int(value) if isinstance(default, int) else float(value)
+        except ValueError:
+            kind = "a whole number" if isinstance(default, int) else "a number"
+            raise ConfigError(f"--filter-rules {text!r}: {key} must be {kind}, got {value!r}") from None
+    if not values:
+        raise ConfigError(f"--filter-rules {text!r}: no FILTER.THRESHOLD=VALUE given")
+    settings = tuple(sorted(values.items()))
+    check_filter_rules(settings, f"--filter-rules {text!r}")
+    return settings
+
+
+def check_filter_rules(settings: tuple[tuple[str, int | float], ...], where: str) -> None:
+    """ConfigError, ``where`` first, for settings the rule sets refuse (their ranges: quality_filters.py)."""
+    try:
+        FilterRules.of(settings)
+    except (ValueError, TypeError, KeyError, StopIteration) as error:
+        raise ConfigError(f"{where}: {error}") from None
+
+
+DEFAULT_RULES = FilterRules()
 
 
 def clean_document(lines: list[str], filters: tuple[str, ...], tally: Counter | None = None,
-                   language: Stage | None = None) -> tuple[Optional[tuple[str, str]], list[str]]:
+                   language: Stage | None = None, rules_of: FilterRules = DEFAULT_RULES
+                   ) -> tuple[Optional[tuple[str, str]], list[str]]:
     """(the stage and rule that removed the document, or None; its lines as kept). ``language`` (--languages,
-    pipeline/language_id.py) runs first, then the filters. ``tally`` counts, per stage it reached, the document
-    and its UTF-8 bytes in, and removed or kept (as it entered, and as it left the stage: C4 drops lines of the
-    documents it keeps)."""
+    pipeline/language_id.py) runs first, then the filters, with the thresholds of ``rules_of``. ``tally``
+    counts, per stage it reached, the document and its UTF-8 bytes in, and removed or kept (as it entered, and
+    as it left the stage: C4 drops lines of the documents it keeps)."""
     text = "\n".join(lines)
     tally = Counter() if tally is None else tally
-    stages = [(stage, STAGES[stage]) for stage in FILTERS if stage in filters]  # their order, whatever the given
+    stages = [(stage, functools.partial(rules_of.run, stage)) for stage in FILTERS if stage in filters]  # their order
     for stage, run_stage in ([(LANGUAGE, language)] if language is not None else []) + stages:
         size = len(text.encode("utf-8"))
         tally[f"in_documents_{stage}"] += 1

@@ -27,7 +27,7 @@ import time
 
 from pipeline.dask_cluster import (DASK_RUNNER, DaskCluster, check_options, connection_timeout, dask_cluster,
                                    is_dask, option_value, scheduler_option, wait_for_run)
-from pipeline.cleaning import DEDUP, FILTERS, parse_minhash, parse_names
+from pipeline.cleaning import DEDUP, FILTERS, parse_filter_rules, parse_minhash, parse_names
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS
 from pipeline.language_id import parse_languages
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
@@ -63,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="quality and repetition filters applied to each document as it is read, comma-separated: "
                          f"{', '.join(FILTERS)} (docs/preprocessing.md, \"Cleaning\"); each removal counted by stage "
                          "in the manifest (default: none, the documents as they are)")
+    io.add_argument("--filter-rules", default=None, metavar="FILTER.THRESHOLD=VALUE,...",
+                    help="change the filters' thresholds from the anchors' defaults, e.g. gopher.min_words=30,"
+                         "c4.min_sentences=2 (each threshold and its source: docs/preprocessing.md, \"Cleaning\"); "
+                         "recorded in the manifest")
     io.add_argument("--languages", default=None, metavar="CODES",
                     help="keep only documents in these languages, comma-separated ISO 639 codes (en,de), identified "
                          "by py3langid before the filters; removal reason language:<code>, counted in the manifest "
@@ -134,10 +138,19 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         num_streams=args.num_streams, num_shards=args.num_shards, valid_shards=args.valid_shards,
         valid_fraction=args.valid_fraction, seed=args.seed, compression=args.compression,
         input_format=args.input_format, text_field=args.text_field, max_line_bytes=args.max_line_bytes,
-        filters=parse_names("--filters", args.filters) if args.filters is not None else (),
+        filters=filters_of(args), filter_rules=filter_rules_of(args),
         dedup=parse_names("--dedup", args.dedup) if args.dedup is not None else (), removed=args.removed.rstrip("/"),
         languages=parse_languages(args.languages) if args.languages is not None else (),
         language_threshold=args.language_threshold, **minhash_fields(args))
+
+
+def filters_of(args: argparse.Namespace) -> tuple[str, ...]:
+    return parse_names("--filters", args.filters) if args.filters is not None else ()
+
+
+def filter_rules_of(args: argparse.Namespace) -> tuple[tuple[str, int | float], ...]:
+    """--filter-rules' changes, each of a filter --filters runs."""
+    return parse_filter_rules(args.filter_rules, filters_of(args)) if args.filter_rules is not None else ()
 
 
 def minhash_fields(args: argparse.Namespace) -> dict:

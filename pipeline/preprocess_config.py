@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from pipeline.cleaning import LANGUAGE, check_names
+from pipeline.cleaning import LANGUAGE, FilterRules, check_filter_rules, check_names
 from pipeline.language_id import DEFAULT_THRESHOLD, check_languages
 from pipeline.corpus import INPUT_FORMATS
 from pipeline.near_duplicates import MinHashSettings
@@ -40,6 +40,9 @@ class PreprocessConfig(RecordConfig):
     # --filters (pipeline/cleaning.py), in their running order; empty: no cleaning, and the manifest
     # does not name the field, so that a run without it writes the bytes it always did.
     filters: tuple[str, ...] = ()
+    # --filter-rules: (filter.threshold, value) pairs, sorted, changed from the anchors' defaults
+    # (pipeline/cleaning.py's FilterRules); in the manifest only when given.
+    filter_rules: tuple[tuple[str, int | float], ...] = ()
     # --languages (pipeline/language_id.py): the codes kept, sorted; empty: no language stage, and the manifest
     # names neither field. --language-threshold: the least probability of the language identified.
     languages: tuple[str, ...] = ()
@@ -64,6 +67,10 @@ class PreprocessConfig(RecordConfig):
         return MinHashSettings(shingle_words=self.shingle_words, bands=self.minhash_bands, rows=self.minhash_rows,
                                min_jaccard=self.min_jaccard, seed=self.seed)
 
+    def filter_rules_of(self) -> FilterRules:
+        """The filters' thresholds: the defaults with --filter-rules' changes."""
+        return FilterRules.of(self.filter_rules)
+
     def num_shards_of(self, split: str) -> int:
         return self.num_shards if split == "train" else self.valid_shards
 
@@ -87,6 +94,12 @@ class PreprocessConfig(RecordConfig):
         if self.max_line_bytes < 1:
             raise ConfigError(f"--max-line-bytes must be positive, got {self.max_line_bytes}")
         check_names("--filters", self.filters)
+        if self.filter_rules:
+            unused = sorted({key.split(".")[0] for key, _ in self.filter_rules} - set(self.filters))
+            if unused:
+                raise ConfigError(f"--filter-rules: thresholds of the {', '.join(unused)} filter, not run: add "
+                                  f"--filters {','.join(unused)}")
+            check_filter_rules(self.filter_rules, "--filter-rules")
         if self.languages:  # loads the language model (about a second): only when it is asked for
             check_languages(self.languages, self.language_threshold)
         check_names("--dedup", self.dedup)
@@ -113,8 +126,8 @@ class PreprocessConfig(RecordConfig):
 
     def to_dict(self) -> dict:
         values = {**super().to_dict(), "inputs": list(self.inputs), "filters": list(self.filters),
-                  "dedup": list(self.dedup), "languages": list(self.languages)}
-        for name in ("filters", "dedup", "removed", "languages"):
+                  "filter_rules": dict(self.filter_rules), "dedup": list(self.dedup), "languages": list(self.languages)}
+        for name in ("filters", "filter_rules", "dedup", "removed", "languages"):
             if not values[name]:
                 del values[name]
         if not self.languages:

@@ -90,6 +90,23 @@ def gopher_words(text: str) -> tuple[list[str], list[str]]:
     return page[1], page[2]
 
 
+def check_thresholds(rule_set: object, shares: tuple[str, ...] = (),
+                     ordered: tuple[tuple[str, str], ...] = ()) -> None:
+    """ValueError naming the field for a threshold of ``rule_set`` out of range: every number finite and at least
+    0 (a count a whole number), each of ``shares`` at most 1, each (low, high) of ``ordered`` in that order."""
+    for field in dataclasses.fields(rule_set):
+        value = getattr(rule_set, field.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not value >= 0 or value == float("inf"):
+            raise ValueError(f"{field.name} must be a finite number of at least 0, got {value}")
+        if field.name in shares and value > 1:
+            raise ValueError(f"{field.name} is a share: at most 1, got {value}")
+    for low, high in ordered:
+        if getattr(rule_set, low) > getattr(rule_set, high):
+            raise ValueError(f"{low} ({getattr(rule_set, low)}) is above {high} ({getattr(rule_set, high)})")
+
+
 # ------------------------------------------------------------------------------------------- Gopher quality
 @dataclasses.dataclass(frozen=True)
 class GopherQuality:
@@ -105,6 +122,10 @@ class GopherQuality:
     min_alphabetic_words_ratio: float = 0.8
     min_stop_words: int = 2
     stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
+
+    def __post_init__(self) -> None:
+        check_thresholds(self, ("max_bullet_lines_ratio", "max_ellipsis_lines_ratio", "min_alphabetic_words_ratio"),
+                         (("min_words", "max_words"), ("min_mean_word_length", "max_mean_word_length")))
 
 
 def gopher_quality(text: str, rules: GopherQuality = GopherQuality()) -> Optional[str]:
@@ -166,6 +187,10 @@ class GopherRepetition:
     top_ngram_chars: tuple[tuple[int, float], ...] = ((2, 0.20), (3, 0.18), (4, 0.16))
     duplicate_ngram_chars: tuple[tuple[int, float], ...] = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11),
                                                              (10, 0.10))
+
+    def __post_init__(self) -> None:
+        check_thresholds(self, ("max_duplicate_paragraphs", "max_duplicate_paragraph_chars", "max_duplicate_lines",
+                                "max_duplicate_line_chars"))
 
 
 def duplicates(parts: list[str]) -> tuple[int, int]:
@@ -340,6 +365,9 @@ class C4Rules:
     policy_phrases: tuple[str, ...] = ("terms of use", "privacy policy", "cookie policy", "uses cookies",
                                        "use of cookies", "use cookies")
 
+    def __post_init__(self) -> None:
+        check_thresholds(self)
+
 
 CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 
@@ -397,6 +425,9 @@ class FineWebRules:
     max_duplicate_line_chars: float = 0.01
     max_newlines_per_word: float = 0.3
     stop_chars: tuple[str, ...] = (".", "'", '"', "!", "?")
+
+    def __post_init__(self) -> None:
+        check_thresholds(self, ("min_line_punctuation_ratio", "max_short_lines_ratio", "max_duplicate_line_chars"))
 
 
 def fineweb_quality(text: str, rules: FineWebRules = FineWebRules()) -> Optional[str]:

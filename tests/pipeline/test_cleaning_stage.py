@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import xlnet_cli
-from pipeline.cleaning import clean_document, parse_minhash, parse_names
+from pipeline.cleaning import FilterRules, clean_document, parse_filter_rules, parse_minhash, parse_names
 from pipeline.preprocess_command import NoTrainingRecordsError, preprocess, summary
 from pipeline.preprocess_config import PreprocessConfig
 from support.bundled_data import TINY_DATA, WIKI_SUMMARIES, read_corpus_documents
@@ -110,6 +110,67 @@ def test_the_filters_flag_is_refused_in_one_line_before_any_work(tmp_path, corpu
     err = capsys.readouterr().err
     assert code == 2 and err.strip() == ("xlnet preprocess: error: --filters 'gopher,bogus': unknown filter 'bogus'; "
                                          "the filters are gopher, c4, fineweb")
+
+
+# --------------------------------------------------------------------------------------------- --filter-rules
+def test_a_threshold_changed_by_filter_rules_changes_what_is_removed():
+    text = ("The committee met on a quiet morning to discuss the harbour, the budget and the new school. Members of "
+            "the town agreed that the old bridge needed repair before winter, and they asked the mayor to write to "
+            "the county about money for it.")  # 44 words of prose
+    assert clean_document([text], ("gopher",))[0] == ("gopher", "gopher_short_doc")  # fewer than 50
+    rules = FilterRules.of(parse_filter_rules("gopher.min_words=40,gopher.max_duplicate_line_chars=1", ("gopher",)))
+    assert rules.gopher_quality.min_words == 40 and rules.gopher_repetition.max_duplicate_line_chars == 1.0
+    assert clean_document([text], ("gopher",), rules_of=rules) == (None, [text])
+    assert FilterRules.of(()) == FilterRules()  # no change: the anchors' defaults
+
+
+def test_filter_rules_are_sorted_pairs_of_each_thresholds_type():
+    assert parse_filter_rules("c4.min_sentences=2, gopher.max_duplicate_lines=0.5", ("gopher", "c4")) == (
+        ("c4.min_sentences", 2), ("gopher.max_duplicate_lines", 0.5))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("gopher.min_words=abc", "gopher.min_words must be a whole number, got 'abc'"),
+    ("gopher.min_words=2.5", "gopher.min_words must be a whole number, got '2.5'"),
+    ("fineweb.max_short_lines_ratio=x", "fineweb.max_short_lines_ratio must be a number, got 'x'"),
+    ("gopher.max_duplicate_lines=1.5", "max_duplicate_lines is a share: at most 1, got 1.5"),
+    ("c4.min_sentences=-1", "min_sentences must be a finite number of at least 0, got -1"),
+    ("fineweb.max_newlines_per_word=nan", "max_newlines_per_word must be a finite number of at least 0, got nan"),
+    ("gopher.min_words=200000", "min_words (200000) is above max_words (100000)"),
+    ("bogus.min_words=1", "'bogus.min_words' names no filter; a key is FILTER.THRESHOLD, the filters gopher, c4, "
+                          "fineweb"),
+    ("gopher.stop_words=1", "gopher has no threshold 'stop_words'; its thresholds are min_words, max_words,"),
+    (" , ", "no FILTER.THRESHOLD=VALUE given"),
+])
+def test_a_bad_filter_rule_is_a_usage_error_naming_the_flag_and_the_threshold(text, message):
+    with pytest.raises(ConfigError) as raised:
+        parse_filter_rules(text, ("gopher", "c4", "fineweb"))
+    assert str(raised.value).startswith(f"--filter-rules {text!r}: ") and message in str(raised.value)
+
+
+def test_a_threshold_of_a_filter_not_run_is_refused_naming_the_filter_to_add():
+    with pytest.raises(ConfigError, match=r"fineweb.short_line_length is a threshold of the fineweb filter, not run: "
+                                          r"add --filters fineweb$"):
+        parse_filter_rules("fineweb.short_line_length=10", ("gopher", "c4"))
+
+
+def test_filter_rules_are_refused_in_one_line_before_any_work(tmp_path, corpus, spm_model, capsys):
+    code = xlnet_cli.main(["preprocess", "--input", corpus[0], "--output", str(tmp_path / "x"), "--vocab", spm_model,
+                           "--filters", "gopher", "--filter-rules", "gopher.min_words=lots"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == ("xlnet preprocess: error: --filter-rules 'gopher.min_words=lots': "
+                                         "gopher.min_words must be a whole number, got 'lots'")
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_manifest_records_the_changed_thresholds_and_their_removals(tmp_path, corpus, spm_model):
+    path, _ = corpus
+    run(tmp_path, path, spm_model, "default", filters=("gopher",))
+    changed = (("gopher.min_words", 120),)  # the summaries are of 80 words and more
+    run(tmp_path, path, spm_model, "changed", filters=("gopher",), filter_rules=changed)
+    default, strict = (json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("default", "changed"))
+    assert "filter_rules" not in default["config"] and strict["config"]["filter_rules"] == {"gopher.min_words": 120}
+    assert strict["counters"]["removed_documents_gopher"] > default["counters"]["removed_documents_gopher"]
 
 
 def written_with_workers(tmp_path: Path, inputs: list[str], spm_model: str, workers: int, **cleaning) -> dict:

@@ -234,7 +234,8 @@ def pages() -> list[str]:
 
 PAGES = pages()
 # Rules off their defaults: limits that make the exact n-gram counts run on most pages (not the bounds), some
-# not falling as n grows, negative and zero limits, n of 1.
+# not falling as n grows, zero and negative n-gram limits (the n-gram tables are not range-checked), n of 1,
+# and the numeric thresholds at the ends of their ranges (0, and 1 for a share).
 OTHER_REPETITION = (GopherRepetition(top_ngram_chars=((1, 0.05), (2, 0.04), (3, 0.02), (5, 0.0)),
                                      duplicate_ngram_chars=((3, 0.02), (2, 0.3), (6, 0.0), (7, 0.25))),
                     GopherRepetition(max_duplicate_paragraphs=1.0, max_duplicate_paragraph_chars=1.0,
@@ -243,11 +244,11 @@ OTHER_REPETITION = (GopherRepetition(top_ngram_chars=((1, 0.05), (2, 0.04), (3, 
 OTHER_QUALITY = (GopherQuality(min_words=1, max_words=200, min_mean_word_length=0.0, max_mean_word_length=100.0,
                                max_symbol_word_ratio=10.0, max_bullet_lines_ratio=0.2, max_ellipsis_lines_ratio=0.05,
                                min_alphabetic_words_ratio=0.97, min_stop_words=5, stop_words=("the", "The", "ΣΑΣ")),)
-OTHER_C4 = (C4Rules(min_words_per_line=0, min_sentences=1, max_word_length=8), C4Rules(max_word_length=-1))
-OTHER_FINEWEB = (FineWebRules(max_newlines_per_word=0.05, min_line_punctuation_ratio=0.0, max_short_lines_ratio=2.0,
-                              max_duplicate_line_chars=2.0),
-                 FineWebRules(max_newlines_per_word=0.0, min_line_punctuation_ratio=-1.0, max_short_lines_ratio=2.0,
-                              short_line_length=3, max_duplicate_line_chars=2.0))
+OTHER_C4 = (C4Rules(min_words_per_line=0, min_sentences=1, max_word_length=8), C4Rules(max_word_length=0))
+OTHER_FINEWEB = (FineWebRules(max_newlines_per_word=0.05, min_line_punctuation_ratio=0.0, max_short_lines_ratio=1.0,
+                              max_duplicate_line_chars=1.0),
+                 FineWebRules(max_newlines_per_word=0.0, min_line_punctuation_ratio=0.0, max_short_lines_ratio=1.0,
+                              short_line_length=3, max_duplicate_line_chars=1.0))
 
 
 def test_the_pages_are_many_and_varied():
