@@ -43,7 +43,8 @@ peer beside ours, datatrove run by that Python in a subprocess on files in a tem
   Jaccard band the share of pairs each puts in one cluster, and the share ours and datatrove decide the same;
   per variant of ours, the share of documents decided the same (``duplicate_agreement``: in a cluster or
   not; ``removed_agreement``: removed or not, which also counts the two sides keeping different copies of a
-  cluster), the exact pairs each side caught, the documents each side removed that are in no planted pair, and
+  cluster; ``removed_agreement_same_copy_kept``: removed or not, datatrove's clusters keeping the copy ours
+  keeps), the exact pairs each side caught, the documents each side removed that are in no planted pair, and
   the clusters joining documents of different planted groups (``mixed_clusters``); the signatures' documents/s
   on one core (the first 2 x ``--documents`` documents for ``crawl``), ours over datatrove's
   (``MinhashDedupSignature.get_shingles`` and ``get_signature``, its spaCy tokenizer loaded first), and the
@@ -564,6 +565,16 @@ def in_cluster(cluster: dict, document: str):
     return None if value in (None, -1) else value
 
 
+def removed_by_our_rule(cluster: dict, seed: int) -> set:
+    """The documents removed if every cluster of ``cluster`` (an id -> cluster map) kept the copy our stage keeps
+    (the least seeded hash of the id): the peer's clusters under our choice of copy."""
+    members = defaultdict(list)
+    for document in cluster:
+        if in_cluster(cluster, document) is not None:
+            members[in_cluster(cluster, document)].append(document)
+    return set(kept_and_removed([group for group in members.values() if len(group) > 1], seed))
+
+
 def pair_caught(pairs: list[tuple[str, str]], cluster: dict) -> list[bool]:
     """Whether each planted pair (two ids) is in one cluster: ``cluster`` maps an id to its cluster."""
     return [in_cluster(cluster, a) is not None and in_cluster(cluster, a) == in_cluster(cluster, b) for a, b in pairs]
@@ -646,6 +657,8 @@ def peer_lines(python: str, texts: list[str], args: argparse.Namespace,
                       "removed_ours": len(removed), "removed_datatrove": len(peer["removed"]),
                       "duplicate_agreement": round(agreement(ids, set(cluster), peer_clustered), 4),
                       "removed_agreement": round(agreement(ids, set(removed), set(peer["removed"])), 4),
+                      "removed_agreement_same_copy_kept": round(agreement(
+                          ids, set(removed), removed_by_our_rule(peer["cluster"], variant.seed)), 4),
                       "pairs_decided_same": round(float(np.mean(np.equal(caught[name], peer_caught))), 4)
                       if corpus.near_pairs else None,
                       "exact_caught_ours": sum(pair_caught(corpus.exact_pairs, cluster)),

@@ -150,6 +150,14 @@ def test_a_planted_pair_is_caught_when_both_are_in_one_cluster(cleaning):
     assert cleaning.pair_caught([(f"o{i}", f"c{i}") for i in range(4)], clusters) == [True, False, False, False]
 
 
+def test_the_peers_clusters_keep_the_copy_ours_keeps_under_our_rule(cleaning):
+    from pipeline.near_duplicates import kept_and_removed
+
+    clusters = {"o0": 3, "c0": 3, "e0": 3, "o1": 4, "c1": 5, "o2": -1, "c3": None}
+    removed = cleaning.removed_by_our_rule(clusters, seed=0)
+    assert removed == set(kept_and_removed([["o0", "c0", "e0"]], 0)) and len(removed) == 2  # one kept of three
+
+
 def test_a_cluster_joining_two_planted_groups_is_mixed(cleaning):
     clusters = {"o0": 3, "c0": 3, "e0": 3, "o1": 4, "o2": 4, "c2": 4, "o3": -1, "o4": None, "o5": 7, "o15": 7}
     assert cleaning.mixed_clusters(clusters) == [["c2", "o1", "o2"], ["o5", "o15"]]
