@@ -40,6 +40,19 @@ LANGUAGE = "language"
 DEDUP = ("exact", "near")
 
 
+# `--clean NAME`: named sets of stages, each part replaced by --filters or --dedup when those are given.
+# recommended: every filter and both dedups, as FineWeb's recipe runs them (languages are the corpus's choice:
+# add --languages).
+CLEANING_SETS = {"recommended": {"filters": FILTERS, "dedup": DEDUP}}
+
+
+def cleaning_set(name: str) -> dict[str, tuple[str, ...]]:
+    """The stages of ``--clean NAME`` (``filters``, ``dedup``); a ConfigError naming the flag for an unknown name."""
+    if name not in CLEANING_SETS:
+        raise ConfigError(f"--clean {name!r}: unknown set; the sets are {', '.join(CLEANING_SETS)}")
+    return CLEANING_SETS[name]
+
+
 # Each flag's known names, in their running order, and what one of them is called in an error.
 CHOICES = {"--filters": (FILTERS, "filter"), "--dedup": (DEDUP, "kind")}
 

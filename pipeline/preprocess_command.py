@@ -27,7 +27,8 @@ import time
 
 from pipeline.dask_cluster import (DASK_RUNNER, DaskCluster, check_options, connection_timeout, dask_cluster,
                                    is_dask, option_value, scheduler_option, wait_for_run)
-from pipeline.cleaning import DEDUP, FILTERS, parse_filter_rules, parse_minhash, parse_names
+from pipeline.cleaning import (CLEANING_SETS, DEDUP, FILTERS, cleaning_set, parse_filter_rules, parse_minhash,
+                               parse_names)
 from pipeline.corpus import INPUT_FORMAT_HELP, INPUT_FORMATS
 from pipeline.language_id import parse_languages
 from pipeline.preprocess_config import COMPRESSIONS, PreprocessConfig
@@ -59,6 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="replace shards and manifest in a non-empty --output")
     io.add_argument("--compression", choices=COMPRESSIONS, default=d.compression, help="gzip the shard files")
     io.add_argument("--max-line-bytes", type=int, default=d.max_line_bytes, help="longer lines are skipped (counted)")
+    io.add_argument("--clean", default=None, metavar="SET",
+                    help=f"a named set of cleaning stages: {', '.join(CLEANING_SETS)} (--filters "
+                         f"{','.join(FILTERS)} --dedup {','.join(DEDUP)}); --filters or --dedup given beside it "
+                         "replace that part (docs/preprocessing.md, \"Cleaning\")")
     io.add_argument("--filters", default=None, metavar="NAMES",
                     help="quality and repetition filters applied to each document as it is read, comma-separated: "
                          f"{', '.join(FILTERS)} (docs/preprocessing.md, \"Cleaning\"); each removal counted by stage "
@@ -139,13 +144,23 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         valid_fraction=args.valid_fraction, seed=args.seed, compression=args.compression,
         input_format=args.input_format, text_field=args.text_field, max_line_bytes=args.max_line_bytes,
         filters=filters_of(args), filter_rules=filter_rules_of(args),
-        dedup=parse_names("--dedup", args.dedup) if args.dedup is not None else (), removed=args.removed.rstrip("/"),
+        dedup=dedup_of(args), removed=args.removed.rstrip("/"),
         languages=parse_languages(args.languages) if args.languages is not None else (),
         language_threshold=args.language_threshold, **minhash_fields(args))
 
 
 def filters_of(args: argparse.Namespace) -> tuple[str, ...]:
-    return parse_names("--filters", args.filters) if args.filters is not None else ()
+    """--filters' names, else those of --clean's set, else none."""
+    if args.filters is not None:
+        return parse_names("--filters", args.filters)
+    return cleaning_set(args.clean)["filters"] if args.clean is not None else ()
+
+
+def dedup_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """--dedup's kinds, else those of --clean's set, else none."""
+    if args.dedup is not None:
+        return parse_names("--dedup", args.dedup)
+    return cleaning_set(args.clean)["dedup"] if args.clean is not None else ()
 
 
 def filter_rules_of(args: argparse.Namespace) -> tuple[tuple[str, int | float], ...]:
@@ -157,7 +172,7 @@ def minhash_fields(args: argparse.Namespace) -> dict:
     """--minhash's settings as config fields; refused without --dedup near, which alone uses them."""
     if args.minhash is None:
         return {}
-    if "near" not in (parse_names("--dedup", args.dedup) if args.dedup is not None else ()):
+    if "near" not in dedup_of(args):
         raise ConfigError(f"--minhash {args.minhash}: only --dedup near uses it; add --dedup near (or exact,near)")
     return parse_minhash(args.minhash)
 

@@ -112,6 +112,36 @@ def test_the_filters_flag_is_refused_in_one_line_before_any_work(tmp_path, corpu
                                          "the filters are gopher, c4, fineweb")
 
 
+# ------------------------------------------------------------------------------------------------------ --clean
+def parsed_config(*flags: str):
+    import argparse
+
+    from pipeline.preprocess_command import add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return config_from_args(parser.parse_args(["--input", "x", "--output", "o", "--vocab", "v", *flags]))
+
+
+def test_the_recommended_set_is_every_filter_and_both_dedups():
+    config = parsed_config("--clean", "recommended")
+    assert (config.filters, config.dedup) == (("gopher", "c4", "fineweb"), ("exact", "near"))
+
+
+def test_filters_or_dedup_beside_a_set_replace_that_part_of_it():
+    config = parsed_config("--clean", "recommended", "--filters", "c4", "--minhash", "bands=20,rows=5")
+    assert (config.filters, config.dedup, config.minhash_bands) == (("c4",), ("exact", "near"), 20)
+    assert parsed_config("--clean", "recommended", "--dedup", "exact").dedup == ("exact",)
+
+
+def test_an_unknown_set_is_refused_in_one_line_before_any_work(tmp_path, corpus, spm_model, capsys):
+    code = xlnet_cli.main(["preprocess", "--input", corpus[0], "--output", str(tmp_path / "x"), "--vocab", spm_model,
+                           "--clean", "strict"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == "xlnet preprocess: error: --clean 'strict': unknown set; the sets are recommended"
+    assert not (tmp_path / "x").exists()
+
+
 # --------------------------------------------------------------------------------------------- --filter-rules
 def test_a_threshold_changed_by_filter_rules_changes_what_is_removed():
     text = ("The committee met on a quiet morning to discuss the harbour, the budget and the new school. Members of "
