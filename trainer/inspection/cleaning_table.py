@@ -67,14 +67,18 @@ def stages_of(config: dict) -> tuple[str, ...]:
 
 
 def _settings(stage: str, config: dict) -> str:
-    """What a stage ran with, as the flags say it (the filters' thresholds are their defaults: nothing to say)."""
+    """What a stage ran with, as the flags say it (a filter: the thresholds --filter-rules changed, else the
+    defaults)."""
     if stage == "language":
         return f"languages {','.join(config['languages'])}, threshold {config.get('language_threshold')}"
     if stage == "near":
         return ", ".join(f"{flag}={config[name]}" for name, flag in MINHASH_SETTINGS.items() if name in config)
     if stage == "exact":
         return f"seed {config.get('seed')}"
-    return "defaults (docs/preprocessing.md, Cleaning)"
+    rules = config.get("filter_rules")
+    changed = [f"{key.partition('.')[2]}={value}" for key, value in sorted(rules.items())
+               if str(key).startswith(f"{stage}.")] if isinstance(rules, dict) else []
+    return f"defaults but {', '.join(changed)}" if changed else "defaults (docs/preprocessing.md, Cleaning)"
 
 
 def cleaning_table(manifest: Manifest) -> CleaningTable | None:

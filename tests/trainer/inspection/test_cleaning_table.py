@@ -22,7 +22,7 @@ STAGES = ("language", "gopher", "exact", "near")
 @pytest.fixture(scope="module")
 def cleaned(tmp_path_factory, spm_model) -> Path:
     """A data directory of Wikipedia summaries, five of them copied, a German text and junk, preprocessed with
-    --languages en --filters gopher --dedup exact,near --removed."""
+    --languages en --filters gopher --filter-rules gopher.min_words=40 --dedup exact,near --removed."""
     directory = tmp_path_factory.mktemp("cleaned")
     summaries = [" ".join(lines) for lines in read_corpus_documents(WIKI_SUMMARIES, 300)
                  if len(" ".join(lines).split()) >= 40][:40]
@@ -30,7 +30,7 @@ def cleaned(tmp_path_factory, spm_model) -> Path:
     (directory / "corpus.txt").write_text("\n\n".join(texts) + "\n", encoding="utf-8")
     config = PreprocessConfig(inputs=(str(directory / "corpus.txt"),), output=str(directory / "data"),
                               vocab=spm_model, languages=("en",), filters=("gopher",), dedup=("exact", "near"),
-                              removed=str(directory / "removed"),
+                              filter_rules=(("gopher.min_words", 40),), removed=str(directory / "removed"),
                               **{**TINY_DATA, "num_streams": 4, "num_shards": 2, "valid_shards": 1})
     preprocess(config, workers=1, runner_options=["--direct_running_mode=in_memory"])
     return directory / "data"
@@ -56,6 +56,7 @@ def test_the_table_lists_each_stage_in_running_order_with_its_counts_and_setting
         assert numbers == [counters[f"{what}_{kind}_{stage}"] for kind in ("documents", "bytes")
                            for what in ("in", "removed", "kept")]
     assert lines[2].endswith("languages en, threshold 0.65")
+    assert lines[3].endswith("defaults but min_words=40")  # --filter-rules gopher.min_words=40
     assert lines[5].endswith("shingle_words=5, bands=14, rows=8, min_jaccard=0.7")
     assert lines[6] == f"removed documents listed in {cleaned.parent / 'removed'}"
 
