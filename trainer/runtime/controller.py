@@ -211,7 +211,7 @@ class Controller:
         if restored is None:
             raise UnreadableCheckpointError(
                 f"no checkpoint under {self.work_dir.checkpoints} can be read: {', '.join(set_aside)} were moved "
-                f"to {checkpoint_history.damaged_directory(self.work_dir.checkpoints)}; "
+                f"to {self.work_dir.damaged_checkpoints}; "
                 "start again in a new --model-dir or put a readable checkpoint back")
         self.manager = self._checkpoint_manager()  # reads the checkpoint list as it now is
         step = int(self.step.numpy())

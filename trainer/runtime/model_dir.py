@@ -116,6 +116,11 @@ class ModelDirectory:
         return self.join(self.CHECKPOINTS)
 
     @property
+    def damaged_checkpoints(self) -> str:
+        """checkpoints/damaged/: where either engine sets aside a checkpoint that cannot be read."""
+        return checkpoint_history.damaged_directory(self.checkpoints)
+
+    @property
     def step_log(self) -> str:
         return self.join(self.STEP_LOG)
 
@@ -184,7 +189,7 @@ class ModelDirectory:
     def set_aside_checkpoints(self) -> list[str]:
         """What checkpoints/damaged/ holds (names): the checkpoints of either engine set aside because
         they could not be read."""
-        damaged = posixpath.join(self.checkpoints, self.DAMAGED_CHECKPOINTS)
+        damaged = self.damaged_checkpoints
         return sorted(name.rstrip("/") for name in file_system.listdir(damaged)) if file_system.isdir(damaged) else []
 
     def has_tensorflow_checkpoints(self) -> bool:

@@ -183,10 +183,10 @@ class OrbaxCheckpoints:
                 raise
             removed = self._remove_unfinished() if self.chief else []
             unfinished = [name[:-len(UNFINISHED_MARK)] for name in removed if name.endswith(UNFINISHED_MARK)]
-            checkpoint = posixpath.join(self.directory, unfinished[0] if unfinished else "")
+            checkpoint = posixpath.join(self.directory, unfinished[0]) if unfinished else self.directory
             self._manager.reload()
             steps = self.steps()
-            raise checkpoint_save_stopped(checkpoint.rstrip("/"), error_text(error), removed, self.directory,
+            raise checkpoint_save_stopped(checkpoint, error_text(error), removed, self.directory,
                                           posixpath.join(self.directory, str(steps[-1])) if steps else None) from None
 
     def _remove_unfinished_writes(self) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import posixpath
 import sys
 import time
 from typing import Any, Callable, ContextManager, Iterator, Mapping, NamedTuple, Protocol
@@ -57,10 +56,9 @@ def refuse_to_start_over(work_dir: ModelDirectory) -> None:
     set aside (checkpoints/damaged/ holds some): its step log and events would tell two runs, and the
     set-aside ones may be put back. Raises UnreadableCheckpointError; both engines call it."""
     if work_dir.set_aside_checkpoints():
-        damaged = posixpath.join(work_dir.checkpoints, ModelDirectory.DAMAGED_CHECKPOINTS)
         raise UnreadableCheckpointError(
             f"no checkpoint under {work_dir.checkpoints} can be read: the ones written were set aside to "
-            f"{damaged}; start again in a new --model-dir or put a readable checkpoint back in "
+            f"{work_dir.damaged_checkpoints}; start again in a new --model-dir or put a readable checkpoint back in "
             f"{work_dir.checkpoints}")
 
 
