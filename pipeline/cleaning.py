@@ -138,27 +138,28 @@ class FilterRules:
         return cls(**{name: dataclasses.replace(getattr(defaults, name), **values) for name, values in changes.items()})
 
 
+DEFAULT_RULES = FilterRules()
+
 # `--filter-rules stage.field=value`: each filter's rule sets (FilterRules' fields) whose numbers it takes.
 RULE_SETS = {"gopher": ("gopher_quality", "gopher_repetition"), "c4": ("c4",), "fineweb": ("fineweb",)}
 
 
 def tunable_fields(stage: str) -> list[str]:
     """The numeric thresholds of filter ``stage`` (the rule sets' int and float fields), in their order."""
-    defaults = FilterRules()
-    return [field.name for name in RULE_SETS[stage] for field in dataclasses.fields(getattr(defaults, name))
-            if type(getattr(getattr(defaults, name), field.name)) in (int, float)]
+    return [field.name for name in RULE_SETS[stage] for field in dataclasses.fields(getattr(DEFAULT_RULES, name))
+            if type(getattr(getattr(DEFAULT_RULES, name), field.name)) in (int, float)]
 
 
 def rule_set_of(stage: str, field: str) -> str:
     """The FilterRules field holding threshold ``field`` of filter ``stage``."""
-    defaults = FilterRules()
-    return next(name for name in RULE_SETS[stage] if field in {f.name for f in dataclasses.fields(getattr(defaults, name))})
+    return next(name for name in RULE_SETS[stage]
+                if field in {f.name for f in dataclasses.fields(getattr(DEFAULT_RULES, name))})
 
 
 def parse_filter_rules(text: str, filters: tuple[str, ...]) -> tuple[tuple[str, int | float], ...]:
     """``--filter-rules``'s value (``gopher.min_words=30,c4.min_sentences=2``) as sorted (key, value) pairs; a
-    ConfigError naming the flag for an unknown filter or threshold, one of a filter not in ``filters``, a value
-    that is not a number (a whole number for a count) or out of its range."""
+    ConfigError naming the flag for an unknown filter or threshold, a value that is not a number (a whole number
+    for a count), or what check_filter_rules refuses."""
     values: dict[str, int | float] = {}
     for item in (item.strip() for item in text.split(",") if item.strip()):
         key, _, value = (part.strip() for part in item.partition("="))
@@ -169,10 +170,7 @@ def parse_filter_rules(text: str, filters: tuple[str, ...]) -> tuple[tuple[str, 
         if field not in tunable_fields(stage):
             raise ConfigError(f"--filter-rules {text!r}: {stage} has no threshold {field!r}; its thresholds are "
                               f"{', '.join(tunable_fields(stage))}")
-        if stage not in filters:
-            raise ConfigError(f"--filter-rules {text!r}: {key} is a threshold of the {stage} filter, not run: add "
-                              f"--filters {stage}")
-        default = getattr(getattr(FilterRules(), rule_set_of(stage, field)), field)
+        default = getattr(getattr(DEFAULT_RULES, rule_set_of(stage, field)), field)
         try:
             values[key] = int(value) if isinstance(default, int) else float(value)
         except ValueError:
@@ -181,19 +179,21 @@ def parse_filter_rules(text: str, filters: tuple[str, ...]) -> tuple[tuple[str, 
     if not values:
         raise ConfigError(f"--filter-rules {text!r}: no FILTER.THRESHOLD=VALUE given")
     settings = tuple(sorted(values.items()))
-    check_filter_rules(settings, f"--filter-rules {text!r}")
+    check_filter_rules(settings, filters, f"--filter-rules {text!r}")
     return settings
 
 
-def check_filter_rules(settings: tuple[tuple[str, int | float], ...], where: str) -> None:
-    """ConfigError, ``where`` first, for settings the rule sets refuse (their ranges: quality_filters.py)."""
+def check_filter_rules(settings: tuple[tuple[str, int | float], ...], filters: tuple[str, ...], where: str) -> None:
+    """ConfigError, ``where`` first, for a threshold of a filter not in ``filters`` or settings the rule sets
+    refuse (their ranges: quality_filters.py)."""
+    for key, _ in settings:
+        stage = key.partition(".")[0]
+        if stage not in filters:
+            raise ConfigError(f"{where}: {key} is a threshold of the {stage} filter, not run: add --filters {stage}")
     try:
         FilterRules.of(settings)
     except (ValueError, TypeError, KeyError, StopIteration) as error:
         raise ConfigError(f"{where}: {error}") from None
-
-
-DEFAULT_RULES = FilterRules()
 
 
 def clean_document(lines: list[str], filters: tuple[str, ...], tally: Counter | None = None,

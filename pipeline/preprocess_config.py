@@ -94,12 +94,7 @@ class PreprocessConfig(RecordConfig):
         if self.max_line_bytes < 1:
             raise ConfigError(f"--max-line-bytes must be positive, got {self.max_line_bytes}")
         check_names("--filters", self.filters)
-        if self.filter_rules:
-            unused = sorted({key.split(".")[0] for key, _ in self.filter_rules} - set(self.filters))
-            if unused:
-                raise ConfigError(f"--filter-rules: thresholds of the {', '.join(unused)} filter, not run: add "
-                                  f"--filters {','.join(unused)}")
-            check_filter_rules(self.filter_rules, "--filter-rules")
+        check_filter_rules(self.filter_rules, self.filters, "--filter-rules")
         if self.languages:  # loads the language model (about a second): only when it is asked for
             check_languages(self.languages, self.language_threshold)
         check_names("--dedup", self.dedup)

@@ -184,6 +184,14 @@ def test_a_threshold_of_a_filter_not_run_is_refused_naming_the_filter_to_add():
         parse_filter_rules("fineweb.short_line_length=10", ("gopher", "c4"))
 
 
+def test_a_config_with_a_threshold_of_a_filter_not_run_is_refused_naming_the_flag():
+    config = PreprocessConfig(inputs=("x",), output="o", vocab="v", filters=("gopher",),
+                              filter_rules=(("c4.min_sentences", 2),))
+    with pytest.raises(ConfigError, match=r"^--filter-rules: c4.min_sentences is a threshold of the c4 filter, not "
+                                          r"run: add --filters c4$"):
+        config.validate()
+
+
 def test_filter_rules_are_refused_in_one_line_before_any_work(tmp_path, corpus, spm_model, capsys):
     code = xlnet_cli.main(["preprocess", "--input", corpus[0], "--output", str(tmp_path / "x"), "--vocab", spm_model,
                            "--filters", "gopher", "--filter-rules", "gopher.min_words=lots"])
