@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections import Counter
 
 import pytest
 
@@ -24,6 +23,7 @@ from pipeline.quality_filters import (
     words_of,
 )
 from support.bundled_data import WIKI_SUMMARIES, read_corpus_documents
+from support.ngram_reference import reference_duplicate_share, reference_ngram_reason, reference_top_share
 
 PROSE = ("The river rises in the hills to the north of the town and flows south through a wide valley. "
          "Farmers have grown wheat and barley on its banks since the Middle Ages, and the old mill that "
@@ -109,38 +109,9 @@ def test_the_duplicate_ngram_share_counts_each_covered_word_once():
     assert duplicate_ngram_share(["x", "y", "x", "y", "p", "q"], 2) == pytest.approx(4 / 6)
 
 
-def reference_top_share(words: list[str], n: int) -> float:
-    """The top n-gram rule as first written: tuples of the words themselves."""
-    grams = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
-    total = sum(map(len, words))
-    if not grams or not total:
-        return 0.0
-    gram, count = max(grams.items(), key=lambda item: (item[1], item[0]))
-    return sum(map(len, gram)) * count / total
-
-
-def reference_duplicate_share(words: list[str], n: int) -> float:
-    """The duplicate n-gram rule as first written: every share computed, word tuples sliced."""
-    starts = range(len(words) - n + 1)
-    grams = Counter(tuple(words[i:i + n]) for i in starts)
-    covered = bytearray(len(words))
-    for i in starts:
-        if grams[tuple(words[i:i + n])] > 1:
-            covered[i:i + n] = b"\x01" * n
-    total = sum(map(len, words))
-    return sum(len(word) for word, inside in zip(words, covered) if inside) / total if total else 0.0
-
-
-def reference_ngram_reason(text: str, rules: GopherRepetition = GopherRepetition()) -> str | None:
-    """What the n-gram rules decide of ``text`` when each share is computed, in the rules' order."""
-    words = [word.lower() for word in words_of(text) if word not in PUNCTUATION]
-    for n, limit in rules.top_ngram_chars:
-        if reference_top_share(words, n) > limit:
-            return f"gopher_top_{n}_gram"
-    for n, limit in rules.duplicate_ngram_chars:
-        if reference_duplicate_share(words, n) > limit:
-            return f"gopher_duplicate_{n}_grams"
-    return None
+def lowered_words(text: str) -> list[str]:
+    """A page's words as the n-gram rules count them: no punctuation marks, lower case."""
+    return [word.lower() for word in words_of(text) if word not in PUNCTUATION]
 
 
 def pages_with_repeats(count: int) -> list[str]:
@@ -172,13 +143,14 @@ def test_the_ngram_rules_give_the_exact_shares_and_reasons_of_word_tuples():
         ngram_rules_only = dataclasses.replace(rules, max_duplicate_paragraphs=1.0, max_duplicate_paragraph_chars=1.0,
                                                max_duplicate_lines=1.0, max_duplicate_line_chars=1.0)
         decided = [gopher_repetition(text, ngram_rules_only) for text in texts if text.strip()]
-        assert decided == [reference_ngram_reason(text, ngram_rules_only) for text in texts if text.strip()]
+        assert decided == [reference_ngram_reason(lowered_words(text), ngram_rules_only) for text in texts
+                           if text.strip()]
         reasons[rules] = set(decided)
     assert {None, "gopher_top_2_gram", "gopher_duplicate_5_grams", "gopher_duplicate_7_grams"} <= reasons[
         GopherRepetition()]  # a duplicate rule met after shares skipped
     assert {"gopher_duplicate_6_grams", "gopher_duplicate_8_grams"} <= reasons[other]
     for text in texts[:150]:
-        words = [word.lower() for word in words_of(text) if word not in PUNCTUATION]
+        words = lowered_words(text)
         ngrams = WordNGrams(words)
         for n in range(1, 12):
             assert ngrams.top_share(n) == reference_top_share(words, n)

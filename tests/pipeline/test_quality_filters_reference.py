@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import random
 import re
-from collections import Counter
 from typing import Optional
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from pipeline import quality_filters as filters
 from pipeline.quality_filters import C4Rules, FineWebRules, GopherQuality, GopherRepetition
 from support.bundled_data import CORPUS_DIR, WIKI_SUMMARIES, read_corpus_documents
+from support.ngram_reference import reference_duplicate_share, reference_ngram_reason, reference_top_share
 
 PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
@@ -68,26 +68,6 @@ def reference_duplicates(parts: list[str]) -> tuple[int, int]:
     return count, chars
 
 
-def reference_top_share(words: list[str], n: int) -> float:
-    grams = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
-    total = sum(len(word) for word in words)
-    if not grams or not total:
-        return 0.0
-    gram, count = max(grams.items(), key=lambda item: (item[1], item[0]))
-    return sum(len(word) for word in gram) * count / total
-
-
-def reference_duplicate_share(words: list[str], n: int) -> float:
-    starts = range(len(words) - n + 1)
-    grams = Counter(tuple(words[i:i + n]) for i in starts)
-    covered = [False] * len(words)
-    for i in starts:
-        if grams[tuple(words[i:i + n])] > 1:
-            covered[i:i + n] = [True] * n
-    total = sum(len(word) for word in words)
-    return sum(len(word) for word, inside in zip(words, covered) if inside) / total if total else 0.0
-
-
 def reference_gopher_repetition(text: str, rules: GopherRepetition = GopherRepetition()) -> Optional[str]:
     if not text.strip():
         return "gopher_empty"
@@ -103,14 +83,7 @@ def reference_gopher_repetition(text: str, rules: GopherRepetition = GopherRepet
         return "gopher_duplicate_lines"
     if chars / len(text) > rules.max_duplicate_line_chars:
         return "gopher_duplicate_line_chars"
-    words = [word.lower() for word in reference_words(text)]
-    for n, limit in rules.top_ngram_chars:
-        if reference_top_share(words, n) > limit:
-            return f"gopher_top_{n}_gram"
-    for n, limit in rules.duplicate_ngram_chars:
-        if reference_duplicate_share(words, n) > limit:
-            return f"gopher_duplicate_{n}_grams"
-    return None
+    return reference_ngram_reason([word.lower() for word in reference_words(text)], rules)
 
 
 def reference_c4_clean(text: str, rules: C4Rules = C4Rules()) -> tuple[Optional[str], str]:
