@@ -565,14 +565,19 @@ def in_cluster(cluster: dict, document: str):
     return None if value in (None, -1) else value
 
 
-def removed_by_our_rule(cluster: dict, seed: int) -> set:
-    """The documents removed if every cluster of ``cluster`` (an id -> cluster map) kept the copy our stage keeps
-    (the least seeded hash of the id): the peer's clusters under our choice of copy."""
+def cluster_members(cluster: dict) -> list[list[str]]:
+    """The documents of each cluster of ``cluster`` (an id -> cluster map), in the map's order."""
     members = defaultdict(list)
     for document in cluster:
         if in_cluster(cluster, document) is not None:
             members[in_cluster(cluster, document)].append(document)
-    return set(kept_and_removed([group for group in members.values() if len(group) > 1], seed))
+    return list(members.values())
+
+
+def removed_by_our_rule(cluster: dict, seed: int) -> set:
+    """The documents removed if every cluster of ``cluster`` (an id -> cluster map) kept the copy our stage keeps
+    (the least seeded hash of the id): the peer's clusters under our choice of copy."""
+    return set(kept_and_removed([group for group in cluster_members(cluster) if len(group) > 1], seed))
 
 
 def pair_caught(pairs: list[tuple[str, str]], cluster: dict) -> list[bool]:
@@ -584,11 +589,7 @@ def mixed_clusters(cluster: dict) -> list[list[str]]:
     """The clusters of ``cluster`` (an id -> cluster map) holding documents of more than one planted group (the
     number after an id's letter: ``o7``, its copies ``c7`` and ``e7``), each as its sorted ids: clusters that
     join documents no copy was planted between."""
-    members = defaultdict(list)
-    for document in cluster:
-        if in_cluster(cluster, document) is not None:
-            members[in_cluster(cluster, document)].append(document)
-    return sorted((sorted(ids, key=id_order) for ids in members.values() if len({d[1:] for d in ids}) > 1),
+    return sorted((sorted(ids, key=id_order) for ids in cluster_members(cluster) if len({d[1:] for d in ids}) > 1),
                   key=lambda ids: id_order(ids[0]))
 
 
