@@ -9,8 +9,8 @@ documents, timed ``--repeats`` times (the median).
 
 Then the same through the Beam pipeline (``--pipeline-documents`` N > 0): a JSON-lines corpus run by the real
 ``xlnet preprocess`` (FnApiRunner, ``--workers``) without cleaning and with each of ``--pipeline-cleaning``
-(``near``: ``--dedup near``; ``full``: ``--filters gopher,c4,fineweb --dedup exact,near``; both with
-``--removed DIR``), all of them ``--pipeline-rounds`` times in turn (plain, near, full, plain, near, full, ...),
+(``near``: ``--dedup near``; ``full``: ``--filters gopher,c4,fineweb --dedup exact,near``; ``lines``: the full
+set and C4's line dedup, ``--dedup exact,near,lines``; each with ``--removed DIR``), all of them ``--pipeline-rounds`` times in turn (plain, near, full, plain, near, full, ...),
 each run's seconds, CPU seconds (this process and its worker processes, ``cpu_seconds``) and peak resident
 memory printed as it ends (``PeakMemory``: the launcher, this process, and the largest of its worker
 processes, sampled from /proc); per cleaning the medians' ratio, what the audit
@@ -100,7 +100,8 @@ BANDS = ((0.9, 1.01), (0.85, 0.9), (0.8, 0.85), (0.7, 0.8), (0.6, 0.7), (0.5, 0.
 PIPELINE_FILES = 8
 # --pipeline-cleaning: the `xlnet preprocess` settings each cleaned run adds (with --removed DIR) to the plain run's
 CLEANINGS = {"near": {"dedup": ("near",)},
-             "full": {"filters": ("gopher", "c4", "fineweb"), "dedup": ("exact", "near")}}
+             "full": {"filters": ("gopher", "c4", "fineweb"), "dedup": ("exact", "near")},
+             "lines": {"filters": ("gopher", "c4", "fineweb"), "dedup": ("exact", "near", "lines")}}
 
 
 def edited(text: str, share: float, rng: np.random.Generator) -> str:

@@ -25,9 +25,15 @@ SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
              -> SignedPairEnds -> GroupByPair (by pair bucket: a pair's two signatures) -> NearPairs (the
              estimated Jaccard checked) -> AllPairs (one group of the pairs found, on one worker: edges
              between duplicates only) -> NearClusters: every member of a connected component but the kept
-             one named to its shard)
+             one named to its shard
+           lines (LineRows packs: each document's distinct line hashes): with exact or near dedup,
+             LinesByDocumentBucket + RemovedByDocumentBucket -> JoinRemoved -> LinesOfKeptDocuments (the
+             removed documents' rows left out), else ByLineBucket -> GroupByLine -> LineOwners (one sort of
+             the line hashes finds the lines of two pages or more): each shard sent the rows of the lines
+             its documents lose)
         -> GroupByKey: the only shuffle of the text
-        -> WriteShard: normalise + tokenise the shard's documents, per stream concatenate
+        -> WriteShard: (--dedup lines: drop each document's lost and repeated lines, re-check the pages that
+           lost some) normalise + tokenise the shard's documents, per stream concatenate
            them in hash order, build records (forward, then reversed with bi_data), write the
            shard file; emits the shard's report (and passes the read reports on)
         -> every report -> combined -> WriteManifest (last, atomic): each shard's size
@@ -77,11 +83,11 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
-from pipeline.cleaning import (clean_document, dedup_flow, dedup_input_counters, removal_counters,
-                               stage_counters)
+from pipeline.cleaning import (clean_document, dedup_flow, dedup_input_counters, drop_duplicate_lines,
+                               shard_counters, stage_counters)
 from pipeline.near_duplicates import (Clusters, MinHashSettings, band_pairs, band_rows, document_hash,
                                       equal_row_groups, estimated_jaccard, exact_key, keep_rank, kept_and_removed,
-                                      signature)
+                                      line_hashes, signature)
 from pipeline.corpus import CorpusError, InputFile, read_documents, read_identified_documents
 from pipeline.language_id import LanguageFilter
 from pipeline.data_directory import (OutputWriteError, create_in_run, open_staging, remove_staged_shards, report_path,
@@ -133,6 +139,8 @@ class RawDocuments(NamedTuple):
     The shuffle then moves one string and four byte arrays instead of a Python object per
     document and line. ``text`` holds every line joined by newlines (corpus lines never
     contain one); document ``i`` has ``line_counts[i]`` lines and key ``f"{file_key}:{indices[i]}"``.
+    Under --removed, ``ids[i]`` is the id a user finds it by (the shard stage names a document ``--dedup lines``
+    removes).
     """
 
     file_key: str
@@ -141,6 +149,12 @@ class RawDocuments(NamedTuple):
     orders: bytes  # uint64 per document: its sort key inside the stream
     line_counts: bytes  # int32 per document
     text: str
+    ids: tuple = ()
+
+    def identified(self) -> dict[str, str | int]:
+        """Each document's key -> its id (under --removed; empty otherwise)."""
+        return {f"{self.file_key}:{index}": identity
+                for index, identity in zip(np.frombuffer(self.indices, dtype=np.int64).tolist(), self.ids)}
 
     def documents(self) -> Iterator[tuple[str, int, int, list[str]]]:
         """(key, stream, order, lines) of every document."""
@@ -157,20 +171,22 @@ class _ShardBuffer:
     """The documents one reader holds for one shard until it sends them on."""
 
     def __init__(self):
-        self.indices, self.streams, self.orders, self.line_counts, self.lines = [], [], [], [], []
+        self.indices, self.streams, self.orders, self.line_counts, self.lines, self.ids = [], [], [], [], [], []
 
-    def add(self, index: int, stream: int, order: int, lines: list[str]) -> None:
+    def add(self, index: int, stream: int, order: int, lines: list[str], identity: str | int = "") -> None:
         self.indices.append(index)
         self.streams.append(stream)
         self.orders.append(order)
         self.line_counts.append(len(lines))
         self.lines += lines
+        self.ids.append(identity)
 
-    def pack(self, file_key: str) -> RawDocuments:
+    def pack(self, file_key: str, identified: bool = False) -> RawDocuments:
         return RawDocuments(file_key, np.array(self.indices, dtype=np.int64).tobytes(),
                             np.array(self.streams, dtype=np.int32).tobytes(),
                             np.array(self.orders, dtype=np.uint64).tobytes(),
-                            np.array(self.line_counts, dtype=np.int32).tobytes(), "\n".join(self.lines))
+                            np.array(self.line_counts, dtype=np.int32).tobytes(), "\n".join(self.lines),
+                            tuple(self.ids) if identified else ())
 
 
 class EveryShard(NamedTuple):
@@ -257,21 +273,33 @@ class Candidates(NamedTuple):
 
     def select(self, rows: np.ndarray) -> "Candidates":
         """The documents of ``rows`` (ascending indices), in that order."""
-        def taken(name: str) -> bytes:
-            packed = getattr(self, name)
-            width = len(packed) // self.count if self.count else 0
-            return np.frombuffer(packed, np.uint8).reshape(self.count, width)[rows].tobytes() if width else b""
-        return Candidates(self.files, *(taken(name) for name in CANDIDATE_COLUMNS),
+        return Candidates(self.files, *selected_columns(self, CANDIDATE_COLUMNS, self.count, rows),
                           tuple(self.ids[i] for i in rows.tolist()) if self.ids else ())
 
     @classmethod
     def joined(cls, packs: Iterable["Candidates"]) -> "Candidates":
         """One pack of the documents of ``packs``, in their order (their files' tables merged)."""
         packs = [pack for pack in packs if pack.count]
-        files, file_of = merged_files(packs)
-        columns = {name: b"".join(getattr(pack, name) for pack in packs) for name in CANDIDATE_COLUMNS}
-        return cls(files, **{**columns, "file_of": file_of},
+        return cls(**joined_columns(packs, CANDIDATE_COLUMNS),
                    ids=tuple(itertools.chain.from_iterable(pack.ids for pack in packs)))
+
+
+def selected_columns(pack: tuple, columns: dict, count: int, rows: np.ndarray) -> list[bytes]:
+    """The packed ``columns`` of ``pack`` (``count`` rows; a column's width is its bytes over the rows) of
+    ``rows`` only, in their order."""
+    def taken(name: str) -> bytes:
+        packed = getattr(pack, name)
+        width = len(packed) // count if count else 0
+        return np.frombuffer(packed, np.uint8).reshape(count, width)[rows].tobytes() if width else b""
+    return [taken(name) for name in columns]
+
+
+def joined_columns(packs: list, columns: dict) -> dict:
+    """The fields of one pack of the rows of ``packs`` (Candidates or LineRows), in their order: their files'
+    tables merged, each of ``columns`` concatenated."""
+    files, file_of = merged_files(packs)
+    return {**{name: b"".join(getattr(pack, name) for pack in packs) for name in columns},
+            "files": files, "file_of": file_of}
 
 
 def merged_files(packs: list) -> tuple[tuple[str, ...], bytes]:
@@ -329,12 +357,80 @@ class CandidateBuffer:
         return packed
 
 
+class LineRows(NamedTuple):
+    """Lines of some documents for ``--dedup lines``, packed: row ``i`` is line ``lines[i]`` (its ``line_hash``)
+    of the document of key ``f"{files[file_of[i]]}:{indices[i]}"``, of shard (SPLITS[``splits[i]``],
+    ``shards[i]``), whose key's ``document_hash`` is ``documents[i]``. A reader sends each document's distinct
+    lines; LineOwners sends each shard the rows of the lines its documents lose (kept in another page)."""
+
+    files: tuple[str, ...]
+    file_of: bytes  # int32 per row
+    indices: bytes  # int64 per row
+    splits: bytes  # int8 per row
+    shards: bytes  # int32 per row
+    documents: bytes  # uint64 per row
+    lines: bytes  # uint64 per row
+
+    def column(self, name: str) -> np.ndarray:
+        return np.frombuffer(getattr(self, name), dtype=LINE_COLUMNS[name])
+
+    @property
+    def count(self) -> int:
+        return len(self.lines) // 8
+
+    def keys(self, rows: np.ndarray | None = None) -> list[str]:
+        """The keys of the rows' documents (of ``rows`` only, when given)."""
+        return document_keys(self.files, self.column("file_of"), self.column("indices"), rows)
+
+    def select(self, rows: np.ndarray) -> "LineRows":
+        """The rows of ``rows`` (indices), in that order."""
+        return LineRows(self.files, *selected_columns(self, LINE_COLUMNS, self.count, rows))
+
+    @classmethod
+    def joined(cls, packs: Iterable["LineRows"]) -> "LineRows":
+        """One pack of the rows of ``packs``, in their order (their files' tables merged)."""
+        return cls(**joined_columns([pack for pack in packs if pack.count], LINE_COLUMNS))
+
+
+LINE_COLUMNS = {"file_of": np.int32, "indices": np.int64, "splits": np.int8, "shards": np.int32,
+                "documents": np.uint64, "lines": np.uint64}
+
+
+class LineBuffer:
+    """The distinct lines of the documents one reader holds for ``--dedup lines`` until it sends them on."""
+
+    def __init__(self):
+        self.documents, self.lines = [], []  # (index, split, shard, document hash, lines) each; their line hashes
+
+    def add(self, index: int, split: str, shard: int, key: str, hashes: np.ndarray) -> None:
+        if hashes.size:
+            self.documents.append((index, SPLITS.index(split), shard, document_hash(key), hashes.size))
+            self.lines.append(hashes)
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+    def pack(self, file_key: str) -> LineRows:
+        columns = list(zip(*self.documents))
+        counts = np.array(columns[4], np.int64)
+        repeated = lambda values, dtype: np.repeat(np.array(values, dtype), counts).tobytes()
+        packed = LineRows((file_key,), np.zeros(int(counts.sum()), np.int32).tobytes(), repeated(columns[0], np.int64),
+                          repeated(columns[1], np.int8), repeated(columns[2], np.int32),
+                          repeated(columns[3], np.uint64), np.concatenate(self.lines).tobytes())
+        self.__init__()
+        return packed
+
+
 def is_candidate(element) -> bool:
     return isinstance(element, Candidates)
 
 
+def is_line_rows(element) -> bool:
+    return isinstance(element, LineRows)
+
+
 def is_shard_element(element) -> bool:
-    return not isinstance(element, Candidates)
+    return not isinstance(element, (Candidates, LineRows))
 
 
 class DuplicateRemoved(NamedTuple):
@@ -402,8 +498,9 @@ class ReadDocuments(beam.DoFn):
     """ReadTask -> ((split, shard), None) for each of its markers' shards, then its file's documents as
     ((split, shard), RawDocuments): each document placed by its key, batched per shard, then
     (REPORT_CARRIER, the file's read report: a dict with kind "read"). Under --dedup, also the documents the
-    filters kept as Candidates (their keys, exact keys, signatures), one pack per CANDIDATES_PER_PACK
-    documents and one at the end of the file: a reader holds at most that many."""
+    filters kept as Candidates (their keys, exact keys, signatures) and under --dedup lines as LineRows (their
+    distinct lines' hashes), one pack per CANDIDATES_PER_PACK documents and one at the end of the file: a reader
+    holds at most that many."""
 
     def __init__(self, config: PreprocessConfig):
         self._config = config
@@ -427,7 +524,7 @@ class ReadDocuments(beam.DoFn):
         start = time.time()
         buffers: dict[tuple[str, int], _ShardBuffer] = defaultdict(_ShardBuffer)
         buffered_chars = 0
-        candidates = CandidateBuffer()
+        candidates, line_rows = CandidateBuffer(), LineBuffer()
         try:
             read = (read_identified_documents if c.removed else read_documents)(
                 input_file.path, c.input_format, c.text_field, c.max_line_bytes, stats)
@@ -442,16 +539,16 @@ class ReadDocuments(beam.DoFn):
                             yield shard, RemovedDocument(identity, *removed)
                         continue
                     lines = kept_lines
-                buffers[shard].add(index, place.stream, place.order, lines)
+                buffers[shard].add(index, place.stream, place.order, lines, identity)
                 if c.dedup:
-                    size = self._candidate(candidates, input_file.key, index, shard, "\n".join(lines), identity)
+                    size = self._candidate(candidates, line_rows, input_file.key, index, shard, lines, identity)
                     stats[f"in_documents_{c.dedup[0]}"] += 1
                     stats[f"in_bytes_{c.dedup[0]}"] += size
-                    if len(candidates) >= CANDIDATES_PER_PACK:
-                        yield candidates.pack(input_file.key, bool(c.removed))
+                    if max(len(candidates), len(line_rows)) >= CANDIDATES_PER_PACK:
+                        yield from self._dedup_packs(input_file.key, candidates, line_rows)
                 buffered_chars += sum(map(len, lines))
                 if buffered_chars >= READ_BUFFER_CHARS:
-                    yield from self._flush(input_file.key, buffers)
+                    yield from self._flush(input_file.key, buffers, bool(c.removed))
                     buffered_chars = 0
                 if (index + 1) % PROGRESS_EVERY == 0:
                     _LOG.info("%s: read %d documents, %d lines", input_file.path, index + 1, stats["lines"])
@@ -459,9 +556,8 @@ class ReadDocuments(beam.DoFn):
             _LOG.error("skipping the rest of %s: %s", input_file.path, error)
             stats["unreadable_files"] += 1
             stats["dropped_bytes"] += max(0, input_file.size_bytes - stats["bytes_read"])
-        yield from self._flush(input_file.key, buffers)
-        if len(candidates):
-            yield candidates.pack(input_file.key, bool(c.removed))
+        yield from self._flush(input_file.key, buffers, bool(c.removed))
+        yield from self._dedup_packs(input_file.key, candidates, line_rows)
         stats["files"] += 1
         stats["documents_read"] += index + 1
         report = {"kind": "read", "file": input_file.path, "worker": worker_name(),
@@ -475,20 +571,33 @@ class ReadDocuments(beam.DoFn):
                          stats["invalid_lines"], stats["long_lines"])
         yield REPORT_CARRIER, report
 
-    def _candidate(self, candidates: CandidateBuffer, file_key: str, index: int, shard: tuple[str, int], text: str,
-                   identity: str | int) -> int:
-        """Adds the document as the dedup stages see it (its signature computed here, where its text is) to
-        ``candidates``; returns its UTF-8 bytes."""
+    def _candidate(self, candidates: CandidateBuffer, line_rows: LineBuffer, file_key: str, index: int,
+                   shard: tuple[str, int], lines: list[str], identity: str | int) -> int:
+        """Adds the document as the dedup stages see it (its signature and line hashes computed here, where its
+        text is) to ``candidates`` (exact, near) and ``line_rows`` (lines); returns its UTF-8 bytes."""
         c = self._config
+        text = "\n".join(lines)
         size = len(text.encode("utf-8"))
-        candidates.add(index, *shard, size, f"{file_key}:{index}", exact_key(text, c.seed) if "exact" in c.dedup else b"",
-                       signature(text, self._minhash).tobytes() if "near" in c.dedup else b"", identity)
+        key = f"{file_key}:{index}"
+        if "exact" in c.dedup or "near" in c.dedup:
+            candidates.add(index, *shard, size, key, exact_key(text, c.seed) if "exact" in c.dedup else b"",
+                           signature(text, self._minhash).tobytes() if "near" in c.dedup else b"", identity)
+        if "lines" in c.dedup:
+            line_rows.add(index, *shard, key, line_hashes(lines, c.seed))
         return size
 
+    def _dedup_packs(self, file_key: str, candidates: CandidateBuffer, line_rows: LineBuffer) -> Iterator[
+            Candidates | LineRows]:
+        """What the buffers hold, as one pack each (emptying them)."""
+        if len(candidates):
+            yield candidates.pack(file_key, bool(self._config.removed))
+        if len(line_rows):
+            yield line_rows.pack(file_key)
+
     @staticmethod
-    def _flush(file_key: str, buffers: dict) -> Iterator[tuple[tuple[str, int], RawDocuments]]:
+    def _flush(file_key: str, buffers: dict, identified: bool) -> Iterator[tuple[tuple[str, int], RawDocuments]]:
         for shard in sorted(buffers):
-            yield shard, buffers[shard].pack(file_key)
+            yield shard, buffers[shard].pack(file_key, identified)
         buffers.clear()
 
 
@@ -724,6 +833,73 @@ class NearClusters(beam.DoFn):
         yield from by_shard(removed, {key: (member.split, member.shard) for key, member in members.items()})
 
 
+def removed_by_document_bucket(element: tuple[tuple[str, int], RemovedDuplicates], buckets: int) -> Iterator[
+        tuple[int, tuple[str, ...]]]:
+    """((split, shard), RemovedDuplicates) -> (document bucket, the keys of the documents removed in it): there
+    the lines of the documents exact and near dedup removed are left out of the line stage."""
+    keys: dict[int, list[str]] = defaultdict(list)
+    for removed in element[1].removed:
+        keys[document_hash(removed.key) % buckets].append(removed.key)
+    for bucket in sorted(keys):
+        yield bucket, tuple(keys[bucket])
+
+
+def line_document_buckets(rows: LineRows, buckets: int) -> Iterator[tuple[int, LineRows]]:
+    """(bucket, the rows of ``rows`` in it) by their document's key hash: where the removals meet them."""
+    yield from split_by_bucket(rows, rows.column("documents") % np.uint64(buckets))
+
+
+def line_buckets(rows: LineRows, buckets: int) -> Iterator[tuple[int, LineRows]]:
+    """(bucket, the rows of ``rows`` in it) by their line's hash: every page of a line in one bucket."""
+    yield from split_by_bucket(rows, rows.column("lines") % np.uint64(buckets))
+
+
+def lines_of_kept_documents(element: tuple[int, dict[str, Iterable]], buckets: int) -> Iterator[
+        tuple[int, LineRows]]:
+    """(document bucket, {"lines": its LineRows packs, "removed": the keys exact and near dedup removed in it})
+    -> (line bucket, LineRows) of the lines of the documents they kept, so that a line is always kept in a page
+    that stays. The removed keys' hashes find the few rows to compare by key."""
+    _, joined = element
+    rows = LineRows.joined(joined["lines"])
+    removed = set(itertools.chain.from_iterable(joined["removed"]))
+    if removed and rows.count:
+        hashes = np.fromiter(map(document_hash, removed), np.uint64, len(removed))
+        maybe = np.flatnonzero(np.isin(rows.column("documents"), hashes))
+        gone = maybe[np.fromiter((key in removed for key in rows.keys(maybe)), bool, maybe.size)]
+        rows = rows.select(np.setdiff1d(np.arange(rows.count), gone))
+    if rows.count:
+        yield from line_buckets(rows, buckets)
+
+
+class LineOwners(beam.DoFn):
+    """(line bucket, LineRows packs) -> ((split, shard), LineRows) of the lines each shard's documents lose: of
+    the pages that have a line, the one of least ``keep_rank`` keeps it and every other loses it, whatever order
+    they arrived in (C4 keeps a line in the page of least hash). Every page of a line is in one bucket; one
+    sort of the bucket's line hashes finds the lines of two pages or more (most are alone). A worker holds one
+    bucket's rows (about BUCKET_INPUT_BYTES of input's lines), plus every page of a line that is in it."""
+
+    def __init__(self, seed: int):
+        self._seed = seed
+
+    def process(self, element: tuple[int, Iterable[LineRows]]) -> Iterator[tuple[tuple[str, int], LineRows]]:
+        rows = LineRows.joined(element[1])
+        ranks: dict[str, tuple[bytes, str]] = {}
+        losing = []
+        for group in equal_row_groups(rows.column("lines").reshape(-1, 1)):
+            keys = rows.keys(group)
+            for key in keys:
+                if key not in ranks:
+                    ranks[key] = (keep_rank(key, self._seed), key)
+            owner = min(range(len(keys)), key=lambda member: ranks[keys[member]])
+            losing += [row for member, row in enumerate(group.tolist()) if member != owner]
+        if not losing:
+            return
+        lost = rows.select(np.sort(np.array(losing, np.int64)))
+        shard_of = lost.column("splits").astype(np.int64) << 32 | lost.column("shards").astype(np.int64)
+        for code, taken in bucket_rows(shard_of):
+            yield (SPLITS[code >> 32], code & 0xFFFFFFFF), lost.select(taken)
+
+
 class WriteShard(beam.DoFn):
     """((split, shard), documents) -> the shard file on disk, and its report (a dict with kind "shard":
     its statistics and worker, or the lasting error that kept it from being written).
@@ -737,6 +913,7 @@ class WriteShard(beam.DoFn):
         self._builder = None
         self._processor = None
         self._eod = -1
+        self._rules = config.filter_rules_of()  # --dedup lines re-checks a page by C4's sentence rule
         self._counters = Counters("documents", "tokens", "records", "masked_tokens", *SHARD_STATS)
         self._write_errors = Metrics.string_set(NAMESPACE, WRITE_ERRORS)  # for a runner's UI only
 
@@ -752,11 +929,15 @@ class WriteShard(beam.DoFn):
         c = self._config
         arrival = time.time()
         raw, read_reports, duplicates, audit = [], [], {}, []
+        lost: dict[str, set[int]] = defaultdict(set)  # --dedup lines: the lines each document loses
         for value in values:  # None: the empty seed every shard gets
             if isinstance(value, RawDocuments):
                 raw.append(value)
             elif isinstance(value, RemovedDuplicates):
                 duplicates.update((removed.key, removed) for removed in value.removed)
+            elif isinstance(value, LineRows):
+                for key, line in zip(value.keys(), value.column("lines").tolist()):
+                    lost[key].add(line)
             elif isinstance(value, RemovedDocument):
                 audit.append(value)
             elif value is not None:
@@ -767,7 +948,7 @@ class WriteShard(beam.DoFn):
             stats[f"removed_bytes_{removed.stage}"] += removed.bytes
         audit += [RemovedDocument.of_duplicate(removed) for removed in duplicates.values()] if c.removed else []
         by_stream: dict[int, list[TokenizedDocument]] = defaultdict(list)
-        for document in self._tokenize(raw, stats, set(duplicates)):
+        for document in self._tokenize(raw, stats, set(duplicates), lost, audit):
             by_stream[document.stream].append(document)
         start = time.time()
         _LOG.info("tokenised %d documents for %s in %.1f s", sum(len(d) for d in by_stream.values()),
@@ -802,20 +983,22 @@ class WriteShard(beam.DoFn):
         tokens = sum(d.num_tokens for docs in by_stream.values() for d in docs)
         report.update(records=totals["records"], tokens=tokens, masked_tokens=totals["masked_tokens"],
                       documents=documents, streams=streams,
-                      **{name: stats[name] for name in SHARD_STATS + removal_counters(c.dedup)})
+                      **{name: stats[name] for name in SHARD_STATS + shard_counters(c.dedup)})
         for name in ("records", "tokens", "masked_tokens", "documents", *SHARD_STATS):
             self._counters.add(name, report[name])
         report["seconds"] = round(time.time() - start, 3)
         _LOG.info(written_line(report, c.output))
         return report
 
-    def _tokenize(self, batches: list[RawDocuments], stats: Counter,
-                  removed: set[str] = frozenset()) -> Iterator[TokenizedDocument]:
+    def _tokenize(self, batches: list[RawDocuments], stats: Counter, removed: set[str] = frozenset(),
+                  lost: dict[str, set[int]] | None = None, audit: list | None = None) -> Iterator[TokenizedDocument]:
         """Normalises and tokenises the documents (one SentencePiece call per batch) but the ``removed``
-        keys (duplicates); drops empty ones."""
+        keys (duplicates), under --dedup lines without the lines they ``lost``; drops empty ones."""
         c = self._config
         for batch in batches:
             documents = [document for document in batch.documents() if document[0] not in removed]
+            if "lines" in c.dedup:
+                documents = self._line_stage(batch, documents, lost or {}, stats, audit)
             texts = [[text for text in (normalize_text(line, c.uncased) for line in lines) if text]
                      for _, _, _, lines in documents]
             flat = list(itertools.chain.from_iterable(texts))
@@ -830,6 +1013,29 @@ class WriteShard(beam.DoFn):
                 lengths = np.fromiter((len(s) for s in sentences), dtype=np.int32, count=len(sentences))
                 ids = np.fromiter(itertools.chain.from_iterable(sentences), dtype=np.int32, count=int(lengths.sum()))
                 yield TokenizedDocument(key, stream, order, ids.tobytes(), lengths.tobytes())
+
+    def _line_stage(self, batch: RawDocuments, documents: list, lost: dict[str, set[int]], stats: Counter,
+                    audit: list | None) -> list:
+        """``--dedup lines`` on the documents of ``batch`` the other stages kept: each without the lines it
+        ``lost`` and its repeated lines (drop_duplicate_lines); a page removed by the re-check is counted, and
+        under --removed listed in ``audit``. Returns the documents kept, with their lines as kept."""
+        c = self._config
+        ids = batch.identified() if c.removed else {}
+        kept = []
+        for key, stream, order, lines in documents:
+            reason, kept_lines = drop_duplicate_lines(lines, lost.get(key, frozenset()), c.seed, self._rules)
+            size = len("\n".join(lines).encode("utf-8"))
+            if reason is not None:
+                stats["removed_documents_lines"] += 1
+                stats["removed_bytes_lines"] += size
+                if audit is not None and c.removed:
+                    audit.append(RemovedDocument(ids[key], "lines", reason))
+                continue
+            stats["kept_documents_lines"] += 1
+            stats["kept_bytes_lines"] += size if kept_lines is lines else len("\n".join(kept_lines).encode("utf-8"))
+            stats["duplicate_lines_removed"] += len(lines) - len(kept_lines)
+            kept.append((key, stream, order, kept_lines))
+        return kept
 
     def _write_streams(self, handle, split: str, shard: int, by_stream: dict[int, list[TokenizedDocument]],
                        stats: Counter) -> tuple[list[dict], Counter]:
@@ -949,7 +1155,7 @@ class RunReport:
         counters = {key: sum(r[key] for r in reads) for key in read_counters(config)}
         counters.update({key: sum(s[key] for s in written) for key in
                          ("documents", "tokens", "records", "masked_tokens", *SHARD_STATS,
-                          *removal_counters(config.dedup))})
+                          *shard_counters(config.dedup))})
         counters.update(dedup_flow(counters, config.dedup))
         return cls(counters=counters, shards=sorted(written, key=lambda s: (s["split"], s["shard"])),
                    reads=dict(sorted(Counter(r["worker"] for r in reads).items())),
@@ -1006,13 +1212,14 @@ def build_manifest(config: PreprocessConfig, vocab_entry: dict, special_ids: dic
                     counters=counters)
 
 
-def duplicates_removed(candidates, config: PreprocessConfig, buckets: int = 1) -> list:
-    """The dedup stages from ReadDocuments' Candidates packs: the PCollections of ((split, shard),
-    RemovedDuplicates) to join to the shards. Every shuffle carries packs per bucket (``buckets``:
-    dedup_buckets of the input's size), never an element per document or band. Exact first (by exact key);
-    the near stage takes the copies it kept (or, without exact dedup, every candidate): bands by bucket ->
-    candidate pairs -> joined by document bucket with the candidates (their signatures) -> by pair bucket ->
-    pairs verified -> one group of every pair -> clusters -> every member but the kept one."""
+def duplicates_removed(candidates, config: PreprocessConfig, buckets: int = 1, lines=None) -> list:
+    """The dedup stages from ReadDocuments' Candidates packs (and LineRows packs, ``lines``): the PCollections of
+    ((split, shard), RemovedDuplicates or LineRows) to join to the shards. Every shuffle carries packs per
+    bucket (``buckets``: dedup_buckets of the input's size), never an element per document, band or line. Exact
+    first (by exact key); the near stage takes the copies it kept (or, without exact dedup, every candidate):
+    bands by bucket -> candidate pairs -> joined by document bucket with the candidates (their signatures) -> by
+    pair bucket -> pairs verified -> one group of every pair -> clusters -> every member but the kept one; the
+    lines stage last (duplicate_lines)."""
     removed = []
     if "exact" in config.dedup:
         exact = (candidates
@@ -1035,7 +1242,28 @@ def duplicates_removed(candidates, config: PreprocessConfig, buckets: int = 1) -
                        | "NearPairs" >> beam.ParDo(NearPairs(settings))
                        | "AllPairs" >> beam.GroupByKey()
                        | "NearClusters" >> beam.ParDo(NearClusters(config.seed)))
+    if "lines" in config.dedup:
+        removed.append(duplicate_lines(lines, removed, config, buckets))
     return removed
+
+
+def duplicate_lines(lines, removed: list, config: PreprocessConfig, buckets: int):
+    """C4's line dedup across the corpus from ReadDocuments' LineRows packs: ((split, shard), LineRows) of the
+    lines each shard's documents lose. With exact or near dedup (``removed``: their PCollections), the rows
+    first meet the removals by document bucket and lose the removed documents' rows (a line is kept in a page
+    that stays); then by line bucket -> LineOwners."""
+    if removed:
+        by_document = lines | "LinesByDocumentBucket" >> beam.FlatMap(line_document_buckets, buckets)
+        gone = (tuple(removed) | "DocumentsRemoved" >> beam.Flatten()
+                | "RemovedByDocumentBucket" >> beam.FlatMap(removed_by_document_bucket, buckets))
+        by_line = ({"lines": by_document, "removed": gone}
+                   | "JoinRemoved" >> beam.CoGroupByKey()
+                   | "LinesOfKeptDocuments" >> beam.FlatMap(lines_of_kept_documents, buckets))
+    else:
+        by_line = lines | "ByLineBucket" >> beam.FlatMap(line_buckets, buckets)
+    return (by_line
+            | "GroupByLine" >> beam.GroupByKey()
+            | "LineOwners" >> beam.ParDo(LineOwners(config.seed)))
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Vocab, files: list[InputFile],
@@ -1054,8 +1282,9 @@ def build_pipeline(pipeline: beam.Pipeline, config: PreprocessConfig, vocab: Voc
     if config.dedup:
         read = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))
         buckets = dedup_buckets(sum(f.size_bytes for f in files))
+        lines = read | "LineRows" >> beam.Filter(is_line_rows) if "lines" in config.dedup else None
         documents = (read | "ShardElements" >> beam.Filter(is_shard_element),
-                     *duplicates_removed(read | "Candidates" >> beam.Filter(is_candidate), config, buckets)) \
+                     *duplicates_removed(read | "Candidates" >> beam.Filter(is_candidate), config, buckets, lines)) \
             | "WithDuplicates" >> beam.Flatten()
     else:
         documents = matched | "ReadDocuments" >> beam.ParDo(ReadDocuments(config))

@@ -16,6 +16,11 @@ case, width, punctuation and spacing simplified): every copy but the one with th
 its key (``keep_rank``), whatever order the copies arrive in, counted as ``removed_documents_exact``.
 ``--dedup near`` removes near duplicates among the documents exact dedup kept (MinHash LSH, pipeline/near_duplicates.py;
 the Beam stages in pipeline/beam_pipeline.py), counted as ``removed_documents_near``.
+``--dedup lines`` is C4's line dedup across the corpus, last, among the documents both kept: each line (as C4
+compares lines, ``near_duplicates.line_text``) is kept in the one page of least ``keep_rank`` that has it and
+dropped from every other, and a repeat of a line within a page is dropped too (``drop_duplicate_lines``); a page
+that lost lines is re-checked by C4's sentence rule, and removed (counted as ``removed_documents_lines``) when
+no line or too few sentences are left.
 
 Off by default: without ``--filters`` and ``--dedup`` nothing here runs and the output is byte for byte
 what it was.
@@ -29,21 +34,21 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from pipeline import quality_filters as rules
-from pipeline.near_duplicates import MinHashSettings
+from pipeline.near_duplicates import MinHashSettings, line_hash, line_text
 from tfrecords.record_config import ConfigError
 
 # In the order they run, after --languages' stage.
 FILTERS = ("gopher", "c4", "fineweb")
 LANGUAGE = "language"
 # `--dedup`: the duplicate removals, after the filters, in their running order (exact first: a document it
-# removed is no near-duplicate candidate).
-DEDUP = ("exact", "near")
+# removed is no near-duplicate candidate; lines last: a line is kept in a page the others kept).
+DEDUP = ("exact", "near", "lines")
 
 
 # `--clean NAME`: named sets of stages, each part replaced by --filters or --dedup when those are given.
-# recommended: every filter and both dedups, as FineWeb's recipe runs them (languages are the corpus's choice:
-# add --languages).
-CLEANING_SETS = {"recommended": {"filters": FILTERS, "dedup": DEDUP}}
+# recommended: every filter and both document dedups, as FineWeb's recipe runs them (languages are the corpus's
+# choice: add --languages; C4's line dedup changes pages, not only which are kept: add --dedup exact,near,lines).
+CLEANING_SETS = {"recommended": {"filters": FILTERS, "dedup": ("exact", "near")}}
 
 
 def cleaning_set(name: str) -> dict[str, tuple[str, ...]]:
@@ -221,6 +226,31 @@ def clean_document(lines: list[str], filters: tuple[str, ...], tally: Counter | 
     return None, text.split("\n") if text != "\n".join(lines) else lines
 
 
+def drop_duplicate_lines(lines: list[str], dropped: set[int] | frozenset[int], seed: int,
+                         rules_of: FilterRules = DEFAULT_RULES) -> tuple[Optional[str], list[str]]:
+    """``--dedup lines`` on one page: (why it is removed, or None; its lines as kept). A line whose
+    ``line_hash`` is in ``dropped`` (another page keeps that line) is dropped, and so is a repeat of a line
+    earlier in the page (as C4 does); blank lines stay. A page that lost a line is re-checked: removed when no
+    line is left (``lines_all_duplicate``) or fewer sentences than C4's ``min_sentences``
+    (``lines_too_few_sentences``); an untouched page is returned as it came."""
+    seen: set[str] = set()
+    kept = []
+    for line in lines:
+        text = line_text(line)
+        if text:
+            if text in seen or (dropped and line_hash(text, seed) in dropped):
+                continue
+            seen.add(text)
+        kept.append(line)
+    if len(kept) == len(lines):
+        return None, lines
+    if not any(seen):
+        return "lines_all_duplicate", []
+    if rules.too_few_sentences(kept, rules_of.c4):
+        return "lines_too_few_sentences", []
+    return None, kept
+
+
 COUNTED = ("in", "removed", "kept")
 KINDS = ("documents", "bytes")
 
@@ -236,6 +266,17 @@ def removal_counters(stages: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(f"removed_{kind}_{stage}" for stage in stages for kind in KINDS)
 
 
+# What the shard stage also counts of --dedup lines: the documents it kept and their bytes once their duplicate
+# lines were dropped (so the bytes dropped are in - removed - kept, as for C4's filter), and the lines dropped.
+LINE_STAGE_COUNTERS = ("kept_documents_lines", "kept_bytes_lines", "duplicate_lines_removed")
+
+
+def shard_counters(dedup: tuple[str, ...]) -> tuple[str, ...]:
+    """What the shard stage counts of the dedup stages: their removals (removal_counters), and under --dedup
+    lines what that stage kept (LINE_STAGE_COUNTERS)."""
+    return removal_counters(dedup) + (LINE_STAGE_COUNTERS if "lines" in dedup else ())
+
+
 def dedup_input_counters(dedup: tuple[str, ...]) -> tuple[str, ...]:
     """What the readers count of the documents entering the first dedup stage (none without dedup)."""
     return tuple(f"in_{kind}_{dedup[0]}" for kind in KINDS) if dedup else ()
@@ -243,12 +284,14 @@ def dedup_input_counters(dedup: tuple[str, ...]) -> tuple[str, ...]:
 
 def dedup_flow(counters: dict[str, int], dedup: tuple[str, ...]) -> dict[str, int]:
     """The dedup stages' in and kept counters from what the readers counted in (dedup_input_counters) and the
-    shards removed: each stage takes what the one before it kept."""
+    shards removed: each stage takes what the one before it kept. The lines stage's kept are the shards' own
+    count (LINE_STAGE_COUNTERS): it drops lines of the pages it keeps."""
     flow = {}
     entering = {kind: counters.get(f"in_{kind}_{dedup[0]}", 0) for kind in KINDS} if dedup else {}
     for stage in dedup:
         for kind in KINDS:
             flow[f"in_{kind}_{stage}"] = entering[kind]
-            entering[kind] -= counters.get(f"removed_{kind}_{stage}", 0)
+            entering[kind] = counters.get(f"kept_{kind}_{stage}", 0) if stage == "lines" else \
+                entering[kind] - counters.get(f"removed_{kind}_{stage}", 0)
             flow[f"kept_{kind}_{stage}"] = entering[kind]
     return flow

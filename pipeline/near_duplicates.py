@@ -12,6 +12,9 @@ clusters and the copy kept, as pure functions the pipeline's dedup stages call.
   agreement, the estimated Jaccard similarity of the shingle sets, is at least ``min_jaccard``. With 14
   bands of 8 rows a pair at Jaccard 0.85 shares a band with probability 0.988, a pair at 0.5 with 0.053;
   the estimate over 112 hashes then keeps a pair below 0.5 from passing 0.7 (fewer than 1 in 10^4).
+- **Duplicate lines** (``--dedup lines``, C4's line dedup across the corpus) share :func:`line_hash`: a hash of the
+  line as C4 compares lines (its surrounding spaces stripped, lower-cased); :func:`line_hashes` gives a document's
+  distinct ones.
 - **Clusters** are the connected components of the duplicate pairs (:class:`Clusters`, a union-find over
   the pairs only); the copy kept in each is the one with the least :func:`keep_rank`, a seeded hash of its
   id, never the order documents arrive in, so every runner and worker count keeps the same one.
@@ -82,6 +85,25 @@ def dedup_text(text: str) -> str:
 def exact_key(text: str, seed: int = 0) -> bytes:
     """The key exact duplicates share: 16 bytes of BLAKE2b of the simplified text."""
     return hashlib.blake2b(dedup_text(text).encode("utf-8"), digest_size=16, key=_seed_key(seed)).digest()
+
+
+def line_text(line: str) -> str:
+    """A line as ``--dedup lines`` compares it, as C4 does (TensorFlow Datasets' ``c4_utils``): its surrounding
+    spaces stripped, lower-cased. A blank line is no line to dedup (empty here)."""
+    return line.strip().lower()
+
+
+def line_hash(text: str, seed: int = 0) -> int:
+    """The 64-bit key of a line as :func:`line_text` gives it: BLAKE2b, 8 bytes, keyed by the seed."""
+    hasher = _keyed_blake2b(seed).copy()
+    hasher.update(text.encode("utf-8"))
+    return int.from_bytes(hasher.digest(), "little")
+
+
+def line_hashes(lines: Iterable[str], seed: int = 0) -> np.ndarray:
+    """The distinct :func:`line_hash` values (uint64, ascending) of a document's non-blank lines."""
+    texts = {text for text in map(line_text, lines) if text}
+    return np.unique(np.fromiter((line_hash(text, seed) for text in texts), np.uint64, len(texts)))
 
 
 def keep_rank(document_id: str, seed: int = 0) -> bytes:

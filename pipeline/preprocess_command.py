@@ -62,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     io.add_argument("--max-line-bytes", type=int, default=d.max_line_bytes, help="longer lines are skipped (counted)")
     io.add_argument("--clean", default=None, metavar="SET",
                     help=f"a named set of cleaning stages: {', '.join(CLEANING_SETS)} (--filters "
-                         f"{','.join(FILTERS)} --dedup {','.join(DEDUP)}); --filters or --dedup given beside it "
+                         f"{','.join(CLEANING_SETS['recommended']['filters'])} --dedup "
+                         f"{','.join(CLEANING_SETS['recommended']['dedup'])}); --filters or --dedup given beside it "
                          "replace that part (docs/preprocessing.md, \"Cleaning\")")
     io.add_argument("--filters", default=None, metavar="NAMES",
                     help="quality and repetition filters applied to each document as it is read, comma-separated: "
@@ -82,7 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     io.add_argument("--dedup", default=None, metavar="KINDS",
                     help=f"duplicate removal after the filters, comma-separated: {', '.join(DEDUP)} (exact: "
                          "documents equal once case, punctuation and spacing are set aside; near: MinHash LSH, see "
-                         "--minhash; one copy kept, chosen by a seeded hash), counted in the manifest (default: none)")
+                         "--minhash; one copy kept, chosen by a seeded hash; lines: C4's line dedup across the corpus, "
+                         "each line kept in one page, a page left with too few sentences removed), counted in the "
+                         "manifest (default: none)")
     io.add_argument("--minhash", default=None, metavar="KEY=VALUE,...",
                     help="--dedup near's settings, shingle_words 5, bands 14, rows 8 and min_jaccard 0.7 unless given, "
                          "and hashes, to check that bands x rows is the number of hash functions you mean")
@@ -287,7 +290,8 @@ def no_records_message(config: PreprocessConfig, metrics: dict[str, int]) -> str
     if count["documents"] == 0 and any(removed.values()):
         stages = ", ".join(f"{stage} {number}" for stage, number in removed.items() if number)
         flags = [f"--languages {','.join(config.languages)}"] * bool(config.languages) + \
-            [f"--filters {','.join(config.filters)}"] * bool(config.filters)
+            [f"--filters {','.join(config.filters)}"] * bool(config.filters) + \
+            [f"--dedup {','.join(config.dedup)}"] * bool(removed.get("lines"))
         return (f"{' and '.join(flag.split()[0] for flag in flags)} removed every document ({stages} of "
                 f"{metrics.get('documents_read', 0)} read; the first stage that removed one is named); loosen or "
                 f"drop {' '.join(flags)}. {nothing_written}")

@@ -407,11 +407,22 @@ def c4_clean(text: str, rules: C4Rules = C4Rules()) -> tuple[Optional[str], str]
             return "c4_curly_bracket", ""
         if phrases_pattern(rules.policy_phrases).search(lower):
             continue
-        sentences += max(1, len(SENTENCE_END.findall(line)))
+        sentences += line_sentences(line)
         kept.append(line)
     if sentences < rules.min_sentences:
         return "c4_too_few_sentences", ""
     return None, "\n".join(kept)
+
+
+def line_sentences(line: str) -> int:
+    """C4's sentences of a (non-blank) line: its sentence ends, and at least one."""
+    return max(1, len(SENTENCE_END.findall(line)))
+
+
+def too_few_sentences(lines: list[str], rules: C4Rules = C4Rules()) -> bool:
+    """Whether a page of ``lines`` holds fewer than C4's ``min_sentences`` (``--dedup lines`` re-checks a page
+    that lost lines by it, as C4 does after its line dedup); blank lines hold none."""
+    return sum(line_sentences(line) for line in lines if line.strip()) < rules.min_sentences
 
 
 # -------------------------------------------------------------------------------------------------- FineWeb

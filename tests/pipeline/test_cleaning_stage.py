@@ -295,7 +295,7 @@ def test_an_unknown_dedup_kind_is_refused_in_one_line(tmp_path, copied_corpus, s
     code = xlnet_cli.main(["preprocess", "--input", copied_corpus[0][0], "--output", str(tmp_path / "x"), "--vocab",
                            spm_model, "--dedup", "fuzzy"])
     assert code == 2 and capsys.readouterr().err.strip() == (
-        "xlnet preprocess: error: --dedup 'fuzzy': unknown kind 'fuzzy'; the kinds are exact, near")
+        "xlnet preprocess: error: --dedup 'fuzzy': unknown kind 'fuzzy'; the kinds are exact, near, lines")
 
 
 # ------------------------------------------------------------------------------------------ --dedup near

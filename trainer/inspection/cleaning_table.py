@@ -3,7 +3,7 @@
 `xlnet preprocess --languages`, `--filters` and `--dedup` record their settings in the manifest's config and,
 per stage, the documents and UTF-8 bytes in, removed and kept in its counters (``in_documents_gopher``,
 ``removed_bytes_near``, ...; docs/data-format.md). The stages are listed in the order they ran: the language
-stage, the filters (already in their running order in the config), then exact and near dedup. Nothing is
+stage, the filters (already in their running order in the config), then exact, near and line dedup. Nothing is
 recomputed here: the table is what the run counted.
 """
 from __future__ import annotations
@@ -66,15 +66,17 @@ def stages_of(config: dict) -> tuple[str, ...]:
         tuple(config.get("dedup", ()))
 
 
-def _settings(stage: str, config: dict) -> str:
+def _settings(stage: str, config: dict, counters: dict) -> str:
     """What a stage ran with, as the flags say it (a filter: the thresholds --filter-rules changed, else the
-    defaults)."""
+    defaults; the line stage: the lines it dropped from the pages it kept)."""
     if stage == "language":
         return f"languages {','.join(config['languages'])}, threshold {config.get('language_threshold')}"
     if stage == "near":
         return ", ".join(f"{flag}={config[name]}" for name, flag in MINHASH_SETTINGS.items() if name in config)
     if stage == "exact":
         return f"seed {config.get('seed')}"
+    if stage == "lines":
+        return f"seed {config.get('seed')}, {int(counters.get('duplicate_lines_removed', 0)):,} lines dropped from pages kept"
     rules = config.get("filter_rules")
     changed = [f"{key.partition('.')[2]}={value}" for key, value in sorted(rules.items())
                if str(key).startswith(f"{stage}.")] if isinstance(rules, dict) else []
@@ -88,7 +90,8 @@ def cleaning_table(manifest: Manifest) -> CleaningTable | None:
         return None
     counters = manifest.counters or {}
     rows = tuple(StageRow(stage, {f"{what}_{kind}": int(counters.get(f"{what}_{kind}_{stage}", 0))
-                                  for kind in KINDS for what in COUNTED}, _settings(stage, manifest.config))
+                                  for kind in KINDS for what in COUNTED},
+                          _settings(stage, manifest.config, counters))
                  for stage in stages)
     return CleaningTable(manifest.directory, int(counters.get("documents_read", 0)), rows,
                          manifest.config.get("removed", ""))
