@@ -85,9 +85,8 @@ from apache_beam.metrics import Metrics
 
 from pipeline.cleaning import (clean_document, dedup_flow, dedup_input_counters, drop_duplicate_lines,
                                shard_counters, stage_counters)
-from pipeline.near_duplicates import (Clusters, MinHashSettings, band_pairs, band_rows, document_hash,
-                                      equal_row_groups, estimated_jaccard, exact_key, keep_rank, kept_and_removed,
-                                      line_hashes, signature)
+from pipeline.near_duplicates import (Clusters, MinHashSettings, band_pairs, band_rows, dedup_keys, document_hash,
+                                      equal_row_groups, estimated_jaccard, keep_rank, kept_and_removed, line_hashes)
 from pipeline.corpus import CorpusError, InputFile, read_documents, read_identified_documents
 from pipeline.language_id import LanguageFilter
 from pipeline.data_directory import (OutputWriteError, create_in_run, open_staging, remove_staged_shards, report_path,
@@ -580,8 +579,8 @@ class ReadDocuments(beam.DoFn):
         size = len(text.encode("utf-8"))
         key = f"{file_key}:{index}"
         if "exact" in c.dedup or "near" in c.dedup:
-            candidates.add(index, *shard, size, key, exact_key(text, c.seed) if "exact" in c.dedup else b"",
-                           signature(text, self._minhash).tobytes() if "near" in c.dedup else b"", identity)
+            candidates.add(index, *shard, size, key,
+                           *dedup_keys(text, self._minhash, "exact" in c.dedup, "near" in c.dedup), identity)
         if "lines" in c.dedup:
             line_rows.add(index, *shard, key, line_hashes(lines, c.seed))
         return size

@@ -83,8 +83,22 @@ def dedup_text(text: str) -> str:
 
 
 def exact_key(text: str, seed: int = 0) -> bytes:
-    """The key exact duplicates share: 16 bytes of BLAKE2b of the simplified text."""
-    return hashlib.blake2b(dedup_text(text).encode("utf-8"), digest_size=16, key=_seed_key(seed)).digest()
+    """The key exact duplicates share: 16 bytes of BLAKE2b of the simplified text (``dedup_text``, which is the
+    text's ``minhash_words`` joined by spaces)."""
+    return _exact_key_of_words(minhash_words(text), seed)
+
+
+def _exact_key_of_words(words: list[str], seed: int) -> bytes:
+    """exact_key from the text's words (``minhash_words``): the simplified text is its words joined by spaces."""
+    return hashlib.blake2b(" ".join(words).encode("utf-8"), digest_size=16, key=_seed_key(seed)).digest()
+
+
+def dedup_keys(text: str, settings: MinHashSettings, exact: bool = True, near: bool = True) -> tuple[bytes, bytes]:
+    """(exact_key, signature as uint64 bytes) of a document, each b"" when not asked for: the text is split into
+    words once for both (``settings.seed`` keys both)."""
+    words = minhash_words(text)
+    return (_exact_key_of_words(words, settings.seed) if exact else b"",
+            _signature_of_words(words, settings).tobytes() if near else b"")
 
 
 def line_text(line: str) -> str:
@@ -115,13 +129,18 @@ def keep_rank(document_id: str, seed: int = 0) -> bytes:
 def shingle_hashes(text: str, settings: MinHashSettings) -> np.ndarray:
     """The distinct hashes (uint64) of the document's shingles; a document of fewer words than a shingle
     is one shingle of all its words (none when it has no word)."""
-    return np.unique(_shingles(text, settings))
+    return np.unique(_shingles(minhash_words(text), settings))
 
 
 def signature(text: str, settings: MinHashSettings) -> np.ndarray:
     """The MinHash signature (uint64, ``bands x rows``); all ones for a document without words."""
+    return _signature_of_words(minhash_words(text), settings)
+
+
+def _signature_of_words(words: list[str], settings: MinHashSettings) -> np.ndarray:
+    """signature from the text's words (``minhash_words``)."""
     # Repeated shingles are kept: they change no least value and cost less than np.unique's sort.
-    shingles = _shingles(text, settings)
+    shingles = _shingles(words, settings)
     if shingles.size == 0:
         return np.full(settings.hashes, MASK64, np.uint64)
     multipliers, increments = _hash_functions(settings.seed, settings.hashes)
@@ -218,11 +237,11 @@ def minhash_words(text: str) -> list[str]:
     return WORD.findall(unicodedata.normalize("NFKC", text).casefold())
 
 
-def _shingles(text: str, settings: MinHashSettings) -> np.ndarray:
-    """The hashes of the document's shingles in order, repeats included. A shingle of words w_0..w_{n-1} hashes
-    to sum_i rotl(h(w_i), 7i mod 64) * GOLDEN^(n-1-i) mod 2^64: what mixing its words in turn (mixed * GOLDEN +
-    rotated word) gives, computed as one (n, words) table of terms and n - 1 shifted sums."""
-    words = minhash_words(text)
+def _shingles(words: list[str], settings: MinHashSettings) -> np.ndarray:
+    """The hashes of the shingles of a document's words (``minhash_words``) in order, repeats included. A shingle
+    of words w_0..w_{n-1} hashes to sum_i rotl(h(w_i), 7i mod 64) * GOLDEN^(n-1-i) mod 2^64: what mixing its words
+    in turn (mixed * GOLDEN + rotated word) gives, computed as one (n, words) table of terms and n - 1 shifted
+    sums."""
     if not words:
         return np.zeros(0, np.uint64)
     hashes = _word_hashes(words, settings.seed)

@@ -3,6 +3,8 @@ duplicates of real text: near duplicates at Jaccard >= 0.85 caught, pairs below 
 the kept copy decided by a seeded hash."""
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from pipeline.near_duplicates import (
     MinHashSettings,
     band_keys,
     band_pairs,
+    dedup_keys,
     dedup_text,
     estimated_jaccard,
     exact_key,
@@ -58,6 +61,20 @@ def test_dedup_text_folds_case_width_punctuation_and_spaces():
 def test_exact_keys_are_equal_for_texts_equal_once_simplified_and_differ_by_seed():
     assert exact_key("The cat sat.") == exact_key("the CAT   sat") != exact_key("the dog sat")
     assert exact_key("The cat sat.", seed=1) != exact_key("The cat sat.")
+
+
+@pytest.mark.parametrize("text", ["The cat sat.", "", " \t ", "Ünïcödé　ＦＵＬＬ width — dash", "a\x1cb\u2028c", "x__y 3.14 ﬁn"])
+def test_an_exact_key_is_the_seeded_blake2b_of_the_simplified_text(text):
+    expected = hashlib.blake2b(dedup_text(text).encode("utf-8"), digest_size=16, key=(5).to_bytes(8, "little"))
+    assert exact_key(text, seed=5) == expected.digest()
+
+
+def test_dedup_keys_give_the_exact_key_and_the_signature_from_one_split_into_words():
+    settings = MinHashSettings(seed=5)
+    for text in ["The cat sat on the mat, twice: the cat sat on the mat.", "", "one"]:
+        assert dedup_keys(text, settings) == (exact_key(text, 5), signature(text, settings).tobytes())
+    assert dedup_keys("The cat sat.", settings, exact=False) == (b"", signature("The cat sat.", settings).tobytes())
+    assert dedup_keys("The cat sat.", settings, near=False) == (exact_key("The cat sat.", 5), b"")
 
 
 def test_a_signature_is_a_function_of_the_text_and_the_seed(documents):
