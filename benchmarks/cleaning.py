@@ -91,8 +91,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bundled_data import REPO, wikipedia_documents  # noqa: E402
 from pipeline import quality_filters  # noqa: E402
-from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, estimated_jaccard,  # noqa: E402
-                                      exact_key, kept_and_removed, pairs_in_band, signature, true_jaccard)
+from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, dedup_keys,  # noqa: E402
+                                      estimated_jaccard, exact_key, kept_and_removed, line_hashes, pairs_in_band,
+                                      signature, true_jaccard)
 
 BIBLE = REPO / "data" / "corpus" / "kjv_bible.txt.gz"
 BANDS = ((0.9, 1.01), (0.85, 0.9), (0.8, 0.85), (0.7, 0.8), (0.6, 0.7), (0.5, 0.6), (0.0, 0.5))
@@ -291,6 +292,8 @@ def part_costs(corpus: Corpus, workers: int, repeats: int, sample: int = 1000) -
     texts = [text for _, text in corpus.documents[:sample]]
     parts = {"minhash_signature": lambda: [signature(text, MinHashSettings()) for text in texts],
              "exact_key": lambda: [exact_key(text) for text in texts],
+             "exact_key_and_signature": lambda: [dedup_keys(text, MinHashSettings()) for text in texts],
+             "line_hashes": lambda: [line_hashes(text.split("\n")) for text in texts],
              "gopher_repetition": lambda: [quality_filters.gopher_repetition(text) for text in texts],
              "gopher_quality": lambda: [quality_filters.gopher_quality(text) for text in texts],
              "c4": lambda: [quality_filters.c4_clean(text) for text in texts],
