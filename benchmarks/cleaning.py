@@ -10,7 +10,8 @@ documents, timed ``--repeats`` times (the median).
 Then the same through the Beam pipeline (``--pipeline-documents`` N > 0): a JSON-lines corpus run by the real
 ``xlnet preprocess`` (FnApiRunner, ``--workers``) without cleaning and with each of ``--pipeline-cleaning``
 (``near``: ``--dedup near``; ``full``: ``--filters gopher,c4,fineweb --dedup exact,near``; ``lines``: the full
-set and C4's line dedup, ``--dedup exact,near,lines``; each with ``--removed DIR``), all of them ``--pipeline-rounds`` times in turn (plain, near, full, plain, near, full, ...),
+set and C4's line dedup, ``--dedup exact,near,lines``; ``near-lines``: ``--dedup near,lines``; each with
+``--removed DIR``), all of them ``--pipeline-rounds`` times in turn (plain, near, full, plain, near, full, ...),
 each run's seconds, CPU seconds (this process and its worker processes, ``cpu_seconds``) and peak resident
 memory printed as it ends (``PeakMemory``: the launcher, this process, and the largest of its worker
 processes, sampled from /proc); per cleaning the medians' ratio, what the audit
@@ -102,7 +103,8 @@ PIPELINE_FILES = 8
 # --pipeline-cleaning: the `xlnet preprocess` settings each cleaned run adds (with --removed DIR) to the plain run's
 CLEANINGS = {"near": {"dedup": ("near",)},
              "full": {"filters": ("gopher", "c4", "fineweb"), "dedup": ("exact", "near")},
-             "lines": {"filters": ("gopher", "c4", "fineweb"), "dedup": ("exact", "near", "lines")}}
+             "lines": {"filters": ("gopher", "c4", "fineweb"), "dedup": ("exact", "near", "lines")},
+             "near-lines": {"dedup": ("near", "lines")}}
 
 
 def edited(text: str, share: float, rng: np.random.Generator) -> str:
