@@ -92,9 +92,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bundled_data import REPO, wikipedia_documents  # noqa: E402
 from pipeline import quality_filters  # noqa: E402
+from pipeline.beam_pipeline import SIGNATURE_BATCH  # noqa: E402
 from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, dedup_keys,  # noqa: E402
-                                      estimated_jaccard, exact_key, kept_and_removed, line_hashes, pairs_in_band,
-                                      signature, true_jaccard)
+                                      estimated_jaccard, exact_key, exact_key_of_words, kept_and_removed, line_hashes,
+                                      minhash_words, pairs_in_band, signature, signatures_of, true_jaccard)
 
 BIBLE = REPO / "data" / "corpus" / "kjv_bible.txt.gz"
 BANDS = ((0.9, 1.01), (0.85, 0.9), (0.8, 0.85), (0.7, 0.8), (0.6, 0.7), (0.5, 0.6), (0.0, 0.5))
@@ -288,6 +289,16 @@ def planted_pipeline_corpus(texts: list[str], args: argparse.Namespace) -> Corpu
                   [(f"o{i}", f"c{i}") for i in range(len(texts))])
 
 
+def readers_dedup_keys(texts: list[str], settings: MinHashSettings) -> list[tuple[list[bytes], np.ndarray]]:
+    """The exact keys and signatures as ReadDocuments computes them: one split into words per document, the
+    signatures SIGNATURE_BATCH documents at a time."""
+    keys = []
+    for start in range(0, len(texts), SIGNATURE_BATCH):
+        words = [minhash_words(text) for text in texts[start:start + SIGNATURE_BATCH]]
+        keys.append(([exact_key_of_words(each, settings.seed) for each in words], signatures_of(words, settings)))
+    return keys
+
+
 def part_costs(corpus: Corpus, workers: int, repeats: int, sample: int = 1000) -> dict:
     """Each cleaning part's seconds on one core over a sample of the corpus, scaled to the whole corpus and
     shared by ``workers``: what it would add to a run if every document passed every part."""
@@ -295,6 +306,7 @@ def part_costs(corpus: Corpus, workers: int, repeats: int, sample: int = 1000) -
     parts = {"minhash_signature": lambda: [signature(text, MinHashSettings()) for text in texts],
              "exact_key": lambda: [exact_key(text) for text in texts],
              "exact_key_and_signature": lambda: [dedup_keys(text, MinHashSettings()) for text in texts],
+             "exact_key_and_signatures_batched": lambda: readers_dedup_keys(texts, MinHashSettings()),
              "line_hashes": lambda: [line_hashes(text.split("\n")) for text in texts],
              "gopher_repetition": lambda: [quality_filters.gopher_repetition(text) for text in texts],
              "gopher_quality": lambda: [quality_filters.gopher_quality(text) for text in texts],

@@ -85,8 +85,9 @@ from apache_beam.metrics import Metrics
 
 from pipeline.cleaning import (clean_document, dedup_flow, dedup_input_counters, drop_duplicate_lines,
                                shard_counters, stage_counters)
-from pipeline.near_duplicates import (Clusters, MinHashSettings, band_pairs, band_rows, dedup_keys, document_hash,
-                                      equal_row_groups, estimated_jaccard, keep_rank, kept_and_removed, line_hashes)
+from pipeline.near_duplicates import (Clusters, MinHashSettings, band_pairs, band_rows, document_hash,
+                                      equal_row_groups, estimated_jaccard, exact_key_of_words, keep_rank,
+                                      kept_and_removed, line_hashes, minhash_words, signatures_of)
 from pipeline.corpus import CorpusError, InputFile, read_documents, read_identified_documents
 from pipeline.language_id import LanguageFilter
 from pipeline.data_directory import (OutputWriteError, create_in_run, open_staging, remove_staged_shards, report_path,
@@ -113,6 +114,12 @@ READ_BUFFER_CHARS = 1 << 24
 # Under --dedup, a reader sends the dedup stages its documents in packs of at most this many (about 1 kB each
 # with a signature: some 32 MB at most held per reader).
 CANDIDATES_PER_PACK = 1 << 15
+# A reader signs its candidates this many at a time (signatures_of: about half the CPU of one at a time on crawl
+# documents), or sooner once they hold this many words: that bounds the words held for signing and a batch's
+# (shingle_words, words) table of terms, to 2.6 MB at 5-word shingles plus the last document's share (which
+# signing it alone needed too).
+SIGNATURE_BATCH = 256
+SIGNATURE_BATCH_WORDS = 1 << 16
 # The dedup stages' shuffles group packed arrays by bucket: one bucket per this many stored bytes of input, a
 # count the launcher derives from the input files' sizes before any work (dedup_buckets). A bucket thus holds
 # the dedup rows of about this much input, whatever the corpus's size: its documents' exact keys and
@@ -326,33 +333,65 @@ CANDIDATE_COLUMNS = {"file_of": np.int32, "indices": np.int64, "splits": np.int8
 
 
 class CandidateBuffer:
-    """The documents one reader holds for the dedup stages until it sends them on as Candidates."""
+    """The documents one reader holds for the dedup stages until it sends them on as Candidates. The signatures of
+    those added by ``add_words`` are computed SIGNATURE_BATCH at a time (sooner once SIGNATURE_BATCH_WORDS words
+    wait, and before a pack or a document added with its signature): only the words of those not yet signed are
+    held."""
 
-    def __init__(self):
+    def __init__(self, minhash: MinHashSettings | None = None):
+        self._minhash = minhash  # needed by add_words only
+        self._clear()
+
+    def _clear(self) -> None:
         self.indices, self.splits, self.shards, self.sizes, self.hashes = [], [], [], [], []
-        self.exact_keys, self.signatures, self.ids = [], [], []
+        self.exact_keys, self.ids = [], []
+        self.signatures: list[bytes] = []  # the signed documents' signatures (a batch's in one block), in order
+        self._unsigned: list[list[str]] = []  # the words of the documents after those, in order
+        self._unsigned_words = 0
 
     def add(self, index: int, split: str, shard: int, size: int, key: str, exact: bytes, values: bytes,
             identity: str | int) -> None:
+        """Adds a document with its exact key and its signature's bytes (each b"" when not asked for)."""
+        self._sign()  # the documents added before it first: the signatures stay in the documents' order
+        self._add_keys(index, split, shard, size, key, exact, identity)
+        self.signatures.append(values)
+
+    def add_words(self, index: int, split: str, shard: int, size: int, key: str, exact: bytes, words: list[str],
+                  identity: str | int) -> None:
+        """Adds a document with its exact key (b"" when not asked for) and its words (``minhash_words``), to sign
+        with the next batch."""
+        self._add_keys(index, split, shard, size, key, exact, identity)
+        self._unsigned.append(words)
+        self._unsigned_words += len(words)
+        if len(self._unsigned) >= SIGNATURE_BATCH or self._unsigned_words >= SIGNATURE_BATCH_WORDS:
+            self._sign()
+
+    def _add_keys(self, index: int, split: str, shard: int, size: int, key: str, exact: bytes,
+                  identity: str | int) -> None:
         self.indices.append(index)
         self.splits.append(SPLITS.index(split))
         self.shards.append(shard)
         self.sizes.append(size)
         self.hashes.append(document_hash(key))
         self.exact_keys.append(exact)
-        self.signatures.append(values)
         self.ids.append(identity)
+
+    def _sign(self) -> None:
+        if self._unsigned:
+            self.signatures.append(signatures_of(self._unsigned, self._minhash).tobytes())
+            self._unsigned, self._unsigned_words = [], 0
 
     def __len__(self) -> int:
         return len(self.indices)
 
     def pack(self, file_key: str, identified: bool) -> Candidates:
+        self._sign()
         packed = Candidates((file_key,), np.zeros(len(self), np.int32).tobytes(),
                             np.array(self.indices, np.int64).tobytes(), np.array(self.splits, np.int8).tobytes(),
                             np.array(self.shards, np.int32).tobytes(), np.array(self.sizes, np.int64).tobytes(),
                             np.array(self.hashes, np.uint64).tobytes(), b"".join(self.exact_keys),
                             b"".join(self.signatures), tuple(self.ids) if identified else ())
-        self.__init__()
+        self._clear()
         return packed
 
 
@@ -523,7 +562,7 @@ class ReadDocuments(beam.DoFn):
         start = time.time()
         buffers: dict[tuple[str, int], _ShardBuffer] = defaultdict(_ShardBuffer)
         buffered_chars = 0
-        candidates, line_rows = CandidateBuffer(), LineBuffer()
+        candidates, line_rows = CandidateBuffer(self._minhash), LineBuffer()
         try:
             read = (read_identified_documents if c.removed else read_documents)(
                 input_file.path, c.input_format, c.text_field, c.max_line_bytes, stats)
@@ -572,15 +611,20 @@ class ReadDocuments(beam.DoFn):
 
     def _candidate(self, candidates: CandidateBuffer, line_rows: LineBuffer, file_key: str, index: int,
                    shard: tuple[str, int], lines: list[str], identity: str | int) -> int:
-        """Adds the document as the dedup stages see it (its signature and line hashes computed here, where its
-        text is) to ``candidates`` (exact, near) and ``line_rows`` (lines); returns its UTF-8 bytes."""
+        """Adds the document as the dedup stages see it (its exact key, signature and line hashes computed here,
+        where its text is; the signature in ``candidates``' next batch) to ``candidates`` (exact, near) and
+        ``line_rows`` (lines); returns its UTF-8 bytes."""
         c = self._config
         text = "\n".join(lines)
         size = len(text.encode("utf-8"))
         key = f"{file_key}:{index}"
         if "exact" in c.dedup or "near" in c.dedup:
-            candidates.add(index, *shard, size, key,
-                           *dedup_keys(text, self._minhash, "exact" in c.dedup, "near" in c.dedup), identity)
+            words = minhash_words(text)  # one split for both keys
+            exact = exact_key_of_words(words, self._minhash.seed) if "exact" in c.dedup else b""
+            if "near" in c.dedup:
+                candidates.add_words(index, *shard, size, key, exact, words, identity)
+            else:
+                candidates.add(index, *shard, size, key, exact, b"", identity)
         if "lines" in c.dedup:
             line_rows.add(index, *shard, key, line_hashes(lines, c.seed))
         return size

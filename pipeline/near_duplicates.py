@@ -25,17 +25,19 @@ words' hashes in order (``mixed = mixed * GOLDEN + rotl(word, 7 * position mod 6
 signature row is the least over the shingles. Every value is a function of the text and the seed only
 (tests/pipeline/test_near_duplicates.py computes them so, word by word, and checks these functions against it).
 How, for speed (signatures are most of ``--dedup near``'s cost): a process keeps its words' hashes across
-documents (bounded, :data:`WORD_CACHE_WORDS`), a shingle's mixing is one table of terms per document, and the
-hash functions are drawn once per process.
+documents (bounded, :data:`WORD_CACHE_WORDS`), a shingle's mixing is one table of terms per document (per batch
+under :func:`signatures_of`), the hash functions are drawn once per process, and :func:`signatures_of` signs a
+batch of documents in a few NumPy calls where one document alone costs some 15 calls on ~100 shingles.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import hashlib
+import itertools
 import re
 import unicodedata
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -50,7 +52,8 @@ GOLDEN = 0x9E3779B97F4A7C15  # the shingle mixing's odd multiplier
 # its digest, the slot) measured on the bundled corpus, some 17 MiB at most.
 WORD_CACHE_WORDS = 1 << 17
 _word_cache: tuple[int, dict[str, bytes]] = (0, {})
-# Shingles hashed at once by the signature: at most 112 x 4096 x 8 bytes (3.7 MB) alive for any document.
+# Shingles hashed at once by the signatures: at most 112 x 4096 x 8 bytes (3.7 MB) of hash values alive, for any
+# document and any batch of them (signatures_of).
 SHINGLES_PER_CHUNK = 4096
 
 
@@ -85,10 +88,10 @@ def dedup_text(text: str) -> str:
 def exact_key(text: str, seed: int = 0) -> bytes:
     """The key exact duplicates share: 16 bytes of BLAKE2b of the simplified text (``dedup_text``, which is the
     text's ``minhash_words`` joined by spaces)."""
-    return _exact_key_of_words(minhash_words(text), seed)
+    return exact_key_of_words(minhash_words(text), seed)
 
 
-def _exact_key_of_words(words: list[str], seed: int) -> bytes:
+def exact_key_of_words(words: list[str], seed: int) -> bytes:
     """exact_key from the text's words (``minhash_words``): the simplified text is its words joined by spaces."""
     return hashlib.blake2b(" ".join(words).encode("utf-8"), digest_size=16, key=_seed_key(seed)).digest()
 
@@ -97,7 +100,7 @@ def dedup_keys(text: str, settings: MinHashSettings, exact: bool = True, near: b
     """(exact_key, signature as uint64 bytes) of a document, each b"" when not asked for: the text is split into
     words once for both (``settings.seed`` keys both)."""
     words = minhash_words(text)
-    return (_exact_key_of_words(words, settings.seed) if exact else b"",
+    return (exact_key_of_words(words, settings.seed) if exact else b"",
             _signature_of_words(words, settings).tobytes() if near else b"")
 
 
@@ -138,7 +141,8 @@ def signature(text: str, settings: MinHashSettings) -> np.ndarray:
 
 
 def _signature_of_words(words: list[str], settings: MinHashSettings) -> np.ndarray:
-    """signature from the text's words (``minhash_words``)."""
+    """signature from the text's words (``minhash_words``): for one document, half the cost of ``signatures_of``
+    of one (fewer NumPy calls), twice that of a document in a batch of ``signatures_of``."""
     # Repeated shingles are kept: they change no least value and cost less than np.unique's sort.
     shingles = _shingles(words, settings)
     if shingles.size == 0:
@@ -154,6 +158,58 @@ def _least(shingles: np.ndarray, multipliers: np.ndarray, increments: np.ndarray
     values = shingles * multipliers
     values += increments
     return values.min(axis=1)
+
+
+def signatures_of(word_lists: Sequence[list[str]], settings: MinHashSettings) -> np.ndarray:
+    """The signatures of documents given by their words (``minhash_words``), as (documents, ``bands x rows``) uint64:
+    row i is document i's :func:`signature`, all ones for a document without words. A few NumPy calls for the whole
+    batch (a few hundred documents: about half the CPU of a ``signature`` per document on crawl documents)."""
+    signatures = np.full((len(word_lists), settings.hashes), MASK64, np.uint64)
+    # Repeated shingles are kept: they change no least value and cost less than np.unique's sort.
+    shingles, counts, signed = _batch_shingles(word_lists, settings)
+    if shingles.size:
+        signatures[signed] = _least_of_runs(shingles, counts, *_hash_functions(settings.seed, settings.hashes)).T
+    return signatures
+
+
+def _batch_shingles(word_lists: Sequence[list[str]], settings: MinHashSettings) -> tuple[np.ndarray, np.ndarray,
+                                                                                        np.ndarray]:
+    """The shingles (:func:`_shingles`) of the documents that have words, each document's in one run: (the
+    shingles, each run's length, its document's index). The documents of at least ``shingle_words`` words come
+    first, in order, their shingles the windows of one table of terms over all their words that start and end
+    within one document; then those of fewer words (one shingle each, of all their words), one by one."""
+    n = settings.shingle_words
+    counts = np.fromiter(map(len, word_lists), np.int64, len(word_lists))
+    long, short = np.flatnonzero(counts >= n), np.flatnonzero((counts > 0) & (counts < n))
+    runs = [np.zeros(0, np.uint64)]
+    if long.size:
+        words = _word_hashes(list(itertools.chain.from_iterable(word_lists[i] for i in long)), settings.seed)
+        lengths = counts[long] - (n - 1)
+        # Shingle j of a document starts at its first word plus j: a run's first shingle is its first word less
+        # the n - 1 words each earlier document has more than shingles.
+        starts = np.arange(lengths.sum()) + np.repeat(np.arange(long.size) * (n - 1), lengths)
+        runs.append(_mixed(words, n)[starts])
+    runs.extend(_shingles(word_lists[i], settings) for i in short)
+    return (np.concatenate(runs), np.concatenate([counts[long] - (n - 1), np.ones(short.size, np.int64)]),
+            np.concatenate([long, short]))
+
+
+def _least_of_runs(shingles: np.ndarray, counts: np.ndarray, multipliers: np.ndarray,
+                   increments: np.ndarray) -> np.ndarray:
+    """Each hash function's least value over each run of ``counts`` (none 0) of ``shingles``, as (hashes, runs):
+    (hashes, SHINGLES_PER_CHUNK) arrays of values wrapping mod 2^64, each reduced over the pieces of runs it holds,
+    then the pieces of each run."""
+    firsts = np.cumsum(counts) - counts
+    chunks = np.arange(0, shingles.size, SHINGLES_PER_CHUNK)
+    pieces = np.union1d(firsts, chunks)  # runs cut at chunk starts: none empty, as reduceat needs
+    bounds = np.searchsorted(pieces, np.append(chunks, shingles.size))
+    least = np.empty((multipliers.shape[0], pieces.size), np.uint64)
+    for chunk, start in enumerate(chunks):
+        values = shingles[start:start + SHINGLES_PER_CHUNK] * multipliers
+        values += increments
+        within = slice(bounds[chunk], bounds[chunk + 1])
+        least[:, within] = np.minimum.reduceat(values, pieces[within] - start, axis=1)
+    return np.minimum.reduceat(least, np.searchsorted(pieces, firsts), axis=1)
 
 
 def band_keys(signature_values: np.ndarray, settings: MinHashSettings) -> list[bytes]:
@@ -238,15 +294,17 @@ def minhash_words(text: str) -> list[str]:
 
 
 def _shingles(words: list[str], settings: MinHashSettings) -> np.ndarray:
-    """The hashes of the shingles of a document's words (``minhash_words``) in order, repeats included. A shingle
-    of words w_0..w_{n-1} hashes to sum_i rotl(h(w_i), 7i mod 64) * GOLDEN^(n-1-i) mod 2^64: what mixing its words
-    in turn (mixed * GOLDEN + rotated word) gives, computed as one (n, words) table of terms and n - 1 shifted
-    sums."""
+    """The hashes of the shingles of a document's words (``minhash_words``) in order, repeats included."""
     if not words:
         return np.zeros(0, np.uint64)
-    hashes = _word_hashes(words, settings.seed)
-    n = min(settings.shingle_words, len(words))
-    count = len(words) - n + 1
+    return _mixed(_word_hashes(words, settings.seed), min(settings.shingle_words, len(words)))
+
+
+def _mixed(hashes: np.ndarray, n: int) -> np.ndarray:
+    """The mixed hash of each run of ``n`` consecutive word hashes (``hashes``, at least ``n``). A shingle of words
+    w_0..w_{n-1} hashes to sum_i rotl(h(w_i), 7i mod 64) * GOLDEN^(n-1-i) mod 2^64: what mixing its words in turn
+    (mixed * GOLDEN + rotated word) gives, computed as one (n, words) table of terms and n - 1 shifted sums."""
+    count = hashes.size - n + 1
     left, right, powers = _mixing(n)
     terms = ((hashes << left) | (hashes >> right)) * powers  # row i: word hashes as the i-th of a shingle
     mixed = terms[0, :count].copy()
@@ -280,7 +338,8 @@ def _word_digests(seed: int) -> dict[str, bytes]:
 
 
 def word_cache_size() -> int:
-    """How many words' hashes this process keeps (at most WORD_CACHE_WORDS plus one document's distinct words)."""
+    """How many words' hashes this process keeps (at most WORD_CACHE_WORDS plus the distinct words of one call:
+    one document's, or one batch's under ``signatures_of``)."""
     return len(_word_cache[1])
 
 

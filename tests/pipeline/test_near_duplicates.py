@@ -8,6 +8,7 @@ import hashlib
 import numpy as np
 import pytest
 
+from pipeline import beam_pipeline, near_duplicates
 from pipeline.near_duplicates import (
     Clusters,
     MinHashSettings,
@@ -18,9 +19,11 @@ from pipeline.near_duplicates import (
     estimated_jaccard,
     exact_key,
     kept_and_removed,
+    minhash_words,
     pairs_in_band,
     shingle_hashes,
     signature,
+    signatures_of,
     true_jaccard,
 )
 from support.bundled_data import WIKI_SUMMARIES, read_corpus_documents
@@ -172,3 +175,56 @@ def test_a_long_document_is_signed_in_bounded_chunks():
     text = " ".join(f"w{value}" for value in rng.integers(0, 50_000, 20_000))
     whole = signature(text, SETTINGS)
     assert whole.shape == (112,) and np.all(whole < np.uint64(2 ** 64 - 1))
+
+
+def varied_texts(documents: list[str]) -> list[str]:
+    """Real documents among edge cases: no word, one, fewer than a shingle, exactly one shingle, Unicode, and two
+    documents longer than a chunk of shingles."""
+    rng = np.random.default_rng(4)
+    long = " ".join(f"w{value}" for value in rng.integers(0, 50_000, near_duplicates.SHINGLES_PER_CHUNK + 700))
+    edge = ["", "one", "?!...", "two words", "a b c d", "a b c d e", "  \n\t ", "Ｆｕｌｌ ＣＡＴ Straße ΣΊΣΥΦΟΣ ﬁne ½",
+            "東京タワー は 日本 の 電波塔 です 😀 emoji", long, "la " * 40, long[:30_000]]
+    return [text for pair in zip(documents[:len(edge)], edge) for text in pair] + documents[len(edge):40]
+
+
+@pytest.mark.parametrize("chunk", [7, 64, near_duplicates.SHINGLES_PER_CHUNK])
+@pytest.mark.parametrize("settings", [SETTINGS, MinHashSettings(shingle_words=3, bands=4, rows=3, seed=5)],
+                         ids=["defaults", "3-word-4x3-seed5"])
+def test_a_batch_of_signatures_is_each_documents_signature(documents, settings, chunk, monkeypatch):
+    """Whatever the batches and wherever a chunk of shingles ends (within a document or between two)."""
+    texts = varied_texts(documents)
+    expected = np.stack([signature(text, settings) for text in texts])
+    monkeypatch.setattr(near_duplicates, "SHINGLES_PER_CHUNK", chunk)
+    words = [minhash_words(text) for text in texts]
+    for batch in (1, 5, len(texts)):
+        values = np.concatenate([signatures_of(words[start:start + batch], settings)
+                                 for start in range(0, len(texts), batch)])
+        assert values.dtype == np.uint64 and np.array_equal(values, expected)
+    assert signatures_of([], settings).shape == (0, settings.hashes)
+    assert signatures_of([[], []], settings).tolist() == [[2 ** 64 - 1] * settings.hashes] * 2
+
+
+def test_a_readers_candidates_pack_the_signatures_of_one_document_at_a_time_whatever_the_batches(documents,
+                                                                                                 monkeypatch):
+    """The reader's buffer signs its documents in batches (of SIGNATURE_BATCH documents or SIGNATURE_BATCH_WORDS
+    words, and before a pack or a document added with its signature): the same bytes as signing them one by one."""
+    texts = varied_texts(documents)
+
+    def pack(signed_in_batches: bool) -> tuple:
+        buffer = beam_pipeline.CandidateBuffer(SETTINGS)
+        packs = []
+        for index, text in enumerate(texts):
+            place = (index, "train", index % 3, len(text), f"f:{index}", exact_key(text))
+            if signed_in_batches and index % 11 != 10:  # now and then a document added with its signature
+                buffer.add_words(*place, minhash_words(text), f"id{index}")
+            else:
+                buffer.add(*place, signature(text, SETTINGS).tobytes(), f"id{index}")
+            if index % 13 == 12:
+                packs.append(buffer.pack("f", identified=True))
+        return tuple(packs + [buffer.pack("f", identified=True)])
+
+    expected = pack(False)
+    for batch, words in [(3, 1 << 16), (256, 300), (256, 1 << 16)]:
+        monkeypatch.setattr(beam_pipeline, "SIGNATURE_BATCH", batch)
+        monkeypatch.setattr(beam_pipeline, "SIGNATURE_BATCH_WORDS", words)
+        assert pack(True) == expected

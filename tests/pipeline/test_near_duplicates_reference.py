@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from pipeline import near_duplicates
-from pipeline.near_duplicates import MinHashSettings, dedup_text, shingle_hashes, signature
+from pipeline.near_duplicates import (MinHashSettings, dedup_text, minhash_words, shingle_hashes, signature,
+                                      signatures_of)
 from support.bundled_data import CORPUS_DIR, WIKI_SUMMARIES, read_corpus_documents
 
 MASK = (1 << 64) - 1
@@ -92,6 +93,15 @@ def test_signatures_and_shingles_are_as_defined_on_edge_cases(text, settings):
     assert_as_defined(text, settings)
 
 
+@pytest.mark.parametrize("settings", SETTINGS, ids=["defaults", "3-word-4x3-seed5"])
+def test_signatures_of_a_batch_are_as_defined(real_documents, settings):
+    """signatures_of, as the pipeline's readers sign documents: real ones and the edge cases in one batch."""
+    texts = [text for pair in zip(real_documents, EDGE_CASES) for text in pair] + real_documents[len(EDGE_CASES):60]
+    values = signatures_of([minhash_words(text) for text in texts], settings)
+    assert values.dtype == np.uint64 and values.shape == (len(texts), settings.hashes)
+    assert values.tolist() == [reference_signature(text, settings) for text in texts]
+
+
 def test_the_words_are_dedup_texts_words(real_documents):
     for text in real_documents + EDGE_CASES:
         assert near_duplicates.minhash_words(text) == reference_words(text)
@@ -101,6 +111,8 @@ def test_a_document_longer_than_a_chunk_is_as_defined():
     rng = np.random.default_rng(7)
     text = " ".join(f"w{value}" for value in rng.integers(0, 3000, 2 * near_duplicates.SHINGLES_PER_CHUNK + 50))
     assert_as_defined(text, SETTINGS[0])
+    values = signatures_of([["a", "b"], minhash_words(text), ["c"] * 9], SETTINGS[0])  # its chunks not aligned
+    assert values.tolist() == [reference_signature(t, SETTINGS[0]) for t in ("a b", text, "c " * 9)]
 
 
 def test_the_word_cache_changes_no_value_when_it_fills_or_the_seed_changes(real_documents, monkeypatch):
