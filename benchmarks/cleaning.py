@@ -93,7 +93,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bundled_data import REPO, wikipedia_documents  # noqa: E402
 from pipeline import quality_filters  # noqa: E402
 from pipeline.beam_pipeline import SIGNATURE_BATCH  # noqa: E402
-from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys, dedup_keys,  # noqa: E402
+from pipeline.near_duplicates import (Clusters, MinHashSettings, band_keys,  # noqa: E402
                                       estimated_jaccard, exact_key, exact_key_of_words, kept_and_removed, line_hashes,
                                       minhash_words, pairs_in_band, signature, signatures_of, true_jaccard)
 
@@ -305,7 +305,6 @@ def part_costs(corpus: Corpus, workers: int, repeats: int, sample: int = 1000) -
     texts = [text for _, text in corpus.documents[:sample]]
     parts = {"minhash_signature": lambda: [signature(text, MinHashSettings()) for text in texts],
              "exact_key": lambda: [exact_key(text) for text in texts],
-             "exact_key_and_signature": lambda: [dedup_keys(text, MinHashSettings()) for text in texts],
              "exact_key_and_signatures_batched": lambda: readers_dedup_keys(texts, MinHashSettings()),
              "line_hashes": lambda: [line_hashes(text.split("\n")) for text in texts],
              "gopher_repetition": lambda: [quality_filters.gopher_repetition(text) for text in texts],

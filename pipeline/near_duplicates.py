@@ -96,14 +96,6 @@ def exact_key_of_words(words: list[str], seed: int) -> bytes:
     return hashlib.blake2b(" ".join(words).encode("utf-8"), digest_size=16, key=_seed_key(seed)).digest()
 
 
-def dedup_keys(text: str, settings: MinHashSettings, exact: bool = True, near: bool = True) -> tuple[bytes, bytes]:
-    """(exact_key, signature as uint64 bytes) of a document, each b"" when not asked for: the text is split into
-    words once for both (``settings.seed`` keys both)."""
-    words = minhash_words(text)
-    return (exact_key_of_words(words, settings.seed) if exact else b"",
-            _signature_of_words(words, settings).tobytes() if near else b"")
-
-
 def line_text(line: str) -> str:
     """A line as ``--dedup lines`` compares it, as C4 does (TensorFlow Datasets' ``c4_utils``): its surrounding
     spaces stripped, lower-cased. A blank line is no line to dedup (empty here)."""

@@ -98,8 +98,8 @@ def test_the_crawl_corpus_runs_plain_and_cleaned_alternately(cleaning, monkeypat
     assert near["deduplicated_outside_planted_first"] == [[unplanted[0], "x"]]
     assert rows[-1]["part"] == "settings" and rows[-1]["documents"] == 5 and rows[-1]["pipeline_documents"] == 40
     (costs,) = [row for row in rows if row["part"] == "pipeline_part_costs"]
-    assert set(costs["seconds_per_worker"]) == {"minhash_signature", "exact_key", "exact_key_and_signature",
-                                                "line_hashes", "gopher_repetition", "gopher_quality", "c4", "fineweb"}
+    assert set(costs["seconds_per_worker"]) == {"minhash_signature", "exact_key",
+                                                "exact_key_and_signatures_batched", "line_hashes", "gopher_repetition", "gopher_quality", "c4", "fineweb"}
 
 
 def test_a_crawl_corpus_gives_the_shares_their_copies(cleaning):

@@ -14,7 +14,6 @@ from pipeline.near_duplicates import (
     MinHashSettings,
     band_keys,
     band_pairs,
-    dedup_keys,
     dedup_text,
     estimated_jaccard,
     exact_key,
@@ -70,14 +69,6 @@ def test_exact_keys_are_equal_for_texts_equal_once_simplified_and_differ_by_seed
 def test_an_exact_key_is_the_seeded_blake2b_of_the_simplified_text(text):
     expected = hashlib.blake2b(dedup_text(text).encode("utf-8"), digest_size=16, key=(5).to_bytes(8, "little"))
     assert exact_key(text, seed=5) == expected.digest()
-
-
-def test_dedup_keys_give_the_exact_key_and_the_signature_from_one_split_into_words():
-    settings = MinHashSettings(seed=5)
-    for text in ["The cat sat on the mat, twice: the cat sat on the mat.", "", "one"]:
-        assert dedup_keys(text, settings) == (exact_key(text, 5), signature(text, settings).tobytes())
-    assert dedup_keys("The cat sat.", settings, exact=False) == (b"", signature("The cat sat.", settings).tobytes())
-    assert dedup_keys("The cat sat.", settings, near=False) == (exact_key("The cat sat.", 5), b"")
 
 
 def test_a_signature_is_a_function_of_the_text_and_the_seed(documents):
