@@ -281,8 +281,17 @@ def _seed_key(seed: int) -> bytes:
 
 def minhash_words(text: str) -> list[str]:
     """``dedup_text(text).split()`` in one pass: after NON_WORD's characters become spaces, the words are the
-    runs of word characters (no character is both a word character and a space)."""
+    runs of word characters (no character is both a word character and a space). ASCII text (most of a web
+    crawl) needs neither NFKC nor casefold (each leaves it as ``lower`` does), and its word characters are
+    ``[a-z0-9_]``: every other character made a space, ``str.split`` gives the same words in a third less time."""
+    if text.isascii():
+        return text.lower().translate(_ASCII_NON_WORD_TO_SPACE).split()
     return WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+# Every ASCII character that is no word character (``\w`` matches [A-Za-z0-9_] of ASCII) -> a space.
+_ASCII_NON_WORD_TO_SPACE = str.maketrans({chr(code): " " for code in range(128)
+                                          if not (chr(code).isalnum() or chr(code) == "_")})
 
 
 def _shingles(words: list[str], settings: MinHashSettings) -> np.ndarray:

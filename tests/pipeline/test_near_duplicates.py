@@ -10,6 +10,7 @@ import pytest
 
 from pipeline import beam_pipeline, near_duplicates
 from pipeline.near_duplicates import (
+    WORD,
     Clusters,
     MinHashSettings,
     band_keys,
@@ -63,6 +64,17 @@ def test_dedup_text_folds_case_width_punctuation_and_spaces():
 def test_exact_keys_are_equal_for_texts_equal_once_simplified_and_differ_by_seed():
     assert exact_key("The cat sat.") == exact_key("the CAT   sat") != exact_key("the dog sat")
     assert exact_key("The cat sat.", seed=1) != exact_key("The cat sat.")
+
+
+def test_every_ascii_character_splits_words_as_the_word_pattern_does():
+    texts = [f"Ab{chr(code)}Cd" for code in range(128)]
+    assert [minhash_words(text) for text in texts] == [WORD.findall(text.lower()) for text in texts]
+
+
+@pytest.mark.parametrize("text", ["The Cat_sat, on-the MAT... 3.14!", "tab\tand\x1cfile\x1fseparators", "",
+                                  "a'b \"c\" [d] {e} (f) <g> |h| ~i` @j #k $l %m ^n &o *p +q =r /s \\t ?u :v ;w"])
+def test_ascii_words_are_the_word_character_runs_of_the_lower_cased_text(text):
+    assert text.isascii() and minhash_words(text) == WORD.findall(text.lower()) == dedup_text(text).split()
 
 
 @pytest.mark.parametrize("text", ["The cat sat.", "", " \t ", "Ünïcödé　ＦＵＬＬ width — dash", "a\x1cb\u2028c", "x__y 3.14 ﬁn"])
