@@ -86,7 +86,7 @@ from apache_beam.metrics import Metrics
 from pipeline.cleaning import (clean_document, dedup_flow, dedup_input_counters, drop_duplicate_lines,
                                shard_counters, stage_counters)
 from pipeline.near_duplicates import (Clusters, MinHashSettings, band_pairs, band_rows, document_hash,
-                                      equal_row_groups, estimated_jaccard, exact_key_of_words, keep_rank,
+                                      equal_row_groups, estimated_jaccard, exact_key_of_words, keep_order, keep_rank,
                                       kept_and_removed, line_hashes, minhash_words, signatures_of)
 from pipeline.corpus import CorpusError, InputFile, read_documents, read_identified_documents
 from pipeline.language_id import LanguageFilter
@@ -398,8 +398,9 @@ class CandidateBuffer:
 class LineRows(NamedTuple):
     """Lines of some documents for ``--dedup lines``, packed: row ``i`` is line ``lines[i]`` (its ``line_hash``)
     of the document of key ``f"{files[file_of[i]]}:{indices[i]}"``, of shard (SPLITS[``splits[i]``],
-    ``shards[i]``), whose key's ``document_hash`` is ``documents[i]``. A reader sends each document's distinct
-    lines; LineOwners sends each shard the rows of the lines its documents lose (kept in another page)."""
+    ``shards[i]``), whose key's ``document_hash`` is ``documents[i]`` and whose ``keep_order`` is ``ranks[i]``.
+    A reader sends each document's distinct lines; LineOwners sends each shard the rows of the lines its
+    documents lose (kept in another page)."""
 
     files: tuple[str, ...]
     file_of: bytes  # int32 per row
@@ -408,6 +409,7 @@ class LineRows(NamedTuple):
     shards: bytes  # int32 per row
     documents: bytes  # uint64 per row
     lines: bytes  # uint64 per row
+    ranks: bytes  # uint64 per row
 
     def column(self, name: str) -> np.ndarray:
         return np.frombuffer(getattr(self, name), dtype=LINE_COLUMNS[name])
@@ -431,18 +433,20 @@ class LineRows(NamedTuple):
 
 
 LINE_COLUMNS = {"file_of": np.int32, "indices": np.int64, "splits": np.int8, "shards": np.int32,
-                "documents": np.uint64, "lines": np.uint64}
+                "documents": np.uint64, "lines": np.uint64, "ranks": np.uint64}
 
 
 class LineBuffer:
     """The distinct lines of the documents one reader holds for ``--dedup lines`` until it sends them on."""
 
-    def __init__(self):
-        self.documents, self.lines = [], []  # (index, split, shard, document hash, lines) each; their line hashes
+    def __init__(self, seed: int = 0):
+        self._seed = seed
+        self.documents, self.lines = [], []  # (index, split, shard, document hash, rank, lines) each; their hashes
 
     def add(self, index: int, split: str, shard: int, key: str, hashes: np.ndarray) -> None:
         if hashes.size:
-            self.documents.append((index, SPLITS.index(split), shard, document_hash(key), hashes.size))
+            self.documents.append((index, SPLITS.index(split), shard, document_hash(key), keep_order(key, self._seed),
+                                   hashes.size))
             self.lines.append(hashes)
 
     def __len__(self) -> int:
@@ -450,12 +454,13 @@ class LineBuffer:
 
     def pack(self, file_key: str) -> LineRows:
         columns = list(zip(*self.documents))
-        counts = np.array(columns[4], np.int64)
+        counts = np.array(columns[5], np.int64)
         repeated = lambda values, dtype: np.repeat(np.array(values, dtype), counts).tobytes()
         packed = LineRows((file_key,), np.zeros(int(counts.sum()), np.int32).tobytes(), repeated(columns[0], np.int64),
                           repeated(columns[1], np.int8), repeated(columns[2], np.int32),
-                          repeated(columns[3], np.uint64), np.concatenate(self.lines).tobytes())
-        self.__init__()
+                          repeated(columns[3], np.uint64), np.concatenate(self.lines).tobytes(),
+                          repeated(columns[4], np.uint64))
+        self.documents, self.lines = [], []
         return packed
 
 
@@ -562,7 +567,7 @@ class ReadDocuments(beam.DoFn):
         start = time.time()
         buffers: dict[tuple[str, int], _ShardBuffer] = defaultdict(_ShardBuffer)
         buffered_chars = 0
-        candidates, line_rows = CandidateBuffer(self._minhash), LineBuffer()
+        candidates, line_rows = CandidateBuffer(self._minhash), LineBuffer(c.seed)
         try:
             read = (read_identified_documents if c.removed else read_documents)(
                 input_file.path, c.input_format, c.text_field, c.max_line_bytes, stats)
@@ -918,29 +923,37 @@ class LineOwners(beam.DoFn):
     """(line bucket, LineRows packs) -> ((split, shard), LineRows) of the lines each shard's documents lose: of
     the pages that have a line, the one of least ``keep_rank`` keeps it and every other loses it, whatever order
     they arrived in (C4 keeps a line in the page of least hash). Every page of a line is in one bucket; one
-    sort of the bucket's line hashes finds the lines of two pages or more (most are alone). A worker holds one
-    bucket's rows (about BUCKET_INPUT_BYTES of input's lines), plus every page of a line that is in it."""
+    sort of the bucket's rows by line and ``keep_order`` (the rows carry it: no key is built) finds each line's
+    keeper, the first of its line; ``keep_rank`` itself decides only between pages whose orders tie. A worker
+    holds one bucket's rows (about BUCKET_INPUT_BYTES of input's lines, 41 bytes a row), plus every page of a line
+    that is in it (41 bytes each)."""
 
     def __init__(self, seed: int):
         self._seed = seed
 
     def process(self, element: tuple[int, Iterable[LineRows]]) -> Iterator[tuple[tuple[str, int], LineRows]]:
         rows = LineRows.joined(element[1])
-        ranks: dict[str, tuple[bytes, str]] = {}
-        losing = []
-        for group in equal_row_groups(rows.column("lines").reshape(-1, 1)):
-            keys = rows.keys(group)
-            for key in keys:
-                if key not in ranks:
-                    ranks[key] = (keep_rank(key, self._seed), key)
-            owner = min(range(len(keys)), key=lambda member: ranks[keys[member]])
-            losing += [row for member, row in enumerate(group.tolist()) if member != owner]
-        if not losing:
+        lines, ranks = rows.column("lines"), rows.column("ranks")
+        order = np.lexsort((ranks, lines))
+        lines, ranks = lines[order], ranks[order]
+        later = np.r_[False, lines[1:] == lines[:-1]]  # not the first row of its line: it loses the line
+        for line in np.unique(lines[later & np.r_[False, ranks[1:] == ranks[:-1]]]).tolist():
+            self._break_tie(rows, order, lines == line, later)
+        if not later.any():
             return
-        lost = rows.select(np.sort(np.array(losing, np.int64)))
+        lost = rows.select(np.sort(order[later]))
         shard_of = lost.column("splits").astype(np.int64) << 32 | lost.column("shards").astype(np.int64)
         for code, taken in bucket_rows(shard_of):
             yield (SPLITS[code >> 32], code & 0xFFFFFFFF), lost.select(taken)
+
+    def _break_tie(self, rows: LineRows, order: np.ndarray, of_line: np.ndarray, later: np.ndarray) -> None:
+        """Marks in ``later`` (by sorted position) every page of one line but the one of least (``keep_rank``, key):
+        for a line whose least ``keep_order`` two pages share (1 in 2^64 per pair)."""
+        places = np.flatnonzero(of_line)
+        keys = rows.keys(order[places])
+        keeper = min(range(len(keys)), key=lambda member: (keep_rank(keys[member], self._seed), keys[member]))
+        later[places] = True
+        later[places[keeper]] = False
 
 
 class WriteShard(beam.DoFn):

@@ -96,6 +96,13 @@ def exact_key_of_words(words: list[str], seed: int) -> bytes:
     return hashlib.blake2b(" ".join(words).encode("utf-8"), digest_size=16, key=_seed_key(seed)).digest()
 
 
+def keep_order(document_id: str, seed: int = 0) -> int:
+    """The first 8 bytes of :func:`keep_rank` as a big-endian integer: ordered as the ranks are, but for ties of
+    those bytes (1 in 2^64 per pair), which the rank itself then breaks. Rows carry it as a uint64 column, so
+    that the keeper of a line is found by one sort, without building keys."""
+    return int.from_bytes(keep_rank(document_id, seed)[:8], "big")
+
+
 def line_text(line: str) -> str:
     """A line as ``--dedup lines`` compares it, as C4 does (TensorFlow Datasets' ``c4_utils``): its surrounding
     spaces stripped, lower-cased. A blank line is no line to dedup (empty here)."""

@@ -15,7 +15,7 @@ import pytest
 from pipeline.beam_pipeline import LineBuffer, LineOwners, LineRows, lines_of_kept_documents
 from pipeline.cleaning import cleaning_set, drop_duplicate_lines, parse_names
 from pipeline.corpus import expand_inputs
-from pipeline.near_duplicates import keep_rank, line_hash, line_hashes, line_text
+from pipeline.near_duplicates import keep_order, keep_rank, line_hash, line_hashes, line_text
 from pipeline.preprocess_command import NoTrainingRecordsError, preprocess
 from pipeline.preprocess_config import PreprocessConfig
 from pipeline.quality_filters import too_few_sentences
@@ -65,7 +65,7 @@ def rows_of(pages: dict[str, list[str]], order: list[str]) -> list[LineRows]:
     """The pages' lines as readers pack them, one pack per page, in ``order``."""
     packs = []
     for key in order:
-        buffer = LineBuffer()
+        buffer = LineBuffer(SEED)
         file_key, _, index = key.rpartition(":")
         buffer.add(int(index), "train", int(index) % 3, key, line_hashes(pages[key], SEED))
         packs.append(buffer.pack(file_key))
@@ -97,6 +97,27 @@ def test_the_page_of_least_rank_keeps_a_line_and_every_other_page_loses_it():
 def test_which_page_keeps_a_line_does_not_depend_on_the_order_they_arrive_in():
     forward = lost_lines(LineOwners(SEED).process((0, rows_of(PAGES, list(PAGES)))))
     assert lost_lines(LineOwners(SEED).process((0, rows_of(PAGES, list(reversed(PAGES)))))) == forward
+
+
+def test_keep_order_sorts_documents_as_keep_rank_does():
+    keys = [f"file-{i % 7}.txt:{i}" for i in range(2000)]
+    assert sorted(keys, key=lambda key: keep_order(key, SEED)) == sorted(keys, key=lambda key: keep_rank(key, SEED))
+
+
+def test_pages_whose_keep_orders_tie_are_decided_by_their_keep_rank():
+    packs = [rows._replace(ranks=np.zeros(rows.count, np.uint64).tobytes()) for rows in rows_of(PAGES, list(PAGES))]
+    assert lost_lines(LineOwners(SEED).process((0, packs))) == lost_lines(
+        LineOwners(SEED).process((0, rows_of(PAGES, list(PAGES)))))
+
+
+def test_a_line_on_many_pages_is_kept_by_one_and_lost_by_every_other():
+    buffer = LineBuffer(SEED)
+    shared = line_hashes(["Share this page."], SEED)
+    for index in range(50_000):
+        buffer.add(index, "train", index % 4, f"crawl.jsonl:{index}", shared)
+    lost = lost_lines(LineOwners(SEED).process((0, [buffer.pack("crawl.jsonl")])))
+    keeper = min((f"crawl.jsonl:{index}" for index in range(50_000)), key=lambda key: keep_rank(key, SEED))
+    assert len(lost) == 49_999 and keeper not in lost
 
 
 def test_the_pages_exact_and_near_dedup_removed_neither_keep_nor_lose_a_line():
