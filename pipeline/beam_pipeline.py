@@ -29,7 +29,7 @@ SHA-256 the launcher saw, so a vocabulary replaced mid-run fails loudly)::
            lines (LineRows packs: each document's distinct line hashes): with exact or near dedup,
              LinesByDocumentBucket + RemovedByDocumentBucket -> JoinRemoved -> LinesOfKeptDocuments (the
              removed documents' rows left out), else ByLineBucket -> GroupByLine -> LineOwners (one sort of
-             the line hashes finds the lines of two pages or more): each shard sent the rows of the lines
+             the rows by line and page rank finds each line's keeper): each shard sent the rows of the lines
              its documents lose)
         -> GroupByKey: the only shuffle of the text
         -> WriteShard: (--dedup lines: drop each document's lost and repeated lines, re-check the pages that
@@ -309,7 +309,7 @@ def joined_columns(packs: list, columns: dict) -> dict:
 
 
 def merged_files(packs: list) -> tuple[tuple[str, ...], bytes]:
-    """The file keys of ``packs`` (Candidates or BandRows) as one sorted table, and each row's place in it
+    """The file keys of ``packs`` (Candidates, BandRows or LineRows) as one sorted table, and each row's place in it
     (int32 bytes), the packs' rows in their order."""
     files = tuple(sorted({name for pack in packs for name in pack.files}))
     place = {name: k for k, name in enumerate(files)}
