@@ -439,8 +439,8 @@ LINE_COLUMNS = {"file_of": np.int32, "indices": np.int64, "splits": np.int8, "sh
 class LineBuffer:
     """The distinct lines of the documents one reader holds for ``--dedup lines`` until it sends them on."""
 
-    def __init__(self, seed: int = 0):
-        self._seed = seed
+    def __init__(self, seed: int):
+        self._seed = seed  # keys each page's keep_order
         self.documents, self.lines = [], []  # (index, split, shard, document hash, rank, lines) each; their hashes
 
     def add(self, index: int, split: str, shard: int, key: str, hashes: np.ndarray) -> None:
@@ -1046,15 +1046,16 @@ class WriteShard(beam.DoFn):
         _LOG.info(written_line(report, c.output))
         return report
 
-    def _tokenize(self, batches: list[RawDocuments], stats: Counter, removed: set[str] = frozenset(),
-                  lost: dict[str, set[int]] | None = None, audit: list | None = None) -> Iterator[TokenizedDocument]:
+    def _tokenize(self, batches: list[RawDocuments], stats: Counter, removed: set[str], lost: dict[str, set[int]],
+                  audit: list) -> Iterator[TokenizedDocument]:
         """Normalises and tokenises the documents (one SentencePiece call per batch) but the ``removed``
-        keys (duplicates), under --dedup lines without the lines they ``lost``; drops empty ones."""
+        keys (duplicates), under --dedup lines without the lines they ``lost`` (its removals listed in
+        ``audit`` under --removed); drops empty ones."""
         c = self._config
         for batch in batches:
             documents = [document for document in batch.documents() if document[0] not in removed]
             if "lines" in c.dedup:
-                documents = self._line_stage(batch, documents, lost or {}, stats, audit)
+                documents = self._line_stage(batch, documents, lost, stats, audit)
             texts = [[text for text in (normalize_text(line, c.uncased) for line in lines) if text]
                      for _, _, _, lines in documents]
             flat = list(itertools.chain.from_iterable(texts))
@@ -1071,7 +1072,7 @@ class WriteShard(beam.DoFn):
                 yield TokenizedDocument(key, stream, order, ids.tobytes(), lengths.tobytes())
 
     def _line_stage(self, batch: RawDocuments, documents: list, lost: dict[str, set[int]], stats: Counter,
-                    audit: list | None) -> list:
+                    audit: list) -> list:
         """``--dedup lines`` on the documents of ``batch`` the other stages kept: each without the lines it
         ``lost`` and its repeated lines (drop_duplicate_lines); a page removed by the re-check is counted, and
         under --removed listed in ``audit``. Returns the documents kept, with their lines as kept."""
@@ -1084,7 +1085,7 @@ class WriteShard(beam.DoFn):
             if reason is not None:
                 stats["removed_documents_lines"] += 1
                 stats["removed_bytes_lines"] += size
-                if audit is not None and c.removed:
+                if c.removed:
                     audit.append(RemovedDocument(ids[key], "lines", reason))
                 continue
             stats["kept_documents_lines"] += 1

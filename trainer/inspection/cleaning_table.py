@@ -76,7 +76,8 @@ def _settings(stage: str, config: dict, counters: dict) -> str:
     if stage == "exact":
         return f"seed {config.get('seed')}"
     if stage == "lines":
-        return f"seed {config.get('seed')}, {int(counters.get('duplicate_lines_removed', 0)):,} lines dropped from pages kept"
+        dropped = int(counters.get("duplicate_lines_removed", 0))
+        return f"seed {config.get('seed')}, {dropped:,} lines dropped from pages kept"
     rules = config.get("filter_rules")
     changed = [f"{key.partition('.')[2]}={value}" for key, value in sorted(rules.items())
                if str(key).startswith(f"{stage}.")] if isinstance(rules, dict) else []
