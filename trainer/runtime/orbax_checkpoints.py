@@ -26,9 +26,11 @@ What it promises, as docs/reliability.md does for the TensorFlow checkpoints:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import posixpath
 import sys
+import traceback
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from tfrecords.errors import UsageError
@@ -73,7 +75,7 @@ class OrbaxCheckpoints:
         self._manager = ocp.CheckpointManager(orbax_path(directory), options=options, item_handlers=handlers)
         self._quiet = contextlib.ExitStack()  # until close()
         self._quiet.enter_context(_closed_loop_callbacks_ignored())
-        self._quiet.enter_context(_full_disk_write_tracebacks_dropped())
+        _drop_errors_orbax_already_raised()
 
     def steps(self) -> list[int]:
         """The steps of the complete checkpoints, oldest first."""
@@ -247,6 +249,7 @@ def read_network_weights(directory: str, step: int) -> list:
         raise UsageError(f"{directory} holds the JAX engine's Orbax checkpoints; reading them needs Orbax: "
                          "pip install \"xlnet-pretrain[jax]\"") from None
     handlers = {"state": ocp.StandardCheckpointHandler(), "position": ocp.JsonCheckpointHandler()}
+    _drop_errors_orbax_already_raised()
     with _closed_loop_callbacks_ignored():
         manager = ocp.CheckpointManager(orbax_path(directory), item_handlers=handlers)
         try:
@@ -281,24 +284,44 @@ def _closed_loop_callbacks_ignored():
         sys.unraisablehook = previous
 
 
-@contextlib.contextmanager
-def _full_disk_write_tracebacks_dropped():
-    """Orbax's writing threads log the error that ended them with its traceback (absl's logger)
-    before the save or wait that raises it again; a full disk is then told in one sentence
-    (``_full_disk_stops_the_run``), so those records, and only those, are not printed."""
-    import logging
+class _ErrorsOrbaxAlreadyRaised(logging.Filter):
+    """Passes every record but two kinds, each a copy, with its traceback, of an error Orbax raises to
+    the save, wait or restore that told it (a full disk in one sentence, a damaged checkpoint set aside
+    with a warning, anything else as itself):
 
-    class FullDiskWrites(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            error = record.exc_info[1] if record.exc_info else None
-            return not (error is not None and "_SignalingThread" in str(record.msg) and is_full_disk(error))
+    * Orbax's writing thread logging the full disk that ended it (absl's logger), before the save or
+      wait that raises it again;
+    * asyncio's "Task exception was never retrieved" for one of Orbax's own tasks, collected unasked:
+      the other arrays' reads or writes of a gather whose first error was raised (a full disk fails
+      every write in flight, a damaged file every read of it), left unasked when Orbax closed its loop.
+    """
 
-    absl_logger, dropped = logging.getLogger("absl"), FullDiskWrites()
-    absl_logger.addFilter(dropped)
-    try:
-        yield
-    finally:
-        absl_logger.removeFilter(dropped)
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None:
+            return True
+        said = str(record.msg)
+        if "_SignalingThread" in said:
+            return not is_full_disk(error)
+        if said.startswith("Task exception was never retrieved"):
+            return not _raised_in_orbax(error)
+        return True
+
+
+def _raised_in_orbax(error: BaseException) -> bool:
+    """Whether ``error``'s traceback passes through Orbax's own modules."""
+    return any(str(frame.f_globals.get("__name__", "")).startswith("orbax.")
+               for frame, _ in traceback.walk_tb(error.__traceback__))
+
+
+def _drop_errors_orbax_already_raised() -> None:
+    """Drops the records of ``_ErrorsOrbaxAlreadyRaised`` for as long as the process lives: a failed
+    gather's tasks are collected whenever the garbage collector reaches them, often after the
+    checkpoints are closed and the command has said why it stopped. Added once."""
+    for name in ("absl", "asyncio"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(added, _ErrorsOrbaxAlreadyRaised) for added in logger.filters):
+            logger.addFilter(_ErrorsOrbaxAlreadyRaised())
 
 
 def _path_name(path: tuple) -> str:

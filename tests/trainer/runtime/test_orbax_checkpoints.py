@@ -160,6 +160,40 @@ time.sleep(600)
 """
 
 
+def collected_unasked(coroutine) -> None:
+    """Runs ``coroutine`` as a task and lets it be collected without asking for its error, as Orbax leaves
+    the other tasks of a gather whose first error it raised: asyncio then logs "Task exception was never
+    retrieved" with the error's traceback."""
+    import asyncio
+    import gc
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coroutine)
+    loop.run_until_complete(asyncio.wait([task]))
+    loop.close()
+    del task
+    gc.collect()
+
+
+def test_the_unasked_errors_of_orbaxs_tasks_print_nothing_even_after_close_and_other_tasks_errors_still_do(
+        tmp_path, caplog):
+    from orbax.checkpoint import serialization
+
+    with OrbaxCheckpoints(str(tmp_path / "model"), keep=1):
+        pass  # a failed gather's tasks are often collected after the checkpoints are closed
+    (tmp_path / "a_file").write_text("")
+    collected_unasked(serialization.async_serialize(  # an array write Orbax cannot do: its error is Orbax's
+        jnp.zeros(3), {"driver": "zarr", "kvstore": {"driver": "file", "path": str(tmp_path / "a_file" / "x")}}))
+    assert not [record for record in caplog.records if record.name == "asyncio"]
+
+    async def our_own():
+        raise ValueError("RESOURCE_EXHAUSTED: No space left on device")
+
+    collected_unasked(our_own())
+    told = [record for record in caplog.records if record.name == "asyncio"]
+    assert len(told) == 1 and told[0].getMessage().startswith("Task exception was never retrieved")
+
+
 @pytest.mark.slow  # a 256 MB background write killed mid-way (about 20 s)
 def test_a_write_killed_half_way_publishes_nothing_and_the_next_manager_removes_its_files(tmp_path):
     directory = str(tmp_path / "checkpoints")
