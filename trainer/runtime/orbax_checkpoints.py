@@ -73,9 +73,7 @@ class OrbaxCheckpoints:
         # The handlers named, so that a checkpoint's metadata can be read before its arrays (_check_shapes).
         handlers = {"state": ocp.StandardCheckpointHandler(), "position": ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(orbax_path(directory), options=options, item_handlers=handlers)
-        self._quiet = contextlib.ExitStack()  # until close()
-        self._quiet.enter_context(_closed_loop_callbacks_ignored())
-        _drop_errors_orbax_already_raised()
+        _quiet_orbax_leftovers()
 
     def steps(self) -> list[int]:
         """The steps of the complete checkpoints, oldest first."""
@@ -125,10 +123,7 @@ class OrbaxCheckpoints:
 
     def close(self) -> None:
         """Waits for the write in flight, then releases Orbax's threads."""
-        try:
-            self._manager.close()
-        finally:
-            self._quiet.__exit__(None, None, None)
+        self._manager.close()
 
     def __enter__(self) -> "OrbaxCheckpoints":
         return self
@@ -249,39 +244,33 @@ def read_network_weights(directory: str, step: int) -> list:
         raise UsageError(f"{directory} holds the JAX engine's Orbax checkpoints; reading them needs Orbax: "
                          "pip install \"xlnet-pretrain[jax]\"") from None
     handlers = {"state": ocp.StandardCheckpointHandler(), "position": ocp.JsonCheckpointHandler()}
-    _drop_errors_orbax_already_raised()
-    with _closed_loop_callbacks_ignored():
-        manager = ocp.CheckpointManager(orbax_path(directory), item_handlers=handlers)
-        try:
-            state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
-            weights = state["trainable"] if isinstance(state, dict) else state[0]
-            return [np.asarray(value) for value in weights]
-        except Exception as error:  # noqa: BLE001 (Orbax and tensorstore raise many kinds for a damaged file)
-            reason = " ".join(f"{type(error).__name__}: {error}".split())[:200]
-            raise UnreadableCheckpointError(f"checkpoint {posixpath.join(directory, str(step))} cannot be read "
-                                            f"({reason})") from None
-        finally:
-            manager.close()
+    _quiet_orbax_leftovers()
+    manager = ocp.CheckpointManager(orbax_path(directory), item_handlers=handlers)
+    try:
+        state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore())).state
+        weights = state["trainable"] if isinstance(state, dict) else state[0]
+        return [np.asarray(value) for value in weights]
+    except Exception as error:  # noqa: BLE001 (Orbax and tensorstore raise many kinds for a damaged file)
+        reason = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+        raise UnreadableCheckpointError(f"checkpoint {posixpath.join(directory, str(step))} cannot be read "
+                                        f"({reason})") from None
+    finally:
+        manager.close()
 
 
-@contextlib.contextmanager
-def _closed_loop_callbacks_ignored():
-    """Reading a damaged checkpoint, tensorstore completes the reads still in flight after Orbax has
-    closed the event loop they report to; their callbacks then raise RuntimeError("Event loop is
-    closed") as unraisable exceptions: a traceback on standard error about nothing that matters (the
-    restore's own error is what is reported). Those, and only those, are not printed."""
-    previous = sys.unraisablehook
+class _ClosedLoopCallbacksIgnored:
+    """An unraisable-exception hook passing everything to the one it replaced but the RuntimeError("Event
+    loop is closed") of tensorstore's callbacks: reading a damaged checkpoint, tensorstore completes the
+    reads still in flight after Orbax has closed the event loop they report to, a traceback on standard
+    error about nothing that matters (the restore's own error is what is reported)."""
 
-    def hook(unraisable) -> None:
+    def __init__(self, previous: Callable) -> None:
+        self.previous = previous
+
+    def __call__(self, unraisable) -> None:
         error = unraisable.exc_value
         if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
-            previous(unraisable)
-
-    sys.unraisablehook = hook
-    try:
-        yield
-    finally:
-        sys.unraisablehook = previous
+            self.previous(unraisable)
 
 
 class _ErrorsOrbaxAlreadyRaised(logging.Filter):
@@ -314,14 +303,18 @@ def _raised_in_orbax(error: BaseException) -> bool:
                for frame, _ in traceback.walk_tb(error.__traceback__))
 
 
-def _drop_errors_orbax_already_raised() -> None:
-    """Drops the records of ``_ErrorsOrbaxAlreadyRaised`` for as long as the process lives: a failed
-    gather's tasks are collected whenever the garbage collector reaches them, often after the
-    checkpoints are closed and the command has said why it stopped. Added once."""
+def _quiet_orbax_leftovers() -> None:
+    """What Orbax leaves behind an error it raised, told already by the save, wait or restore, is not
+    printed for as long as the process lives (``_ErrorsOrbaxAlreadyRaised``, ``_ClosedLoopCallbacksIgnored``):
+    a failed gather's tasks and reads finish or are collected whenever they do, often after the
+    checkpoints are closed and the command has said why it stopped. Installed once (again if the hook
+    was replaced since)."""
     for name in ("absl", "asyncio"):
         logger = logging.getLogger(name)
         if not any(isinstance(added, _ErrorsOrbaxAlreadyRaised) for added in logger.filters):
             logger.addFilter(_ErrorsOrbaxAlreadyRaised())
+    if not isinstance(sys.unraisablehook, _ClosedLoopCallbacksIgnored):
+        sys.unraisablehook = _ClosedLoopCallbacksIgnored(sys.unraisablehook)
 
 
 def _path_name(path: tuple) -> str:

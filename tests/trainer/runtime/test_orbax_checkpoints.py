@@ -194,6 +194,26 @@ def test_the_unasked_errors_of_orbaxs_tasks_print_nothing_even_after_close_and_o
     assert len(told) == 1 and told[0].getMessage().startswith("Task exception was never retrieved")
 
 
+def test_event_loop_closed_errors_of_late_reads_print_nothing_even_after_close_and_other_unraisables_still_do(
+        tmp_path, monkeypatch):
+    passed_on = []
+    monkeypatch.setattr(sys, "unraisablehook", passed_on.append)
+    with OrbaxCheckpoints(str(tmp_path), keep=1):
+        pass  # tensorstore's late read callbacks often fail after the checkpoints are closed
+
+    class RaisesWhenCollected:
+        def __init__(self, error: BaseException):
+            self.error = error
+
+        def __del__(self):
+            raise self.error
+
+    RaisesWhenCollected(RuntimeError("Event loop is closed"))
+    assert passed_on == []
+    RaisesWhenCollected(RuntimeError("something else"))
+    assert [str(unraisable.exc_value) for unraisable in passed_on] == ["something else"]
+
+
 @pytest.mark.slow  # a 256 MB background write killed mid-way (about 20 s)
 def test_a_write_killed_half_way_publishes_nothing_and_the_next_manager_removes_its_files(tmp_path):
     directory = str(tmp_path / "checkpoints")
