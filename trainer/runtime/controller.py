@@ -52,6 +52,7 @@ from trainer.runtime.training_stops import (  # noqa: F401 (the loop's errors, r
     UnreadableCheckpointError,
     WorkerLostError,
     checkpoint_save_stopped,
+    peer_lost_stopped,
 )
 from trainer.runtime.task_protocol import Task
 from trainer.runtime.throughput import StepFlops
@@ -379,13 +380,8 @@ class Controller:
             who = lost_worker(error, self.strategy)
             if who is None:
                 raise
-            latest = self.manager.latest_checkpoint
-            resume = (f"they resume from the last checkpoint all of them saved ({latest} here)" if latest else
-                      "no checkpoint was saved yet, so they start again at step 1")
-            raise WorkerLostError(
-                f"{who} of the {self.num_workers} workers in TF_CONFIG stopped answering (killed, or its machine or "
-                f"network went down) and this worker ({self.worker}) cannot train without it. Restart ALL workers "
-                f"with the same command: {resume}") from None
+            raise peer_lost_stopped(who, self.num_workers, "workers in TF_CONFIG", f"this worker ({self.worker})",
+                                    self.manager.latest_checkpoint) from None
 
     def _given_up(self, signum: int) -> str:
         """The line of a run whose loop of steps outlasted ``preemption_grace_seconds`` after signal

@@ -7,6 +7,7 @@ import os
 import re
 
 from tfrecords.errors import UsageError
+from trainer.runtime.training_stops import PEER_GONE
 
 # TensorFlow is imported in the functions that use it: STRATEGIES, the choices of --strategy, is
 # read by `xlnet train --help` and `xlnet finetune --help`, which import no TensorFlow.
@@ -93,8 +94,6 @@ def worker_info(strategy: tf.distribute.Strategy) -> tuple[int, int]:
 # What TensorFlow says when a peer of a collective is gone: its coordination service's heartbeats
 # (UnavailableError, "The following tasks are unhealthy (stopped sending heartbeats)") or the gRPC
 # channel to it ("Connection reset by peer", "Socket closed", "failed to connect").
-_PEER_GONE = re.compile(r"unhealthy|stopped sending heartbeats|connection reset|socket closed|connection refused|"
-                        r"failed to connect|connect failed|broken pipe|end of file", re.IGNORECASE)
 _TASK = re.compile(r"/job:worker/(?:replica:\d+/)?task:(\d+)")
 
 
@@ -108,7 +107,7 @@ def lost_worker(error: tf.errors.OpError, strategy: tf.distribute.Strategy) -> s
     if count < 2:
         return None
     message = getattr(error, "message", "") or str(error)
-    if not (isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)) or _PEER_GONE.search(message)):
+    if not (isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)) or PEER_GONE.search(message)):
         return None
     addresses = strategy.cluster_resolver.cluster_spec().as_dict().get("worker", [])
     unhealthy = message.split("unhealthy", 1)[-1]  # the tasks named after it, when TensorFlow lists them

@@ -54,7 +54,8 @@ from tfrecords.numpy_reader import NumpyMixtureReader, NumpyStreamReader
 from trainer.configs.training import TrainConfig
 from trainer.models.config import ModelConfig
 from trainer.runtime import file_system
-from trainer.runtime.jax_processes import any_process, local_rows, wait_for_every_process
+from trainer.runtime.jax_processes import (any_process, end_without_the_lost, local_rows, lost_process,
+                                          wait_for_every_process)
 from trainer.runtime.jax_step import PretrainingStep, StepState, check_ids, data_parallel, require_jax
 from trainer.runtime.mixture_progress import MixtureProgress, perplexity
 from trainer.runtime.model_dir import ModelDirectory
@@ -65,7 +66,8 @@ from trainer.runtime.run_clock import command_start_time
 from trainer.runtime.throughput import StepFlops
 from trainer.runtime.training_loop import (LoopOutput, TrainingLoop, TrainResult, no_checkpoint_warning,
                                            refuse_to_start_over, resumed_line, warn_on_stderr)
-from trainer.runtime.training_stops import TrainingDataError, TrainingDivergedError, UnreadableCheckpointError
+from trainer.runtime.training_stops import (TrainingDataError, TrainingDivergedError, UnreadableCheckpointError,
+                                           WorkerLostError, peer_lost_stopped)
 
 
 
@@ -200,7 +202,8 @@ class JaxPretrainingEngine:
         return restored.state
 
     def _checkpoint_path(self, step: int) -> str:
-        return posixpath.join(self.work_dir.checkpoints, str(step))
+        # The model directory's, on every process: one set of checkpoints, which all processes write.
+        return posixpath.join(self.model_dir.checkpoints, str(step))
 
     # ------------------------------------------------------------- the loop's engine
     def current_step(self) -> int:
@@ -312,10 +315,20 @@ class JaxPretrainingEngine:
     def step_summaries(self, step: int) -> dict[str, float]:
         return self.progress.step_summaries(step)
 
-    def workers_all_present(self) -> contextlib.AbstractContextManager[None]:
-        # A lost process: JAX's coordination service stops the others (its heartbeat), not a failed
-        # collective this could name.
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def workers_all_present(self) -> Iterator[None]:
+        """A collective that fails because another process is gone (Gloo's or NCCL's connection to it
+        lost) becomes a WorkerLostError (exit status 3) naming it and the checkpoint a restart of every
+        process resumes from; the process then ends without waiting for the lost one at JAX's exit."""
+        try:
+            yield
+        except Exception as error:  # noqa: BLE001 (jaxlib raises a failed collective as ValueError or its runtime error)
+            who = lost_process(error, self.process, self.processes)
+            if who is None:
+                raise
+            end_without_the_lost(WorkerLostError.exit_code)
+            raise peer_lost_stopped(who, self.processes, "processes of this run", f"this process ({self.process})",
+                                    self.latest_checkpoint()) from None
 
     def close(self) -> None:
         """Waits for the checkpoint write in flight and stops the reader and Orbax's threads."""

@@ -17,12 +17,16 @@ TensorFlow-free: the JAX engine's (trainer/runtime/jax_engine.py) only.
 """
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import sys
 from typing import Any, Mapping, NamedTuple, Optional
 
 import numpy as np
 
 from tfrecords.errors import UsageError
+from trainer.runtime.training_stops import PEER_GONE
 
 JOB_ADDRESSES = "KERAS_DISTRIBUTION_JOB_ADDRESSES"
 NUM_PROCESSES = "KERAS_DISTRIBUTION_NUM_PROCESSES"
@@ -110,6 +114,34 @@ def wait_for_every_process(name: str) -> None:
 
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices(name)
+
+
+def lost_process(error: BaseException, index: int, count: int) -> Optional[str]:
+    """Which process of a run of ``count`` the failed collective ``error`` says is gone, as process
+    ``index`` can tell: of two, the other ("process 1"); "another process" when there are more (Gloo
+    and NCCL name an address, not a process); None when ``error`` is not a lost peer or the run is one
+    process."""
+    if count < 2 or not PEER_GONE.search(str(error)):
+        return None
+    return f"process {1 - index}" if count == 2 else "another process"
+
+
+def end_without_the_lost(status: int) -> None:
+    """Once a process of the run is gone, JAX's own exit step (``jax.distributed``'s shutdown) waits
+    SHUTDOWN_TIMEOUT_S at a barrier for it and then aborts this process with a page of C++ log: this
+    registers an exit step that runs before it (the last registered runs first), flushes what was
+    written and ends the process with ``status``, the error's own exit status."""
+
+    def leave() -> None:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe: nothing more can be told
+                pass
+        os._exit(status)
+
+    atexit.register(leave)
 
 
 def local_rows(value: Any) -> np.ndarray:

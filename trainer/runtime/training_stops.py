@@ -6,7 +6,15 @@ line maps them once (xlnet_cli.py, through tfrecords/errors.py's DataError).
 """
 from __future__ import annotations
 
+import re
+
 from tfrecords.errors import DataError
+
+# What the collectives of either engine say when a peer is gone: TensorFlow's gRPC and heartbeats,
+# Gloo's TCP pairs (JAX on CPUs), NCCL's "remote process exited".
+PEER_GONE = re.compile(r"unhealthy|stopped sending heartbeats|connection reset|connection closed|socket closed|"
+                       r"connection refused|failed to connect|connect failed|broken pipe|end of file|"
+                       r"remote process exited", re.IGNORECASE)
 
 
 class TrainingStopped(DataError):
@@ -46,3 +54,15 @@ def checkpoint_save_stopped(checkpoint: str, said: str, removed: list[str], free
         + (f"its partial files were removed ({', '.join(removed)}). " if removed else "")
         + f"Free space under {free_under} and run the same command again: the run resumes from "
         + (kept if kept else "its start, no checkpoint having been saved"))
+
+
+def peer_lost_stopped(who: str, count: int, members: str, me: str, latest: str | None) -> WorkerLostError:
+    """What a run that lost one of its parts tells, on either engine: ``who`` is gone ("worker 0
+    (10.0.0.2:2222)", "process 1") of the ``count`` ``members`` ("workers in TF_CONFIG", "processes of
+    this run"), ``me`` cannot go on ("this worker (1)"); every one must be restarted, and from which
+    checkpoint (``latest``, or none) they resume."""
+    resume = (f"they resume from the last checkpoint all of them saved ({latest} here)" if latest else
+              "no checkpoint was saved yet, so they start again at step 1")
+    return WorkerLostError(
+        f"{who} of the {count} {members} stopped answering (killed, or its machine or network went down) and "
+        f"{me} cannot train without it. Restart ALL {members.split()[0]} with the same command: {resume}")

@@ -10,9 +10,10 @@ import pytest
 
 from support.bundled_data import SMALL_DATA, SMALL_DATA_TRAINING
 from support.processes import free_ports, output_of, start
-from tfrecords.errors import UsageError
-from trainer.runtime.jax_processes import (JOB_ADDRESSES, NUM_PROCESSES, PROCESS_ID, ProcessSettings,
+from tfrecords.errors import UsageError, exit_code
+from trainer.runtime.jax_processes import (JOB_ADDRESSES, NUM_PROCESSES, PROCESS_ID, ProcessSettings, lost_process,
                                            requested_processes)
+from trainer.runtime.training_stops import WorkerLostError, peer_lost_stopped
 
 # test_jax_engine.py's small network, dropout off: two processes hold the same rows in another order
 # (replica by replica: each one's forward rows, then their backward ones) and a row's dropout bits
@@ -129,3 +130,83 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step_after_a_checkpoint(s
     assert last[0] == last[1] < 400
     assert sorted(path.name for path in (model_dir / "checkpoints").iterdir()) == [str(last[0])]
     assert f"saved checkpoint at step {last[0]}, exiting" in outputs[0]
+
+
+GLOO_PEER_GONE = ValueError("UNKNOWN: Gloo AllGather failed: [external/gloo/gloo/transport/tcp/pair.cc:538] "
+                            "Read error [127.0.0.1]:11179: Connection reset by peer")
+
+
+def test_of_two_processes_a_collective_that_lost_its_peer_names_the_other():
+    assert lost_process(GLOO_PEER_GONE, 0, 2) == "process 1"
+    assert lost_process(GLOO_PEER_GONE, 1, 2) == "process 0"
+
+
+def test_of_more_processes_the_lost_one_is_another_process_gloo_naming_only_an_address():
+    assert lost_process(GLOO_PEER_GONE, 2, 4) == "another process"
+
+
+def test_other_errors_and_a_run_of_one_process_lose_no_process():
+    assert lost_process(ValueError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"), 0, 2) is None
+    assert lost_process(GLOO_PEER_GONE, 0, 1) is None
+
+
+def test_a_lost_process_is_one_sentence_naming_it_and_where_every_process_resumes():
+    error = peer_lost_stopped("process 1", 2, "processes of this run", "this process (0)", "M/checkpoints/8")
+    assert isinstance(error, WorkerLostError) and exit_code(error) == 3
+    assert str(error) == ("process 1 of the 2 processes of this run stopped answering (killed, or its machine or "
+                          "network went down) and this process (0) cannot train without it. Restart ALL processes "
+                          "with the same command: they resume from the last checkpoint all of them saved "
+                          "(M/checkpoints/8 here)")
+
+
+def test_a_process_that_lost_another_ends_with_the_errors_status_before_jaxs_own_exit_steps(tmp_path):
+    import subprocess
+    import sys
+
+    script = ("import atexit, sys\n"
+              "atexit.register(lambda: print('the shutdown barrier', flush=True))  # as jax registers its clean-up\n"
+              "from trainer.runtime.jax_processes import end_without_the_lost\n"
+              "end_without_the_lost(3)\n"
+              "print('the error told', end='')\n"
+              "sys.exit(1)\n")
+    ended = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                           cwd=str(Path(__file__).resolve().parents[3]))
+    assert (ended.returncode, ended.stdout) == (3, "the error told"), ended.stderr
+
+
+@pytest.mark.slow  # about 60 s: two JAX processes, one killed, then both again
+def test_a_killed_process_stops_the_other_at_once_in_one_line_and_both_resume_from_the_checkpoint(small_data_dir,
+                                                                                                   tmp_path):
+    import signal
+    import time
+
+    from support.processes import wait_for
+
+    model_dir = tmp_path / "model"
+    run = ["train_steps=24", "checkpoint_every=4", "eval_every=0"]
+
+    def both(port: int):
+        cluster = {JOB_ADDRESSES: f"127.0.0.1:{port}", NUM_PROCESSES: "2"}
+        return [jax_train(small_data_dir, model_dir, {**cluster, PROCESS_ID: str(index)}, run) for index in (0, 1)]
+
+    processes = both(*free_ports(1))
+    wait_for(lambda: len(step_rows(model_dir)) >= 6 if (model_dir / "train_steps.jsonl").is_file() else False,
+             *processes, timeout=400, what="step 6 of process 0")
+    processes[1].send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    output = output_of(processes[0], timeout=300)[0]
+    took = time.monotonic() - killed
+    assert processes[0].returncode == 3, output[-3000:]
+    assert took < 30, took  # JAX's own exit waited 60 s for the lost process, then aborted (-6)
+    saved = sorted(int(path.name) for path in (model_dir / "checkpoints").iterdir() if path.name.isdigit())
+    assert (f"xlnet train: error: process 1 of the 2 processes of this run stopped answering (killed, or its machine "
+            f"or network went down) and this process (0) cannot train without it. Restart ALL processes with the "
+            f"same command: they resume from the last checkpoint all of them saved "
+            f"({model_dir / 'checkpoints' / str(saved[-1])} here)") in output, output[-3000:]
+    assert "Traceback" not in output and "Fatal Python error" not in output, output
+    processes = both(*free_ports(1))
+    outputs = output_of(*processes, timeout=400)
+    assert [process.returncode for process in processes] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    for output in outputs:  # every process names the one set of checkpoints, the chief's and the others'
+        assert f"resumed from {model_dir / 'checkpoints' / str(saved[-1])} at step {saved[-1]}" in output, output
+    assert step_rows(model_dir)[-1]["step"] == 24
