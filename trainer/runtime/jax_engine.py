@@ -174,6 +174,7 @@ class JaxPretrainingEngine:
         self.state = self._restore(init_weights)
         self._eval_step = None
         self._input = None
+        self._lost = None  # the process a failed collective lost, once one has
         self._running = (0, 0, 0)  # (the run's first step, the running loop's first, last)
         self._saved_unconfirmed = False
 
@@ -326,15 +327,19 @@ class JaxPretrainingEngine:
             who = lost_process(error, self.process, self.processes)
             if who is None:
                 raise
+            self._lost = who
             end_without_the_lost(WorkerLostError.exit_code)
             raise peer_lost_stopped(who, self.processes, "processes of this run", f"this process ({self.process})",
                                     self.latest_checkpoint()) from None
 
     def close(self) -> None:
-        """Waits for the checkpoint write in flight and stops the reader and Orbax's threads."""
+        """Waits for the checkpoint write in flight and stops the reader and Orbax's threads; after a
+        lost process, not the write: it cannot complete without the lost one's shards (Orbax would wait
+        for it at a barrier), and the next start removes what it left."""
         if self._input is not None:
             self._input.close()
-        self.checkpoints.close()
+        if self._lost is None:
+            self.checkpoints.close()
 
     def _given_up(self, signum: int) -> str:
         """The line of a run whose loop of steps outlasted ``preemption_grace_seconds`` after signal ``signum``."""

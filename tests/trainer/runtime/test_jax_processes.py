@@ -190,8 +190,9 @@ def test_a_killed_process_stops_the_other_at_once_in_one_line_and_both_resume_fr
         return [jax_train(small_data_dir, model_dir, {**cluster, PROCESS_ID: str(index)}, run) for index in (0, 1)]
 
     processes = both(*free_ports(1))
-    wait_for(lambda: len(step_rows(model_dir)) >= 6 if (model_dir / "train_steps.jsonl").is_file() else False,
-             *processes, timeout=400, what="step 6 of process 0")
+    log = model_dir / "train_steps.jsonl"  # its rows counted whole (one being written is not parsed)
+    wait_for(lambda: log.is_file() and log.read_text().count("\n") >= 6, *processes, timeout=400,
+             what="step 6 of process 0")
     processes[1].send_signal(signal.SIGKILL)
     killed = time.monotonic()
     output = output_of(processes[0], timeout=300)[0]
