@@ -216,7 +216,20 @@ def crash_line(command: str, report: str) -> str:
     status = f"; exit status {128 + number} in a shell, {-number} from Python's subprocess" if number else ""
     again = ("run the same command again: it resumes from the last checkpoint" if command in RESUMING_COMMANDS
              else "run the same command again")
+    processes = _processes_of_the_run()
+    if command in RESUMING_COMMANDS and processes > 1:
+        # JAX's coordination client aborts every process this way once one is lost (process 0 above all)
+        again = (f"run the same command again on ALL {processes} processes of the run (JAX ends them this way when "
+                 "one of them is lost): it resumes from the last checkpoint")
     return f"xlnet {command}: crashed in native code ({fault or 'a fatal error'}, the Python stack above){status}; {again}\n"
+
+
+def _processes_of_the_run() -> int:
+    """How many processes the environment says a JAX run spans (1 when it says none, or nonsense)."""
+    from trainer.runtime.jax_processes import NUM_PROCESSES
+
+    count = os.environ.get(NUM_PROCESSES, "1")
+    return int(count) if count.isdigit() else 1
 
 
 def _load(name: str):

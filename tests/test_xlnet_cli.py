@@ -255,6 +255,14 @@ def test_a_native_crash_prints_the_python_stack_then_one_line_naming_the_command
                          "resumes from the last checkpoint")
 
 
+def test_a_native_crash_of_a_run_of_several_processes_says_to_restart_all_of_them(monkeypatch):
+    monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "2")
+    assert xlnet_cli.crash_line("train", "Fatal Python error: Aborted\n") == (
+        "xlnet train: crashed in native code (Aborted, the Python stack above); exit status 134 in a shell, -6 from "
+        "Python's subprocess; run the same command again on ALL 2 processes of the run (JAX ends them this way when "
+        "one of them is lost): it resumes from the last checkpoint\n")
+
+
 @pytest.mark.slow  # 10-25 s: imports TensorFlow
 def test_a_native_crash_is_still_reported_after_tensorflow_has_loaded():
     # The crash seen in `make demo` came after TensorFlow's import, which must not replace the handler.
