@@ -91,9 +91,9 @@ def worker_info(strategy: tf.distribute.Strategy) -> tuple[int, int]:
     return int(resolver.task_id or 0), len(workers)
 
 
-# What TensorFlow says when a peer of a collective is gone: its coordination service's heartbeats
-# (UnavailableError, "The following tasks are unhealthy (stopped sending heartbeats)") or the gRPC
-# channel to it ("Connection reset by peer", "Socket closed", "failed to connect").
+# A task as TensorFlow names it in a lost peer's error ("/job:worker/replica:0/task:1"); what such an
+# error says is training_stops.PEER_GONE (its heartbeats: "The following tasks are unhealthy (stopped
+# sending heartbeats)"; its gRPC channel: "Connection reset by peer", "Socket closed").
 _TASK = re.compile(r"/job:worker/(?:replica:\d+/)?task:(\d+)")
 
 

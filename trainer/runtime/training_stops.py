@@ -10,8 +10,9 @@ import re
 
 from tfrecords.errors import DataError
 
-# What the collectives of either engine say when a peer is gone: TensorFlow's gRPC and heartbeats,
-# Gloo's TCP pairs (JAX on CPUs), NCCL's "remote process exited".
+# What the collectives of either engine say when a peer is gone: TensorFlow's coordination service
+# ("unhealthy (stopped sending heartbeats)") and gRPC channels, Gloo's TCP pairs (JAX on CPUs:
+# "Connection reset by peer"), NCCL's "remote process exited".
 PEER_GONE = re.compile(r"unhealthy|stopped sending heartbeats|connection reset|connection closed|socket closed|"
                        r"connection refused|failed to connect|connect failed|broken pipe|end of file|"
                        r"remote process exited", re.IGNORECASE)
